@@ -1,0 +1,89 @@
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidemark.wire.errors import FrameTooLarge
+from tidemark.wire.errors import ProtocolError
+from tidemark.wire.framing import FrameDecoder
+from tidemark.wire.framing import frame
+
+PAYLOADS = [b"", b"a", b"hello world", bytes(range(256)) * 3]
+
+
+def test_frame_prepends_big_endian_length():
+    assert frame(b"abc") == b"\x00\x00\x00\x03abc"
+    assert frame(b"") == b"\x00\x00\x00\x00"
+
+
+def test_split_at_every_byte_boundary():
+    stream = b"".join(frame(p) for p in PAYLOADS)
+    for cut in range(len(stream) + 1):
+        decoder = FrameDecoder(max_frame_bytes=10_000)
+        got = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
+        assert got == PAYLOADS, cut
+        assert decoder.buffered == 0
+
+
+def test_byte_at_a_time():
+    stream = b"".join(frame(p) for p in PAYLOADS)
+    decoder = FrameDecoder(max_frame_bytes=10_000)
+    got = []
+    for i in range(len(stream)):
+        got += decoder.feed(stream[i : i + 1])
+    assert got == PAYLOADS
+
+
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=10),
+)
+def test_arbitrary_chunking(payloads, cuts):
+    stream = b"".join(frame(p) for p in payloads)
+    points = sorted({c % (len(stream) + 1) for c in cuts})
+    decoder = FrameDecoder(max_frame_bytes=300)
+    got = []
+    prev = 0
+    for p in points + [len(stream)]:
+        got += decoder.feed(stream[prev:p])
+        prev = p
+    assert got == payloads
+
+
+def test_several_frames_in_one_feed_and_partial_tail():
+    decoder = FrameDecoder(max_frame_bytes=100)
+    data = frame(b"one") + frame(b"two") + frame(b"three")[:5]
+    assert decoder.feed(data) == [b"one", b"two"]
+    assert decoder.feed(b"hree" + frame(b"four")) == [b"three", b"four"]
+
+
+@pytest.mark.parametrize("size", [101, 2**31 - 1, -1, -(2**31)])
+def test_bad_prefix_raises_immediately(size):
+    decoder = FrameDecoder(max_frame_bytes=100)
+    with pytest.raises(FrameTooLarge):
+        decoder.feed(struct.pack(">i", size))
+    # Also when the prefix arrives piecemeal after buffered data.
+    decoder = FrameDecoder(max_frame_bytes=100)
+    assert decoder.feed(frame(b"ok") + struct.pack(">i", size)[:2]) == [b"ok"]
+    with pytest.raises(FrameTooLarge):
+        decoder.feed(struct.pack(">i", size)[2:])
+
+
+def test_frame_too_large_is_a_protocol_error():
+    assert issubclass(FrameTooLarge, ProtocolError)
+
+
+def test_exact_limit_accepted():
+    decoder = FrameDecoder(max_frame_bytes=5)
+    assert decoder.feed(frame(b"12345")) == [b"12345"]
+
+
+def test_large_frame_in_many_chunks():
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    data = frame(payload)
+    decoder = FrameDecoder(max_frame_bytes=2**20)
+    got = []
+    for i in range(0, len(data), 4096 + 3):
+        got += decoder.feed(data[i : i + 4096 + 3])
+    assert got == [payload]
