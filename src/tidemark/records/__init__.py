@@ -1,1 +1,38 @@
+"""RecordBatch v2 (magic 2): parsing, validation, building, compression."""
 
+from .batch import (
+    BATCH_OVERHEAD,
+    BatchHeader,
+    NewRecord,
+    Record,
+    build_batch,
+    decode_records,
+    iter_batches,
+    read_header,
+    set_base_offset,
+    set_partition_leader_epoch,
+    valid_prefix_length,
+)
+from .compression import CompressionType, compress, decompress
+from .errors import CorruptRecordError, RecordsError, RecordTooLargeError, UnsupportedMagicError
+
+__all__ = [
+    "BATCH_OVERHEAD",
+    "BatchHeader",
+    "CompressionType",
+    "CorruptRecordError",
+    "NewRecord",
+    "Record",
+    "RecordTooLargeError",
+    "RecordsError",
+    "UnsupportedMagicError",
+    "build_batch",
+    "compress",
+    "decode_records",
+    "decompress",
+    "iter_batches",
+    "read_header",
+    "set_base_offset",
+    "set_partition_leader_epoch",
+    "valid_prefix_length",
+]

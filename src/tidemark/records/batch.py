@@ -1,0 +1,359 @@
+"""Kafka RecordBatch v2 (magic 2): header parsing, validation, building and record decoding.
+
+Layout (big-endian): baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8,
+crc u32, attributes i16, lastOffsetDelta i32, baseTimestamp i64, maxTimestamp i64,
+producerId i64, producerEpoch i16, baseSequence i32, recordsCount i32, then the records.
+The CRC (CRC32C) covers attributes to the end, so baseOffset and partitionLeaderEpoch can be
+rewritten by the broker without re-checksumming.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from .compression import CompressionType, compress, decompress
+from .errors import CorruptRecordError, UnsupportedMagicError
+
+MAGIC = 2
+BATCH_OVERHEAD = 61  # header size
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
+MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD  # 49
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LENGTH_AT = 8
+_EPOCH_AT = 12
+_MAGIC_AT = 16
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21  # CRC coverage starts here
+
+_COMPRESSION_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+NO_TIMESTAMP = -1
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies in a log or a request."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> CompressionType:
+        return CompressionType(self.attributes & _COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 = CreateTime, 1 = LogAppendTime."""
+        return 1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_BIT)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record, wrapping at int32 like Kafka's producer."""
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+class NewRecord(NamedTuple):
+    """A record to put into a new batch; plain (key, value, headers, timestamp_ms) tuples work too."""
+
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    timestamp: int | None = None
+
+
+def read_header(data, position: int = 0) -> BatchHeader:
+    """Unpack the 61-byte header at position without any checks."""
+    return BatchHeader._make(_HEADER.unpack_from(data, position))
+
+
+def _validated_header(data, pos: int, end: int) -> BatchHeader:
+    remaining = end - pos
+    if remaining < LOG_OVERHEAD:
+        raise CorruptRecordError(f"partial batch at {pos}: {remaining} bytes left")
+    if remaining > _MAGIC_AT and data[pos + _MAGIC_AT] != MAGIC:
+        raise UnsupportedMagicError(f"batch at {pos} has magic {data[pos + _MAGIC_AT]}, only 2 is supported")
+    (batch_length,) = struct.unpack_from(">i", data, pos + _LENGTH_AT)
+    if batch_length < MIN_BATCH_LENGTH:
+        raise CorruptRecordError(f"batch at {pos} has length {batch_length} < {MIN_BATCH_LENGTH}")
+    if batch_length + LOG_OVERHEAD > remaining:
+        raise CorruptRecordError(
+            f"partial batch at {pos}: length {batch_length} but only {remaining - LOG_OVERHEAD} bytes"
+        )
+    header = BatchHeader._make(_HEADER.unpack_from(data, pos))
+    computed = crc32c(memoryview(data)[pos + _ATTRIBUTES_AT : pos + LOG_OVERHEAD + batch_length])
+    if computed != header.crc:
+        raise CorruptRecordError(f"batch at {pos}: CRC mismatch (stored {header.crc:#010x}, computed {computed:#010x})")
+    if header.attributes & _COMPRESSION_MASK > CompressionType.ZSTD:
+        raise CorruptRecordError(f"batch at {pos}: unknown compression codec {header.attributes & _COMPRESSION_MASK}")
+    # Compaction may remove records but keeps lastOffsetDelta, so count <= delta + 1.
+    if header.last_offset_delta < 0 or not 0 <= header.records_count <= header.last_offset_delta + 1:
+        raise CorruptRecordError(
+            f"batch at {pos}: {header.records_count} records with last offset delta {header.last_offset_delta}"
+        )
+    return header
+
+
+def iter_batches(data, *, validate: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) of each complete batch in data.
+
+    With validate, every batch is checked (magic, length, CRC, counts) and a partial trailing
+    batch is an error; without, iteration just stops at the first incomplete batch.
+    """
+    end = len(data)
+    pos = 0
+    unpack_from = _HEADER.unpack_from
+    make = BatchHeader._make
+    while pos < end:
+        if validate:
+            header = _validated_header(data, pos, end)
+        else:
+            if end - pos < BATCH_OVERHEAD:
+                return
+            header = make(unpack_from(data, pos))
+            if header.batch_length < MIN_BATCH_LENGTH or pos + header.batch_length + LOG_OVERHEAD > end:
+                return
+        yield pos, header
+        pos += header.batch_length + LOG_OVERHEAD
+
+
+def valid_prefix_length(data) -> int:
+    """Bytes of complete, valid batches from the start of data (for log recovery)."""
+    end = len(data)
+    pos = 0
+    while pos < end:
+        try:
+            header = _validated_header(data, pos, end)
+        except CorruptRecordError:
+            break
+        pos += header.size
+    return pos
+
+
+def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
+    struct.pack_into(">q", buf, position, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None:
+    struct.pack_into(">i", buf, position + _EPOCH_AT, epoch)
+
+
+# -- varints (zigzag, as Kafka's ByteUtils.writeVarint/writeVarlong) --------------------------
+
+
+def _write_varint(out: bytearray, n: int) -> None:
+    z = (n << 1) ^ (n >> 63)
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:  # one byte: the common case for small lengths and deltas
+        return (b >> 1) ^ -(b & 1), pos + 1
+    z = b & 0x7F
+    shift = 7
+    while True:
+        pos += 1
+        b = buf[pos]
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), pos + 1
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint too long")
+
+
+def _write_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        _write_varint(out, -1)
+    else:
+        _write_varint(out, len(data))
+        out += data
+
+
+def _encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key, value, headers) -> None:
+    body = bytearray(b"\x00")  # record attributes: unused
+    _write_varint(body, timestamp_delta)
+    _write_varint(body, offset_delta)
+    _write_bytes(body, key)
+    _write_bytes(body, value)
+    _write_varint(body, len(headers))
+    for h_key, h_value in headers:
+        _write_bytes(body, h_key.encode() if isinstance(h_key, str) else h_key)
+        _write_bytes(body, h_value)
+    _write_varint(out, len(body))
+    out += body
+
+
+def build_batch(
+    records: Iterable[NewRecord | tuple],
+    *,
+    base_offset: int = 0,
+    compression: CompressionType | int = CompressionType.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = 0,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = TIMESTAMP_CREATE_TIME,
+) -> bytes:
+    """Build one RecordBatch v2 from (key, value, headers, timestamp_ms) records."""
+    items = [NewRecord(*r) for r in records]
+    if not items:
+        raise ValueError("a batch needs at least one record")
+    now_ms = None
+    timestamps = []
+    for r in items:
+        ts = r.timestamp
+        if ts is None:
+            if now_ms is None:
+                now_ms = int(time.time() * 1000)
+            ts = now_ms
+        timestamps.append(ts)
+    base_timestamp = timestamps[0]
+    section = bytearray()
+    for delta, (r, ts) in enumerate(zip(items, timestamps)):
+        _encode_record(section, delta, ts - base_timestamp, r.key, r.value, r.headers)
+    codec = CompressionType(compression)
+    payload = compress(codec, bytes(section)) if codec else section
+    attributes = (
+        codec
+        | (_TIMESTAMP_TYPE_BIT if timestamp_type == TIMESTAMP_LOG_APPEND_TIME else 0)
+        | (_TRANSACTIONAL_BIT if is_transactional else 0)
+        | (_CONTROL_BIT if is_control else 0)
+    )
+    buf = bytearray(BATCH_OVERHEAD)
+    _HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        len(items) - 1,
+        base_timestamp,
+        max(timestamps),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(items),
+    )
+    buf += payload
+    struct.pack_into(">I", buf, _CRC_AT, crc32c(memoryview(buf)[_ATTRIBUTES_AT:]))
+    return bytes(buf)
+
+
+def decode_records(batch, position: int = 0) -> list[Record]:
+    """Decode (and decompress) the records of the batch at position; the CRC is not re-checked."""
+    if len(batch) - position < BATCH_OVERHEAD:
+        raise CorruptRecordError("batch shorter than its header")
+    header = read_header(batch, position)
+    if header.magic != MAGIC:
+        raise UnsupportedMagicError(f"magic {header.magic}, only 2 is supported")
+    end = position + header.size
+    if end > len(batch) or header.batch_length < MIN_BATCH_LENGTH:
+        raise CorruptRecordError("partial batch")
+    section = memoryview(batch)[position + BATCH_OVERHEAD : end]
+    codec = header.attributes & _COMPRESSION_MASK
+    buf = decompress(codec, section) if codec else section
+    log_append = header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+    out = []
+    pos = 0
+    try:
+        for _ in range(header.records_count):
+            length, pos = _read_varint(buf, pos)
+            record_end = pos + length
+            if length < 0 or record_end > len(buf):
+                raise CorruptRecordError("record extends past the batch")
+            pos += 1  # attributes
+            ts_delta, pos = _read_varint(buf, pos)
+            offset_delta, pos = _read_varint(buf, pos)
+            n, pos = _read_varint(buf, pos)
+            key = None if n < 0 else bytes(buf[pos : pos + n])
+            pos += max(n, 0)
+            n, pos = _read_varint(buf, pos)
+            value = None if n < 0 else bytes(buf[pos : pos + n])
+            pos += max(n, 0)
+            count, pos = _read_varint(buf, pos)
+            headers = []
+            for _ in range(count):
+                n, pos = _read_varint(buf, pos)
+                h_key = bytes(buf[pos : pos + n]).decode()
+                pos += n
+                n, pos = _read_varint(buf, pos)
+                h_value = None if n < 0 else bytes(buf[pos : pos + n])
+                pos += max(n, 0)
+                headers.append((h_key, h_value))
+            if pos != record_end:
+                raise CorruptRecordError("record length does not match its fields")
+            out.append(
+                Record(
+                    header.base_offset + offset_delta,
+                    header.max_timestamp if log_append else header.base_timestamp + ts_delta,
+                    key,
+                    value,
+                    tuple(headers),
+                )
+            )
+    except (IndexError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"malformed record: {e}") from None
+    return out
