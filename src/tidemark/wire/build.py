@@ -48,6 +48,29 @@ class _FieldPlan:
     nested: type | None  # entity class of a nested struct or of array items
     is_array: bool
     convert: typing.Callable[[Any], Any] | None
+    required: bool  # no schema default: build() supplies an empty value when omitted
+    nullable: bool
+    kafka_type: str
+
+
+def _empty_value(plan: _FieldPlan) -> Any:
+    """The value an omitted required field gets: null, an empty array, zero or ""."""
+    if plan.nullable:
+        return None
+    if plan.is_array:
+        return ()
+    if plan.nested is not None:
+        return build(plan.nested, {})
+    if plan.kafka_type == "string":
+        return ""
+    if plan.kafka_type == "bool":
+        return False
+    if plan.kafka_type == "uuid":
+        return None
+    if plan.kafka_type == "bytes" or plan.kafka_type == "records":
+        return b""
+    value: Any = 0
+    return plan.convert(value) if plan.convert is not None else value
 
 
 @cache
@@ -70,8 +93,11 @@ def _plan(cls: type) -> tuple[_FieldPlan, ...]:
             if dataclasses.is_dataclass(candidate):
                 nested = candidate
                 break
-        convert = _SCALAR_CONVERTERS.get(field.metadata.get("kafka_type", ""))
-        plans.append(_FieldPlan(field.name, nested, is_array, convert))
+        kafka_type = field.metadata.get("kafka_type", "")
+        convert = _SCALAR_CONVERTERS.get(kafka_type)
+        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        nullable = type(None) in typing.get_args(hint)
+        plans.append(_FieldPlan(field.name, nested, is_array, convert, required, nullable, kafka_type))
     return tuple(plans)
 
 
@@ -82,6 +108,8 @@ def build(cls: type, data: dict[str, Any] | Any) -> Any:
     kwargs = {}
     for plan in _plan(cls):
         if plan.name not in data:
+            if plan.required:
+                kwargs[plan.name] = _empty_value(plan)
             continue
         value = data[plan.name]
         if value is not None:

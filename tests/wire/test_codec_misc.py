@@ -1,0 +1,183 @@
+import io
+import socket
+import struct
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.errors import ErrorCode
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.serial import entity_reader
+from kio.serial import entity_writer
+
+from tidemark.wire.codec import CODEC_API_RANGES
+from tidemark.wire.codec import KIO_API_RANGES
+from tidemark.wire.codec import Request
+from tidemark.wire.codec import api_versions_fallback
+from tidemark.wire.codec import decode_request
+from tidemark.wire.codec import encode_response
+from tidemark.wire.codec import error_response
+from tidemark.wire.codec import kio_versions
+from tidemark.wire.errors import MalformedRequest
+from tidemark.wire.errors import ProtocolError
+from tidemark.wire.framing import FrameDecoder
+
+SUPPORTED = dict(CODEC_API_RANGES)
+BROKER_SUPPORTED = {18: (0, 3), 3: (0, 12), 2: (0, 7), 8: (2, 8)}
+
+
+def test_kio_versions():
+    assert kio_versions(18) == (0, 4)
+    assert kio_versions(2) == (1, 11)
+    assert kio_versions(8) == (2, 10)
+    assert kio_versions(9999) is None
+    assert KIO_API_RANGES[3] == (0, 13)
+    assert CODEC_API_RANGES[2] == (0, 11)
+
+
+def test_unsupported_key_and_version():
+    frame = struct.pack(">hhih", 18, 4, 77, 3) + b"abc" + b"\x00garbage"
+    req = decode_request(frame, BROKER_SUPPORTED)
+    assert req == Request(18, 4, 77, "abc", None, True)
+    req = decode_request(struct.pack(">hhi", 99, 0, 5), BROKER_SUPPORTED)
+    assert req == Request(99, 0, 5, None, None, True)
+    # client_id length past the end: still unsupported, client_id unknown
+    req = decode_request(struct.pack(">hhih", 99, 0, 5, 40) + b"ab", BROKER_SUPPORTED)
+    assert req.unsupported and req.client_id is None
+
+
+def test_api_versions_fallback_is_v0_with_error_35():
+    request = Request(18, 9, 1234, "x", None, True)
+    out = api_versions_fallback(request, BROKER_SUPPORTED)
+    (payload,) = FrameDecoder(len(out)).feed(out)
+    header, offset = entity_reader(ResponseHeaderV0)(payload, 0)
+    assert header.correlation_id == 1234
+    body, size = entity_reader(ApiVersionsResponseV0)(payload, offset)
+    assert offset + size == len(payload)
+    assert body.error_code == ErrorCode.unsupported_version == 35
+    assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [
+        (2, 0, 7), (3, 0, 12), (8, 2, 8), (18, 0, 3)
+    ]
+
+
+def test_api_versions_response_uses_header_v0_even_when_flexible():
+    request = Request(18, 3, 42, None, None, False)
+    body = error_response(request, ErrorCode.none)
+    out = encode_response(request, body)
+    # size, correlation id, then straight into the body (error_code int16 = 0)
+    assert out[4:8] == struct.pack(">i", 42)
+    assert out[8:10] == b"\x00\x00"
+
+
+def test_flexible_response_uses_header_v1():
+    request = Request(3, 12, 42, None, None, False)
+    out = encode_response(request, error_response(request, ErrorCode.none))
+    assert out[4:9] == struct.pack(">i", 42) + b"\x00"  # empty tagged fields
+
+
+@pytest.mark.parametrize("key", sorted(KIO_API_RANGES))
+def test_error_response_every_kio_api(key):
+    lo, hi = KIO_API_RANGES[key]
+    for version in range(lo, hi + 1):
+        request = Request(key, version, 1, None, None, False)
+        body = error_response(request, ErrorCode.unknown_server_error)
+        for name in ("error_code",):
+            if hasattr(body, name):
+                assert getattr(body, name) == ErrorCode.unknown_server_error
+        encode_response(request, body)
+
+
+def test_error_response_list_offsets_v0_and_unknown():
+    body = error_response(Request(2, 0, 1, None, None, False), ErrorCode.unknown_server_error)
+    assert body.topics == ()
+    with pytest.raises(LookupError):
+        error_response(Request(9999, 0, 1, None, None, True), ErrorCode.unknown_server_error)
+    with pytest.raises(LookupError):
+        error_response(Request(18, 99, 1, None, None, True), ErrorCode.unsupported_version)
+
+
+# ----------------------------------------------------------------- malformed frames
+
+
+
+def metadata_frame() -> bytes:
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.request_header.v2.header import RequestHeader
+
+    buf = io.BytesIO()
+    entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=3, request_api_version=12, correlation_id=1, client_id="c"))
+    entity_writer(MetadataRequest)(
+        buf,
+        MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name="orders"),),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        ),
+    )
+    return buf.getvalue()
+
+
+def test_truncated_and_trailing():
+    frame = metadata_frame()
+    assert not decode_request(frame, SUPPORTED).unsupported
+    for cut in range(len(frame)):
+        with pytest.raises(MalformedRequest):
+            decode_request(frame[:cut], SUPPORTED)
+    with pytest.raises(MalformedRequest):
+        decode_request(frame + b"\x00", SUPPORTED)
+
+
+def test_invalid_utf8():
+    frame = bytearray(metadata_frame())
+    i = frame.index(b"orders")
+    frame[i] = 0xFF
+    with pytest.raises(MalformedRequest):
+        decode_request(bytes(frame), SUPPORTED)
+
+
+def test_huge_array_count_is_malformed():
+    header = struct.pack(">hhih", 2, 0, 1, 0)
+    with pytest.raises(MalformedRequest):
+        decode_request(header + struct.pack(">ii", -1, 2**31 - 1), SUPPORTED)
+    header = struct.pack(">hhih", 3, 4, 1, 0)
+    with pytest.raises(MalformedRequest):
+        decode_request(header + struct.pack(">i", 2**31 - 1), SUPPORTED)
+
+
+def _check_garbage(frame):
+    try:
+        decode_request(frame, SUPPORTED)
+    except MalformedRequest:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_random_garbage(data):
+    _check_garbage(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.sampled_from(sorted(SUPPORTED)),
+    version=st.integers(0, 20),
+    tail=st.binary(max_size=64),
+)
+def test_random_garbage_behind_valid_keys(key, version, tail):
+    _check_garbage(struct.pack(">hhi", key, version, 1) + tail)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cut=st.integers(0, 10_000), flip=st.integers(0, 10_000), byte=st.integers(0, 255))
+def test_mutated_valid_frame(cut, flip, byte):
+    frame = bytearray(metadata_frame())
+    frame[flip % len(frame)] = byte
+    _check_garbage(bytes(frame[: cut % (len(frame) + 1)]))
+
+
+def test_malformed_is_protocol_error():
+    assert issubclass(MalformedRequest, ProtocolError)
