@@ -1,0 +1,34 @@
+# tidemark: `make serve` runs a broker, `make test` runs the whole suite. Both set up what they need.
+
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+LISTEN ?= 127.0.0.1:9092
+DATA_DIR ?= tidemark-data
+# Root installs Debian packages directly; anyone else goes through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install system-deps serve test bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+# Debian packages the tests drive as real peers (kcat).
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; }
+
+serve: install
+	$(BIN)/tidemark serve --listen $(LISTEN) --data-dir $(DATA_DIR)
+
+test: install system-deps
+	$(BIN)/pytest -q
+
+bench: install
+	$(BIN)/python -m bench.produce_fetch
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,91 @@
+"""Fetch: read whole batches below the high watermark, long-polling for min_bytes up to max_wait."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidemark.broker import metrics
+from tidemark.broker.errors import error_code_for
+from tidemark.broker.partition import Partition
+
+if TYPE_CHECKING:
+    from tidemark.broker.server import Broker
+    from tidemark.wire.codec import Request
+
+READ_COMMITTED = 1
+
+
+def _read_all(broker: Broker, body: Any) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
+    """One pass over the requested partitions: (topic responses, bytes read, partitions, any error)."""
+    replicas = broker.replicas
+    remaining = body.max_bytes if hasattr(body, "max_bytes") else 2**31 - 1
+    total = 0
+    errors = False
+    partitions: list[Partition] = []
+    aborted = [] if getattr(body, "isolation_level", 0) == READ_COMMITTED else None
+    responses = []
+    for fetch_topic in body.topics:
+        topic_id = getattr(fetch_topic, "topic_id", None)
+        topic = replicas.topic_by_id(topic_id) if topic_id is not None else replicas.topic(fetch_topic.topic)
+        partition_responses = []
+        for wanted in fetch_topic.partitions:
+            response: dict[str, Any] = {
+                "partition_index": wanted.partition, "error_code": 0, "high_watermark": -1,
+                "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": aborted,
+                "preferred_read_replica": -1, "records": b"",
+            }
+            partition_responses.append(response)
+            partition = replicas.partition(topic.name, wanted.partition) if topic is not None else None
+            if partition is None:
+                response["error_code"] = (
+                    ErrorCode.unknown_topic_id if topic_id is not None and topic is None
+                    else ErrorCode.unknown_topic_or_partition
+                )
+                errors = True
+                continue
+            partitions.append(partition)
+            log = partition.log
+            high_watermark = partition.high_watermark
+            response["high_watermark"] = high_watermark
+            response["last_stable_offset"] = high_watermark
+            response["log_start_offset"] = log.log_start_offset
+            limit = min(wanted.partition_max_bytes, remaining)
+            try:
+                records = log.read(
+                    wanted.fetch_offset, limit, upper_bound=high_watermark, min_one_batch=(total == 0)
+                )
+            except Exception as exc:  # noqa: BLE001 - becomes that partition's error code
+                response["error_code"] = error_code_for(exc)
+                metrics.REQUEST_ERRORS.labels("Fetch", response["error_code"].name).inc()
+                errors = True
+                continue
+            response["records"] = records
+            total += len(records)
+            remaining = max(0, remaining - len(records))
+        responses.append({"topic": fetch_topic.topic if topic_id is None else None, "topic_id": topic_id,
+                          "partitions": partition_responses})
+    return responses, total, partitions, errors
+
+
+async def handle(broker: Broker, request: Request) -> dict[str, Any]:
+    body = request.body
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + body.max_wait.total_seconds()
+    while True:
+        responses, total, partitions, errors = _read_all(broker, body)
+        remaining = deadline - loop.time()
+        if total >= body.min_bytes or errors or remaining <= 0:
+            break
+        # Long poll: sleep until a fetched partition's high watermark moves, or max_wait passes.
+        watches = [partition.watch() for partition in partitions]
+        if watches:
+            _, pending = await asyncio.wait(watches, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for future in pending:
+                future.cancel()
+        else:
+            await asyncio.sleep(remaining)
+    metrics.BYTES_OUT.inc(total)
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

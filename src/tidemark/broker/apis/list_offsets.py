@@ -1,0 +1,72 @@
+"""ListOffsets: earliest, latest, max timestamp or the first offset at or after a timestamp."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, ListOffsetsV0Response
+
+if TYPE_CHECKING:
+    from tidemark.broker.partition import Partition
+    from tidemark.broker.server import Broker
+    from tidemark.wire.codec import Request
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) answering a ListOffsets query; (-1, -1) when no record qualifies."""
+    log = partition.log
+    if timestamp == LATEST:
+        return partition.high_watermark, -1
+    if timestamp == EARLIEST:
+        return log.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = log.offset_of_max_timestamp() if hasattr(log, "offset_of_max_timestamp") else None
+        return (found[0], found[1]) if found else (-1, -1)
+    found = log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return -1, -1
+    return found
+
+
+async def handle(broker: Broker, request: Request) -> dict[str, Any] | ListOffsetsV0Response:
+    body = request.body
+    if isinstance(body, ListOffsetsV0Request):
+        return _handle_v0(broker, body)
+    topics = []
+    for wanted_topic in body.topics:
+        partitions = []
+        for wanted in wanted_topic.partitions:
+            partition = broker.replicas.partition(wanted_topic.name, wanted.partition_index)
+            if partition is None:
+                partitions.append({"partition_index": wanted.partition_index,
+                                   "error_code": ErrorCode.unknown_topic_or_partition,
+                                   "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
+            offset, timestamp = lookup(partition, wanted.timestamp)
+            partitions.append({"partition_index": wanted.partition_index, "error_code": 0,
+                               "timestamp": timestamp, "offset": offset,
+                               "leader_epoch": partition.leader_epoch if offset >= 0 else -1})
+        topics.append({"name": wanted_topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _handle_v0(broker: Broker, body: ListOffsetsV0Request) -> ListOffsetsV0Response:
+    topics = []
+    for name, wanted_partitions in body.topics:
+        partitions = []
+        for index, timestamp, max_num_offsets in wanted_partitions:
+            partition = broker.replicas.partition(name, index)
+            if partition is None:
+                partitions.append((index, int(ErrorCode.unknown_topic_or_partition), ()))
+                continue
+            offset, _ = lookup(partition, timestamp)
+            offsets = (offset,) if offset >= 0 and max_num_offsets > 0 else ()
+            partitions.append((index, 0, offsets))
+        topics.append((name, tuple(partitions)))
+    return ListOffsetsV0Response(topics=tuple(topics))

@@ -1,0 +1,78 @@
+"""Metadata: brokers, topics and partition leaders; auto-creates topics when allowed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidemark.cluster.embedded import InvalidTopicError, TopicMetadata, validate_topic_name
+
+if TYPE_CHECKING:
+    from tidemark.broker.server import Broker
+    from tidemark.wire.codec import Request
+
+
+def topic_entry(broker: Broker, topic: TopicMetadata) -> dict[str, Any]:
+    node = broker.node_id
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": [
+            {
+                "error_code": 0,
+                "partition_index": index,
+                "leader_id": node,
+                "leader_epoch": broker.replicas.partitions[(topic.name, index)].leader_epoch,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+            for index in range(topic.partitions)
+        ],
+    }
+
+
+def _error_entry(name: str | None, code: ErrorCode) -> dict[str, Any]:
+    return {"error_code": code, "name": name, "topic_id": None, "is_internal": False, "partitions": []}
+
+
+async def handle(broker: Broker, request: Request) -> dict[str, Any]:
+    body = request.body
+    replicas = broker.replicas
+    # Auto-creation: v4+ carries the client's wish; older versions always allow it.
+    allow_auto_create = broker.config["auto.create.topics.enable"] and getattr(
+        body, "allow_auto_topic_creation", True
+    )
+    requested = body.topics
+    if requested is None or (request.api_version == 0 and not requested):
+        topics = [topic_entry(broker, t) for t in replicas.metadata.topics.values()]
+    else:
+        topics = []
+        for item in requested:
+            name = item.name
+            if name is None:  # v10+ may ask by topic id
+                topic = replicas.topic_by_id(item.topic_id)
+                topics.append(topic_entry(broker, topic) if topic else _error_entry(None, ErrorCode.unknown_topic_id))
+                continue
+            topic = replicas.topic(name)
+            if topic is None and allow_auto_create:
+                try:
+                    validate_topic_name(name)
+                except InvalidTopicError:
+                    topics.append(_error_entry(name, ErrorCode.invalid_topic_exception))
+                    continue
+                topic = replicas.create_topic(name, broker.config["num.partitions"], {})
+            topics.append(
+                topic_entry(broker, topic) if topic else _error_entry(name, ErrorCode.unknown_topic_or_partition)
+            )
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.advertised_port}],
+        "cluster_id": replicas.metadata.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": topics,
+        "error_code": 0,
+    }

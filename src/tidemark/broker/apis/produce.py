@@ -1,0 +1,85 @@
+"""Produce: validate and append each partition's record batches, acknowledge per `acks`.
+
+Ordering invariant: every append of a request happens before the handler's first `await`. The
+connection starts handlers in arrival order, so pipelined requests on one connection (an
+idempotent producer keeps up to five in flight per partition) reach the log in the order sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidemark.broker import metrics
+from tidemark.broker.errors import error_code_for
+
+if TYPE_CHECKING:
+    from tidemark.broker.server import Broker
+    from tidemark.wire.codec import Request
+
+
+async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
+    body = request.body
+    acks = body.acks
+    replicas = broker.replicas
+    now_ms = int(time.time() * 1000)
+    # (topic key, partition index) -> response dict; waits: (partition response, partition, end offset)
+    topic_responses: list[dict[str, Any]] = []
+    waits = []
+    for topic_data in body.topic_data:
+        topic_id = getattr(topic_data, "topic_id", None)
+        topic = replicas.topic_by_id(topic_id) if topic_id is not None else replicas.topic(topic_data.name)
+        partition_responses = []
+        for data in topic_data.partition_data:
+            response = {"index": data.index, "error_code": 0, "base_offset": -1, "log_append_time": -1,
+                        "log_start_offset": -1, "record_errors": [], "error_message": None}
+            partition_responses.append(response)
+            partition = replicas.partition(topic.name, data.index) if topic is not None else None
+            if acks not in (0, 1, -1):
+                response["error_code"] = ErrorCode.invalid_required_acks
+                continue
+            if partition is None:
+                response["error_code"] = ErrorCode.unknown_topic_id if topic_id is not None and topic is None \
+                    else ErrorCode.unknown_topic_or_partition
+                continue
+            records = data.records or b""
+            try:
+                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes that partition's error code
+                response["error_code"] = error_code_for(exc)
+                response["error_message"] = str(exc) or None
+                metrics.REQUEST_ERRORS.labels("Produce", response["error_code"].name).inc()
+                continue
+            response["base_offset"] = info.first_offset
+            response["log_append_time"] = info.log_append_time
+            response["log_start_offset"] = partition.log.log_start_offset
+            if not info.duplicate:
+                metrics.BYTES_IN.inc(len(records))
+                metrics.MESSAGES_IN.inc(info.last_offset - info.first_offset + 1)
+                broker.replicas.flusher.mark_dirty(partition)
+            if acks == -1:
+                waits.append((response, partition, info.last_offset + 1))
+        topic_responses.append(
+            {"name": topic_data.name if topic_id is None else None, "topic_id": topic_id,
+             "partition_responses": partition_responses}
+        )
+    if acks == 0:
+        return None
+    if waits:
+        await _wait_committed(waits, body.timeout.total_seconds())
+    return {"responses": topic_responses, "throttle_time": 0}
+
+
+async def _wait_committed(waits: list[tuple[dict[str, Any], Any, int]], timeout_s: float) -> None:
+    """Hold the response until each partition's high watermark covers its appended records."""
+    futures = [partition.wait_for_high_watermark(end) for _, partition, end in waits]
+    done, pending = await asyncio.wait(futures, timeout=max(timeout_s, 0.001))
+    for (response, _, _), future in zip(waits, futures):
+        if future in pending:
+            future.cancel()
+            response["error_code"] = ErrorCode.request_timed_out
+        elif future.exception() is not None:
+            response["error_code"] = error_code_for(future.exception())

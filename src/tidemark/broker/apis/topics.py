@@ -1,0 +1,94 @@
+"""CreateTopics and DeleteTopics on the embedded single-node cluster."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidemark.broker.config import ConfigError, validate_topic_configs
+from tidemark.cluster.embedded import InvalidTopicError, validate_topic_name
+
+if TYPE_CHECKING:
+    from tidemark.broker.server import Broker
+    from tidemark.wire.codec import Request
+
+
+def _create_one(broker: Broker, item: Any, validate_only: bool) -> dict[str, Any]:
+    replicas = broker.replicas
+    name = item.name
+
+    def failed(code: ErrorCode, message: str) -> dict[str, Any]:
+        return {"name": name, "topic_id": None, "error_code": code, "error_message": message, "configs": None}
+
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError as exc:
+        return failed(ErrorCode.invalid_topic_exception, str(exc))
+    if replicas.topic(name) is not None:
+        return failed(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    partitions = item.num_partitions
+    if item.assignments:
+        if partitions != -1 or item.replication_factor != -1:
+            return failed(ErrorCode.invalid_request, "Both assignments and partitions/replication factor given.")
+        if any(list(a.broker_ids) != [broker.node_id] for a in item.assignments):
+            return failed(ErrorCode.invalid_replica_assignment, "Replicas must be this broker only.")
+        partitions = len(item.assignments)
+    if partitions == -1:
+        partitions = broker.config["num.partitions"]
+    if partitions < 1:
+        return failed(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+    replication_factor = item.replication_factor
+    if replication_factor == -1:
+        replication_factor = broker.config["default.replication.factor"]
+    if replication_factor < 1:
+        return failed(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
+    if replication_factor > 1:
+        return failed(
+            ErrorCode.invalid_replication_factor,
+            f"Replication factor: {replication_factor} larger than available brokers: 1.",
+        )
+    try:
+        configs = validate_topic_configs({c.name: c.value for c in item.configs})
+    except ConfigError as exc:
+        return failed(ErrorCode.invalid_config, str(exc))
+    topic_id = None
+    if not validate_only:
+        topic_id = replicas.create_topic(name, partitions, configs).topic_id
+    return {
+        "name": name,
+        "topic_id": topic_id,
+        "error_code": 0,
+        "error_message": None,
+        "num_partitions": partitions,
+        "replication_factor": replication_factor,
+        "configs": None,
+    }
+
+
+async def handle_create(broker: Broker, request: Request) -> dict[str, Any]:
+    body = request.body
+    validate_only = getattr(body, "validate_only", False)
+    return {"throttle_time": 0, "topics": [_create_one(broker, item, validate_only) for item in body.topics]}
+
+
+async def handle_delete(broker: Broker, request: Request) -> dict[str, Any]:
+    body = request.body
+    replicas = broker.replicas
+    if hasattr(body, "topic_names"):  # v0-v5
+        wanted = [(name, None) for name in body.topic_names]
+    else:
+        wanted = [(item.name, item.topic_id) for item in body.topics]
+    responses = []
+    for name, topic_id in wanted:
+        topic = replicas.topic(name) if name is not None else replicas.topic_by_id(topic_id)
+        if topic is None:
+            code = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
+            responses.append({"name": name, "topic_id": topic_id, "error_code": code})
+            continue
+        if not broker.config["delete.topic.enable"]:
+            responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.topic_deletion_disabled})
+            continue
+        replicas.delete_topic(topic.name)
+        responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": 0})
+    return {"throttle_time": 0, "responses": responses}

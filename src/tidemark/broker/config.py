@@ -1,0 +1,203 @@
+"""Broker settings under Kafka's names, from defaults, a server.properties file and overrides.
+
+Unknown or malformed settings are refused at start with a message naming the setting, because a
+typo that silently falls back to a default is the worst kind of configuration bug.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A setting is unknown or its value is invalid."""
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError("expected true or false")
+
+
+def _parse_int(text: str) -> int:
+    return int(text.strip())
+
+
+def _parse_cleanup_policy(text: str) -> str:
+    policies = [part.strip() for part in text.split(",") if part.strip()]
+    if not policies or any(p not in ("delete", "compact") for p in policies):
+        raise ValueError("expected delete, compact or delete,compact")
+    return ",".join(policies)
+
+
+def _parse_timestamp_type(text: str) -> str:
+    if text.strip() not in ("CreateTime", "LogAppendTime"):
+        raise ValueError("expected CreateTime or LogAppendTime")
+    return text.strip()
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    minimum: int | None = None
+    doc: str = ""
+
+
+def _int(name: str, default: int, minimum: int | None = None, doc: str = "") -> Setting:
+    return Setting(name, default, _parse_int, minimum, doc)
+
+
+# Broker-level settings tidemark understands, with Kafka's defaults.
+BROKER_SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        _int("node.id", 0, 0),
+        _int("broker.id", 0, 0, "alias of node.id"),
+        _int("num.partitions", 1, 1),
+        _int("default.replication.factor", 1, 1),
+        Setting("auto.create.topics.enable", True, _parse_bool),
+        Setting("delete.topic.enable", True, _parse_bool),
+        _int("log.segment.bytes", 1073741824, 14),
+        _int("log.roll.ms", 604800000, 1),
+        _int("log.roll.hours", 168, 1),
+        _int("log.retention.ms", 604800000, -1),
+        _int("log.retention.minutes", 10080, -1),
+        _int("log.retention.hours", 168, -1),
+        _int("log.retention.bytes", -1, -1),
+        _int("log.retention.check.interval.ms", 300000, 1),
+        _int("log.index.interval.bytes", 4096, 0),
+        _int("log.index.size.max.bytes", 10485760, 4),
+        _int("log.flush.interval.messages", LONG_MAX, 1),
+        _int("log.flush.interval.ms", LONG_MAX, 0),
+        Setting("log.cleanup.policy", "delete", _parse_cleanup_policy),
+        Setting("log.message.timestamp.type", "CreateTime", _parse_timestamp_type),
+        _int("socket.request.max.bytes", 104857600, 1),
+        _int("message.max.bytes", 1048588, 0),
+        _int("replica.fetch.max.bytes", 1048576, 0),
+        _int("request.timeout.ms", 30000, 0),
+    )
+}
+
+# Which broker setting supplies the default of each topic-level setting (Kafka's mapping).
+TOPIC_SETTINGS: dict[str, str] = {
+    "cleanup.policy": "log.cleanup.policy",
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java .properties text: `key=value` or `key: value` lines, # and ! comments."""
+    result: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        separator = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if separator <= 0:
+            raise ConfigError(f"line {number}: expected key=value, got {raw!r}")
+        result[line[:separator].strip()] = line[separator + 1 :].strip()
+    return result
+
+
+def _parse_setting(setting: Setting, raw: str, where: str) -> Any:
+    try:
+        value = setting.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{where}{setting.name}={raw!r} is invalid: {exc}") from None
+    if setting.minimum is not None and value < setting.minimum:
+        raise ConfigError(f"{where}{setting.name}={raw!r} is invalid: must be at least {setting.minimum}")
+    return value
+
+
+class BrokerConfig:
+    """Resolved broker settings. Read them by Kafka name: `config["num.partitions"]`."""
+
+    def __init__(self, overrides: Mapping[str, str] | None = None, *, source: str = "") -> None:
+        self._values: dict[str, Any] = {name: s.default for name, s in BROKER_SETTINGS.items()}
+        self._explicit: set[str] = set()
+        where = f"{source}: " if source else ""
+        for name, raw in (overrides or {}).items():
+            setting = BROKER_SETTINGS.get(name)
+            if setting is None:
+                raise ConfigError(f"{where}unknown setting {name!r}")
+            self._values[name] = _parse_setting(setting, raw, where)
+            self._explicit.add(name)
+
+    @classmethod
+    def load(cls, properties_file: Path | None = None, sets: Iterable[str] = ()) -> BrokerConfig:
+        """Defaults, then the properties file, then each `key=value` of `sets` (later wins)."""
+        merged: dict[str, str] = {}
+        if properties_file is not None:
+            merged.update(parse_properties(properties_file.read_text()))
+        for item in sets:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--set {item!r}: expected key=value")
+            merged[key.strip()] = value.strip()
+        return cls(merged)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def is_set(self, name: str) -> bool:
+        return name in self._explicit
+
+    @property
+    def node_id(self) -> int:
+        return self["broker.id"] if self.is_set("broker.id") and not self.is_set("node.id") else self["node.id"]
+
+    @property
+    def retention_ms(self) -> int:
+        """Kafka's precedence: log.retention.ms, then .minutes, then .hours."""
+        if self.is_set("log.retention.ms"):
+            return self["log.retention.ms"]
+        if self.is_set("log.retention.minutes"):
+            return _minutes_to_ms(self["log.retention.minutes"])
+        return _minutes_to_ms(self["log.retention.hours"] * 60 if self["log.retention.hours"] >= 0 else -1)
+
+    @property
+    def roll_ms(self) -> int:
+        if self.is_set("log.roll.ms") or not self.is_set("log.roll.hours"):
+            return self["log.roll.ms"]
+        return self["log.roll.hours"] * 3600 * 1000
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Topic-level settings' broker defaults, keyed by the topic-level name."""
+        defaults = {name: self[broker_name] for name, broker_name in TOPIC_SETTINGS.items()}
+        defaults["retention.ms"] = self.retention_ms
+        defaults["segment.ms"] = self.roll_ms
+        return defaults
+
+
+def _minutes_to_ms(minutes: int) -> int:
+    return -1 if minutes < 0 else minutes * 60 * 1000
+
+
+def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, Any]:
+    """Parse topic-level overrides (CreateTopics configs); raise ConfigError naming a bad one."""
+    parsed: dict[str, Any] = {}
+    for name, raw in configs.items():
+        broker_name = TOPIC_SETTINGS.get(name)
+        if broker_name is None:
+            raise ConfigError(f"unknown topic config {name!r}")
+        if raw is None:
+            continue
+        parsed[name] = _parse_setting(dataclasses.replace(BROKER_SETTINGS[broker_name], name=name), raw, "")
+    return parsed

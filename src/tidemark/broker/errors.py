@@ -1,0 +1,27 @@
+"""One place that maps internal failures to the Kafka error code a client should see."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from tidemark.log import errors as log_errors
+from tidemark.records import errors as records_errors
+
+_MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (records_errors.UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
+    (records_errors.RecordTooLargeError, ErrorCode.message_too_large),
+    (records_errors.CorruptRecordError, ErrorCode.corrupt_message),
+    (log_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (log_errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
+    (log_errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (OSError, ErrorCode.kafka_storage_error),
+    (LookupError, ErrorCode.unknown_topic_or_partition),
+    (TimeoutError, ErrorCode.request_timed_out),
+)
+
+
+def error_code_for(exc: BaseException) -> ErrorCode:
+    for exc_type, code in _MAPPING:
+        if isinstance(exc, exc_type):
+            return code
+    return ErrorCode.unknown_server_error

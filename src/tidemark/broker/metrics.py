@@ -1,0 +1,29 @@
+"""Prometheus metrics of the broker, named after Kafka's JMX metrics where one exists."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUESTS = Counter("tidemark_requests_total", "Requests handled, by API", ["api"])
+REQUEST_ERRORS = Counter(
+    "tidemark_request_errors_total", "Per-partition or request errors returned, by API and code", ["api", "error"]
+)
+REQUEST_SECONDS = Histogram(
+    "tidemark_request_seconds",
+    "Time from a request's arrival to its response being queued, by API",
+    ["api"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+BYTES_IN = Counter("tidemark_bytes_in_total", "Record bytes appended by producers")
+BYTES_OUT = Counter("tidemark_bytes_out_total", "Record bytes returned to fetchers")
+MESSAGES_IN = Counter("tidemark_messages_in_total", "Records appended by producers")
+CONNECTIONS = Gauge("tidemark_connections", "Open client connections")
+PROTOCOL_ERRORS = Counter(
+    "tidemark_protocol_errors_total", "Connections closed for malformed or oversized frames", ["reason"]
+)
+FLUSH_SECONDS = Histogram(
+    "tidemark_log_flush_seconds",
+    "Duration of one group-commit flush round",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+PARTITIONS = Gauge("tidemark_partitions", "Partitions hosted by this broker")

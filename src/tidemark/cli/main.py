@@ -1,0 +1,16 @@
+"""The `tidemark` command: thin wrappers that parse arguments, call the layers, print."""
+
+from __future__ import annotations
+
+import click
+
+from tidemark.cli.serve import serve
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tidemark")
+def main() -> None:
+    """tidemark: a Kafka-protocol broker built around Kafka's consumer offset management."""
+
+
+main.add_command(serve)

@@ -1,0 +1,59 @@
+"""`tidemark serve`: run one broker until SIGINT or SIGTERM, then shut down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from tidemark import logging as tidemark_logging
+from tidemark.broker.config import BrokerConfig, ConfigError
+
+
+def _parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"{value!r}: expected HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@click.command()
+@click.option("--listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on (port 0: any free port).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("tidemark-data"), show_default=True)
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A server.properties file (Kafka setting names).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one setting; repeatable.")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port (off by default).")
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto", show_default=True)
+def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str, ...], metrics_port: int | None,
+          log_level: str, log_format: str) -> None:
+    """Run a tidemark broker on the embedded single-node metadata."""
+    tidemark_logging.configure(log_level, log_format)
+    host, port = _parse_listen(listen)
+    try:
+        config = BrokerConfig.load(config_file, sets)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=host)
+    asyncio.run(_serve(config, data_dir, host, port))
+
+
+async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> None:
+    from tidemark.broker.server import Broker
+
+    broker = Broker(config, data_dir, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    # A line tests and scripts can wait for, with the real port when 0 was asked for.
+    print(f"tidemark listening on {broker.host}:{broker.port}", file=sys.stderr, flush=True)
+    await stop.wait()
+    await broker.stop()

@@ -1,0 +1,156 @@
+"""Embedded single-node cluster metadata: topics, their ids and configs, producer id blocks.
+
+Kafka keeps this in ZooKeeper or the KRaft metadata log; the embedded default keeps it in one
+JSON file in the data directory, replaced atomically on every change, so a broker restarted
+after a crash sees exactly the topics it acknowledged creating.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+METADATA_FILE = "tidemark-metadata.json"
+META_PROPERTIES = "meta.properties"
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+
+
+class InvalidTopicError(ValueError):
+    pass
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's rules: 1..249 of [a-zA-Z0-9._-], and not '.' or '..'."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+
+
+@dataclasses.dataclass
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, Any]
+    internal: bool = False
+
+
+def cluster_id_from_uuid(value: uuid.UUID) -> str:
+    """Kafka's cluster ids are url-safe base64 of 16 random bytes, without padding."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+class EmbeddedMetadata:
+    """Topic registry of a single broker, persisted under `data_dir`."""
+
+    def __init__(self, data_dir: Path, node_id: int) -> None:
+        self.data_dir = data_dir
+        self.node_id = node_id
+        self.topics: dict[str, TopicMetadata] = {}
+        self._by_id: dict[uuid.UUID, TopicMetadata] = {}
+        self._next_producer_id = 0
+        self._producer_id_limit = 0  # ids below this are reserved on disk
+        self.cluster_id = ""
+        self._load()
+
+    @property
+    def _path(self) -> Path:
+        return self.data_dir / METADATA_FILE
+
+    def _load(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self._path.exists():
+            state = json.loads(self._path.read_text())
+            self.cluster_id = state["cluster_id"]
+            self._producer_id_limit = state["producer_id_block_end"]
+            self._next_producer_id = self._producer_id_limit
+            for entry in state["topics"]:
+                topic = TopicMetadata(
+                    name=entry["name"],
+                    topic_id=uuid.UUID(entry["topic_id"]),
+                    partitions=entry["partitions"],
+                    configs=entry["configs"],
+                    internal=entry.get("internal", False),
+                )
+                self.topics[topic.name] = topic
+                self._by_id[topic.topic_id] = topic
+        else:
+            self.cluster_id = cluster_id_from_uuid(uuid.uuid4())
+            self._save()
+        meta = self.data_dir / META_PROPERTIES
+        if not meta.exists():
+            meta.write_text(f"version=1\ncluster.id={self.cluster_id}\nnode.id={self.node_id}\n")
+
+    def _save(self) -> None:
+        state = {
+            "cluster_id": self.cluster_id,
+            "producer_id_block_end": self._producer_id_limit,
+            "topics": [
+                {
+                    "name": t.name,
+                    "topic_id": str(t.topic_id),
+                    "partitions": t.partitions,
+                    "configs": t.configs,
+                    "internal": t.internal,
+                }
+                for t in self.topics.values()
+            ],
+        }
+        tmp = self._path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path)
+        dir_fd = os.open(self.data_dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def get(self, name: str) -> TopicMetadata | None:
+        return self.topics.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self._by_id.get(topic_id)
+
+    def create_topic(
+        self, name: str, partitions: int, configs: dict[str, Any], *, internal: bool = False
+    ) -> TopicMetadata:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise FileExistsError(name)
+        topic = TopicMetadata(name, uuid.uuid4(), partitions, dict(configs), internal)
+        self.topics[name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._save()
+        return topic
+
+    def delete_topic(self, name: str) -> TopicMetadata:
+        topic = self.topics.pop(name)
+        del self._by_id[topic.topic_id]
+        self._save()
+        return topic
+
+    def next_producer_id(self) -> int:
+        """A producer id never handed out before, even across restarts (reserved in blocks)."""
+        if self._next_producer_id >= self._producer_id_limit:
+            self._producer_id_limit = self._next_producer_id + PRODUCER_ID_BLOCK_SIZE
+            self._save()
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id
