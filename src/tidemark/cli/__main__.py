@@ -1,0 +1,3 @@
+from tidemark.cli.main import main
+
+main()

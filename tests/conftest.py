@@ -1,0 +1,99 @@
+"""Shared fixtures: real tidemark broker processes on loopback, on ports chosen at run time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+STARTUP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class BrokerProcess:
+    """`tidemark serve` in a child process, so tests can SIGKILL and restart it like a real one."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.settings = settings or {}
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        args = [sys.executable, "-m", "tidemark.cli", "serve", "--listen", self.bootstrap,
+                "--data-dir", str(self.data_dir), "--log-format", "json"]
+        for key, value in self.settings.items():
+            args += ["--set", f"{key}={value}"]
+        log_file = open(self.log_path, "ab")
+        self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
+        log_file.close()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_path.read_text()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker did not listen within {STARTUP_TIMEOUT_S}s:\n{self.log_path.read_text()}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: the crash a power cut looks like to the process."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker per test module (a fresh data dir), shut down cleanly at the end."""
+    process = BrokerProcess(tmp_path_factory.mktemp("broker") / "data").start()
+    yield process
+    try:
+        process.stop()
+    finally:
+        process.kill()
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator:
+    """A factory for brokers a test controls itself (restarts, crashes, custom settings)."""
+    started: list[BrokerProcess] = []
+
+    def make(settings: dict[str, str] | None = None, data_dir: Path | None = None, port: int | None = None) -> BrokerProcess:
+        process = BrokerProcess(data_dir or tmp_path / f"data{len(started)}", settings, port)
+        started.append(process)
+        return process
+
+    yield make
+    for process in started:
+        process.kill()
