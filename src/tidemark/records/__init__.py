@@ -12,6 +12,7 @@ from .batch import (
     set_base_offset,
     set_partition_leader_epoch,
     valid_prefix_length,
+    validate_batch,
 )
 from .compression import CompressionType, compress, decompress
 from .errors import CorruptRecordError, RecordsError, RecordTooLargeError, UnsupportedMagicError
@@ -35,4 +36,5 @@ __all__ = [
     "set_base_offset",
     "set_partition_leader_epoch",
     "valid_prefix_length",
+    "validate_batch",
 ]

@@ -147,6 +147,14 @@ def _validated_header(data, pos: int, end: int) -> BatchHeader:
     return header
 
 
+def validate_batch(data, position: int = 0, end: int | None = None) -> BatchHeader:
+    """Check the one batch at position (magic, length, CRC, counts) and return its header.
+
+    end bounds the buffer (default: its length); a batch running past it is partial.
+    """
+    return _validated_header(data, position, len(data) if end is None else end)
+
+
 def iter_batches(data, *, validate: bool = True) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (position, header) of each complete batch in data.
 

@@ -1,0 +1,21 @@
+"""Per-log settings, Kafka's topic/broker settings in snake case, with Kafka's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1073741824  # log.segment.bytes
+    segment_ms: int = 604800000  # log.roll.ms
+    retention_ms: int = 604800000  # log.retention.ms; -1 = unlimited
+    retention_bytes: int = -1  # log.retention.bytes; -1 = unlimited
+    index_interval_bytes: int = 4096  # log.index.interval.bytes
+    segment_index_bytes: int = 10485760  # log.index.size.max.bytes
+    max_message_bytes: int = 1048588  # message.max.bytes
+    cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
+
+    @property
+    def delete_enabled(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")

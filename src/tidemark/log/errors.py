@@ -1,0 +1,28 @@
+"""Errors of the partition log. Record-level errors come from the records layer as-is."""
+
+from tidemark.records.errors import CorruptRecordError, RecordTooLargeError
+
+__all__ = [
+    "CorruptRecordError",
+    "InvalidProducerEpochError",
+    "LogError",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "RecordTooLargeError",
+]
+
+
+class LogError(Exception):
+    """Base class for partition log errors."""
+
+
+class OffsetOutOfRangeError(LogError):
+    """A read below the log start offset or past the log end offset."""
+
+
+class InvalidProducerEpochError(LogError):
+    """An idempotent producer wrote with an epoch older than the one the log knows."""
+
+
+class OutOfOrderSequenceError(LogError):
+    """An idempotent producer's batch does not follow its last sequence number."""

@@ -1,0 +1,215 @@
+"""One log segment: a .log file of record batches plus its .index and .timeindex.
+
+Like Kafka's LogSegment, a segment is named by its base offset (zero-padded to 20 digits)
+and gets a sparse index entry every index_interval_bytes of batches appended.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from tidemark.records import BATCH_OVERHEAD, BatchHeader, CorruptRecordError, read_header, validate_batch
+from tidemark.records.batch import LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH
+
+from .index import OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+_SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def _pread_exact(fd: int, n: int, position: int) -> bytes:
+    data = os.pread(fd, n, position)
+    while len(data) < n:  # short reads are legal; loop until n bytes or EOF
+        more = os.pread(fd, n - len(data), position + len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int):
+        self.base_offset = base_offset
+        name = segment_name(base_offset)
+        self.log_path = directory / (name + LOG_SUFFIX)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.flushed_size = self.size
+        self.offset_index = OffsetIndex(directory / (name + INDEX_SUFFIX), base_offset, index_max_bytes)
+        self.time_index = TimeIndex(directory / (name + TIME_INDEX_SUFFIX), base_offset, index_max_bytes)
+        self.index_interval_bytes = index_interval_bytes
+        self.next_offset = base_offset  # one past the last offset in the segment
+        self.max_timestamp = -1  # largest batch max_timestamp (Kafka's largestTimestamp)
+        self.offset_of_max_timestamp = base_offset
+        self.rolling_time_ms: int | None = None  # when the first batch arrived, for log.roll.ms
+        self.bytes_since_last_index_entry = 0
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, next_offset={self.next_offset}, size={self.size})"
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def load(self, *, validate: bool, active: bool, on_batch: Callable[[BatchHeader], None] | None = None) -> bool:
+        """Scan every batch, truncate the file after the last good one, and rebuild the indexes
+        if they are missing or disagree with the log. Returns True if bytes were truncated.
+
+        validate checks each batch's CRC (for segments not known to be flushed); batches must
+        also have increasing, non-overlapping offsets starting at or after the base offset.
+        """
+        self._reset_state()
+        offsets: list[tuple[int, int]] = []
+        times: list[tuple[int, int]] = []
+
+        def add_time(ts: int, offset: int) -> None:
+            if ts > (times[-1][0] if times else -1):
+                times.append((ts, offset - self.base_offset))
+
+        valid_end = 0
+        for pos, h in self._scan(validate):
+            if h.base_offset < self.next_offset:
+                break  # overlapping or going backwards: corrupt from here on
+            if valid_end == 0:
+                self.rolling_time_ms = h.max_timestamp
+            self._track(pos, h, lambda o, p: offsets.append((o - self.base_offset, p)), add_time)
+            valid_end = pos + h.size
+            if on_batch is not None:
+                on_batch(h)
+        truncated = valid_end < self.size
+        if truncated:
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+            self.flushed_size = 0  # the truncation itself must reach the disk
+        if not active and self.max_timestamp >= 0:
+            add_time(self.max_timestamp, self.offset_of_max_timestamp)  # see on_roll
+        if self.offset_index.read_entries() != offsets or self.time_index.read_entries() != times:
+            self.offset_index.rewrite(offsets)
+            self.time_index.rewrite(times)
+        else:
+            self.offset_index._load(offsets)
+            self.time_index._load(times)
+        return truncated
+
+    def _reset_state(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.bytes_since_last_index_entry = 0
+
+    def _track(self, pos: int, h: BatchHeader, add_offset_entry, add_time_entry) -> None:
+        """Account for one batch at pos: the same decisions whether appending or loading."""
+        last = h.base_offset + h.last_offset_delta
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp = h.max_timestamp
+            self.offset_of_max_timestamp = last
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            add_offset_entry(last, pos)
+            add_time_entry(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += h.batch_length + LOG_OVERHEAD
+        self.next_offset = last + 1
+
+    def _scan(self, validate: bool) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield (position, header) of whole, sane batches from the start; stop at the first
+        bad or partial one."""
+        end = self.size
+        pos = 0
+        chunk = b""
+        chunk_start = 0
+        while end - pos >= BATCH_OVERHEAD:
+            if pos + BATCH_OVERHEAD > chunk_start + len(chunk):
+                chunk_start, chunk = pos, _pread_exact(self.fd, min(_SCAN_CHUNK, end - pos), pos)
+            h = read_header(chunk, pos - chunk_start)
+            if h.magic != MAGIC or h.batch_length < MIN_BATCH_LENGTH or pos + h.size > end:
+                return
+            if validate:
+                if pos + h.size > chunk_start + len(chunk):
+                    chunk_start, chunk = pos, _pread_exact(self.fd, max(_SCAN_CHUNK, h.size), pos)
+                try:
+                    validate_batch(chunk, pos - chunk_start, pos - chunk_start + h.size)
+                except CorruptRecordError:
+                    return
+            yield pos, h
+            pos += h.size
+
+    # -- appending --------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int) -> None:
+        """Write batches (offsets already assigned) and index them; headers' positions are
+        relative to data."""
+        if self.size == 0:
+            self.rolling_time_ms = now_ms
+        view = memoryview(data)
+        written = 0
+        while written < len(data):
+            written += os.write(self.fd, view[written:])
+        for rel, h in headers:
+            self._track(self.size + rel, h, self.offset_index.append, self.time_index.maybe_append)
+        self.size += len(data)
+
+    def on_roll(self) -> None:
+        """Kafka adds a last time index entry when a segment stops being active."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def should_roll(self, batch_bytes: int, last_offset: int, now_ms: int, segment_bytes: int, segment_ms: int) -> bool:
+        if self.size == 0:
+            return False
+        return (
+            self.size + batch_bytes > segment_bytes
+            or (self.rolling_time_ms is not None and now_ms - self.rolling_time_ms > segment_ms)
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or last_offset - self.base_offset > 0x7FFFFFFF  # relative offsets are int32
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        return _pread_exact(self.fd, size, position)
+
+    def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """Batch headers from position on (only the 61 header bytes of each are read)."""
+        end = self.size
+        pos = position
+        chunk = b""
+        chunk_start = 0
+        while end - pos >= BATCH_OVERHEAD:
+            if pos + BATCH_OVERHEAD > chunk_start + len(chunk):
+                chunk_start, chunk = pos, _pread_exact(self.fd, min(64 * 1024, end - pos), pos)
+            h = read_header(chunk, pos - chunk_start)
+            yield pos, h
+            pos += h.batch_length + LOG_OVERHEAD
+
+    def find(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset >= offset, via the sparse index."""
+        _, start = self.offset_index.lookup(offset)
+        for pos, h in self.iter_headers(start):
+            if h.base_offset + h.last_offset_delta >= offset:
+                return pos, h
+        return None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for path in self.files:
+            path.unlink(missing_ok=True)
