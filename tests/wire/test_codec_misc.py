@@ -181,3 +181,19 @@ def test_mutated_valid_frame(cut, flip, byte):
 
 def test_malformed_is_protocol_error():
     assert issubclass(MalformedRequest, ProtocolError)
+
+
+def test_api_versions_encode_cache_tracks_body():
+    from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+
+    request = Request(18, 3, 5, None, None, False)
+    base = error_response(request, ErrorCode.none)
+    a = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(ApiVersion(api_key=3, min_version=0, max_version=12),), throttle_time=base.throttle_time)
+    b = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(ApiVersion(api_key=3, min_version=0, max_version=11),), throttle_time=base.throttle_time)
+    out_a = encode_response(request, a)
+    out_b = encode_response(request, b)
+    assert out_a != out_b
+    assert encode_response(request, a) == out_a
+    assert encode_response(Request(18, 3, 6, None, None, False), a)[8:] == out_a[8:]
+    reader = entity_reader(ApiVersionsResponse)
+    assert reader(out_b, 8)[0] == b
