@@ -1,0 +1,27 @@
+import datetime
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from tidemark.wire.build import build
+from tidemark.wire.codec import Request
+from tidemark.wire.codec import encode_response
+
+
+def test_build_list_offsets_response_from_dicts():
+    cls = load_response_schema(2, 7)
+    body = build(cls, {"throttle_time": 0, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "error_code": 0, "timestamp": -1, "offset": 5, "leader_epoch": 0}]}]})
+    assert body.throttle_time == datetime.timedelta(0)
+    assert body.topics[0].partitions[0].offset == 5
+    assert body.topics[0].partitions[0].error_code is ErrorCode.none
+    out = encode_response(Request(2, 7, 3, None, None, False), body)
+    assert entity_reader(cls)(out, 9)[0] == body
+    assert build(cls, body) is body
+
+
+def test_build_fills_missing_fields():
+    cls = load_response_schema(3, 12)
+    body = build(cls, {"brokers": [{"node_id": 1, "host": "h", "port": 9092}]})
+    assert body.brokers[0].rack is None and body.topics == () and body.cluster_id is None
