@@ -1,0 +1,181 @@
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidemark.log import Log, LogConfig
+from tidemark.records import decode_records, iter_batches
+
+from .conftest import NOW, batch
+
+CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=128)
+
+
+def all_records(log: Log) -> list[tuple[int, bytes]]:
+    out = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20)
+        assert data, offset
+        for pos, h in iter_batches(data):
+            out += [(r.offset, r.value) for r in decode_records(data, pos)]
+            offset = h.next_offset
+    return out
+
+
+def fill(path, n: int) -> list[tuple[int, bytes]]:
+    log = Log.open(path, CONFIG)
+    for i in range(n):
+        log.append(batch(1 + i % 3, size=20 + i), now_ms=NOW)
+    expected = all_records(log)
+    log.close()
+    return expected
+
+
+def last_batch_span(log_path) -> tuple[int, int]:
+    data = log_path.read_bytes()
+    *_, (pos, h) = iter_batches(data)
+    return pos, pos + h.size
+
+
+def test_truncation_at_every_byte_of_the_last_batch(tmp_path):
+    path = tmp_path / "t-0"
+    expected = fill(path, 12)
+    seg_path = sorted(path.glob("*.log"))[-1]
+    original = seg_path.read_bytes()
+    start, end = last_batch_span(seg_path)
+    *_, (_, last) = iter_batches(original)
+    lost = set(range(last.base_offset, last.next_offset))
+    survivors = [r for r in expected if r[0] not in lost]
+    for cut in range(start, end):
+        seg_path.write_bytes(original[:cut])
+        log = Log.open(path, CONFIG, clean_shutdown=False)
+        assert seg_path.stat().st_size == start
+        assert all_records(log) == survivors
+        assert log.log_end_offset == min(lost)
+        info = log.append(batch(2), now_ms=NOW)
+        assert info.first_offset == min(lost)
+        log.close()
+    seg_path.write_bytes(original)
+    log = Log.open(path, CONFIG)
+    assert all_records(log) == expected
+    log.close()
+
+
+def test_garbage_tail_is_cut(tmp_path):
+    path = tmp_path / "t-0"
+    expected = fill(path, 20)
+    seg_path = sorted(path.glob("*.log"))[-1]
+    size = seg_path.stat().st_size
+    for garbage in [b"\x00" * 100, os.urandom(3), os.urandom(500), batch(1)[:-1] + b"\x00"]:
+        with open(seg_path, "ab") as f:
+            f.write(garbage)
+        log = Log.open(path, CONFIG, clean_shutdown=False)
+        assert seg_path.stat().st_size == size
+        assert all_records(log) == expected
+        log.close()
+
+
+def test_corrupt_middle_segment_cuts_it_and_everything_after(tmp_path):
+    path = tmp_path / "t-0"
+    fill(path, 60)
+    segs = sorted(path.glob("*.log"))
+    assert len(segs) >= 3
+    victim = segs[1]
+    data = bytearray(victim.read_bytes())
+    start, _ = last_batch_span(victim)
+    data[start + 30] ^= 0xFF  # inside the last batch's CRC-covered bytes
+    victim.write_bytes(bytes(data))
+    log = Log.open(path, CONFIG, clean_shutdown=False)
+    assert [s.log_path for s in log.segments] == segs[:2]
+    assert victim.stat().st_size == start
+    assert log.log_end_offset == log.segments[-1].next_offset
+    assert log.recovery_point == log.log_end_offset
+    log.close()
+
+
+def test_recovery_point_limits_validation(tmp_path):
+    path = tmp_path / "t-0"
+    fill(path, 60)
+    segs = sorted(path.glob("*.log"))
+    data = bytearray(segs[0].read_bytes())
+    data[-1] ^= 0xFF  # a flipped byte in a flushed segment is not looked for
+    segs[0].write_bytes(bytes(data))
+    log = Log.open(path, CONFIG, recovery_point=int(segs[2].stem), clean_shutdown=False)
+    assert len(log.segments) == len(segs)
+    log.close()
+    log = Log.open(path, CONFIG, recovery_point=0, clean_shutdown=False)
+    assert len(log.segments) == 1
+    log.close()
+
+
+def test_indexes_are_rebuilt(tmp_path):
+    path = tmp_path / "t-0"
+    expected = fill(path, 60)
+    log = Log.open(path, CONFIG, clean_shutdown=True)
+    indexes = {s.base_offset: (s.offset_index.entries(), s.time_index.entries()) for s in log.segments}
+    log.close()
+    assert any(entries for entries, _ in indexes.values())
+    for p in path.glob("*.index"):
+        p.unlink()
+    for p in list(path.glob("*.timeindex"))[:2]:
+        p.write_bytes(p.read_bytes()[:-5])  # torn
+    for p in list(path.glob("*.timeindex"))[2:3]:
+        p.write_bytes(b"\x00" * 24)  # wrong
+    log = Log.open(path, CONFIG, clean_shutdown=True)
+    assert {s.base_offset: (s.offset_index.entries(), s.time_index.entries()) for s in log.segments} == indexes
+    assert all_records(log) == expected
+    log.close()
+    on_disk = {p.name: p.read_bytes() for p in path.glob("*index")}
+    log = Log.open(path, CONFIG, clean_shutdown=True)
+    log.close()
+    assert {p.name: p.read_bytes() for p in path.glob("*index")} == on_disk  # consistent now: untouched
+
+
+def test_stray_files_are_removed(tmp_path):
+    path = tmp_path / "t-0"
+    fill(path, 3)
+    (path / "00000000000000000099.index").write_bytes(b"")
+    (path / "00000000000000000000.log.deleted").write_bytes(b"x")
+    log = Log.open(path, CONFIG)
+    log.close()
+    assert sorted(p.name for p in path.iterdir()) == [
+        "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex"
+    ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 300)), min_size=1, max_size=25),
+    damage=st.one_of(
+        st.tuples(st.just("cut"), st.floats(0, 1)),
+        st.tuples(st.just("garbage"), st.binary(min_size=1, max_size=200)),
+    ),
+)
+def test_random_appends_then_damage(tmp_path_factory, sizes, damage):
+    path = tmp_path_factory.mktemp("log") / "t-0"
+    config = LogConfig(segment_bytes=1500, index_interval_bytes=200)
+    log = Log.open(path, config)
+    for n, size in sizes:
+        log.append(batch(n, size=size), now_ms=NOW)
+    expected = all_records(log)
+    log.close()
+    seg_path = sorted(path.glob("*.log"))[-1]
+    data = seg_path.read_bytes()
+    spans = [(pos, pos + h.size, h) for pos, h in iter_batches(data)]
+    kind, arg = damage
+    if kind == "cut":
+        cut = int(arg * len(data))
+        seg_path.write_bytes(data[:cut])
+        lost_from = next((h.base_offset for pos, end, h in spans if end > cut), None)
+    else:
+        seg_path.write_bytes(data + arg)
+        lost_from = None
+    survivors = [r for r in expected if lost_from is None or r[0] < lost_from]
+    log = Log.open(path, config, clean_shutdown=False)
+    assert all_records(log) == survivors
+    end = survivors[-1][0] + 1 if survivors else int(seg_path.stem)
+    assert log.log_end_offset == end
+    assert log.append(batch(1), now_ms=NOW).first_offset == end
+    assert all_records(log)[-1][0] == end
+    log.close()
