@@ -25,3 +25,12 @@ def test_build_fills_missing_fields():
     cls = load_response_schema(3, 12)
     body = build(cls, {"brokers": [{"node_id": 1, "host": "h", "port": 9092}]})
     assert body.brokers[0].rack is None and body.topics == () and body.cluster_id is None
+
+
+def test_build_drops_fields_a_version_does_not_have():
+    # Handlers describe one response for every version; v3 has no log_start_offset or topic_id.
+    cls = load_response_schema(0, 3)
+    body = build(cls, {"responses": [{"name": "t", "topic_id": None, "partition_responses": [
+        {"index": 0, "error_code": 0, "base_offset": 7, "log_append_time": -1, "log_start_offset": 0}]}]})
+    assert body.responses[0].partition_responses[0].base_offset == 7
+    assert body.responses[0].partition_responses[0].log_append_time is None

@@ -24,7 +24,7 @@ from tidemark.broker.config import BrokerConfig
 from tidemark.broker.replica_manager import ReplicaManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
-    KIO_API_RANGES,
+    CODEC_API_RANGES,
     Request,
     api_versions_fallback,
     decode_request,
@@ -38,7 +38,7 @@ log = structlog.get_logger("tidemark.broker")
 
 Handler = Callable[["Broker", Request], Awaitable[Any]]
 
-# api key -> (handler, lowest version served); the highest is what kio covers.
+# api key -> (handler, lowest version served); the highest is what the codec covers.
 HANDLERS: dict[int, tuple[Handler, int]] = {
     0: (produce.handle, 3),
     1: (fetch.handle, 4),
@@ -54,7 +54,7 @@ MAX_IN_FLIGHT_PER_CONNECTION = 128
 
 
 def supported_versions() -> dict[int, tuple[int, int]]:
-    return {key: (low, KIO_API_RANGES[key][1]) for key, (_, low) in HANDLERS.items()}
+    return {key: (low, CODEC_API_RANGES[key][1]) for key, (_, low) in HANDLERS.items()}
 
 
 class Broker:

@@ -1,88 +1,132 @@
-"""Build kio entities from plain Python values.
+"""Build kio response entities from plain dicts, for any version of an API.
 
-``build(cls, value)`` turns a dict (nested dicts/lists for nested entities and arrays,
-ints for millisecond durations, timestamps and error codes) into an instance of the
-kio dataclass ``cls``. Missing fields take their schema default, or zero / "" / empty /
-None-when-nullable. An instance of ``cls`` is returned unchanged.
+Handlers describe a response once, with Kafka's field names; fields a version does not have are
+dropped, fields it has but the dict omits take the schema default. Plain ints become ErrorCode,
+milliseconds become timedeltas, so handler code stays free of kio's wrapper types.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
+import typing
+from functools import cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .codec import _is_nullable
-from .codec import _strip_none
-from .codec import _zero_value
-
-__all__ = ("build",)
-
-_UTC = datetime.UTC
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-def _convert(f: dataclasses.Field, value: Any) -> Any:
-    if value is None:
-        return None
-    tp = _strip_none(f.type)
-    origin = getattr(tp, "__origin__", None)
-    if origin is tuple:
-        item_tp = tp.__args__[0]
-        if dataclasses.is_dataclass(item_tp):
-            return tuple(build(item_tp, v) for v in value)
-        kafka_type = f.metadata.get("kafka_type")
-        return tuple(_primitive(kafka_type, item_tp, v) for v in value)
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value)  # type: ignore[arg-type]
-    return _primitive(f.metadata.get("kafka_type"), tp, value)
+def _convert_error_code(value: Any) -> ErrorCode:
+    return value if isinstance(value, ErrorCode) else ErrorCode(value)
 
 
-def _primitive(kafka_type: str | None, tp: Any, value: Any) -> Any:
-    match kafka_type:
-        case "error_code":
-            return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
-        case "timedelta_i32" | "timedelta_i64":
-            if isinstance(value, datetime.timedelta):
-                return tp.parse(value)
-            return tp.parse(datetime.timedelta(milliseconds=int(value)))
-        case "datetime_i64":
-            if isinstance(value, datetime.datetime):
-                return value
-            return datetime.datetime.fromtimestamp(int(value) / 1000, tz=_UTC)
-    return value
+def _convert_timedelta(value: Any) -> datetime.timedelta:
+    return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
 
 
-@functools.cache
-def _plan(cls: type) -> tuple[tuple[dataclasses.Field, bool], ...]:
-    return tuple(
-        (
-            f,
-            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(cls)
-    )
-
-
-def build(cls: type, value: Any) -> Any:
-    """An instance of the kio dataclass ``cls`` from ``value`` (a mapping or an instance)."""
-    if isinstance(value, cls):
+def _convert_datetime(value: Any) -> datetime.datetime | None:
+    if value is None or isinstance(value, datetime.datetime):
         return value
-    if not isinstance(value, dict):
-        raise TypeError(f"cannot build {cls.__name__} from {type(value).__name__}")
+    if value < 0:
+        return None
+    return _EPOCH + datetime.timedelta(milliseconds=value)
+
+
+_SCALAR_CONVERTERS = {
+    "error_code": _convert_error_code,
+    "timedelta_i32": _convert_timedelta,
+    "timedelta_i64": _convert_timedelta,
+    "datetime_i64": _convert_datetime,
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    name: str
+    nested: type | None  # entity class of a nested struct or of array items
+    is_array: bool
+    convert: typing.Callable[[Any], Any] | None
+    required: bool  # no schema default: build() supplies an empty value when omitted
+    nullable: bool
+    kafka_type: str
+
+
+def _empty_value(plan: _FieldPlan) -> Any:
+    """The value an omitted required field gets: null, an empty array, zero or ""."""
+    if plan.nullable:
+        return None
+    if plan.is_array:
+        return ()
+    if plan.nested is not None:
+        return build(plan.nested, {})
+    if plan.kafka_type == "string":
+        return ""
+    if plan.kafka_type == "bool":
+        return False
+    if plan.kafka_type == "uuid":
+        return None
+    if plan.kafka_type == "bytes" or plan.kafka_type == "records":
+        return b""
+    value: Any = 0
+    return plan.convert(value) if plan.convert is not None else value
+
+
+@cache
+def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+    hints = typing.get_type_hints(cls)
+    plans = []
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        nested = None
+        is_array = False
+        candidates = [hint, *typing.get_args(hint)]
+        for candidate in candidates:
+            origin = typing.get_origin(candidate)
+            if origin is tuple:
+                is_array = True
+                item = typing.get_args(candidate)[0]
+                if dataclasses.is_dataclass(item):
+                    nested = item
+                break
+            if dataclasses.is_dataclass(candidate):
+                nested = candidate
+                break
+        kafka_type = field.metadata.get("kafka_type", "")
+        convert = _SCALAR_CONVERTERS.get(kafka_type)
+        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        nullable = type(None) in typing.get_args(hint)
+        plans.append(_FieldPlan(field.name, nested, is_array, convert, required, nullable, kafka_type))
+    return tuple(plans)
+
+
+def build(cls: type, data: dict[str, Any] | Any) -> Any:
+    """Return an instance of the kio dataclass `cls` from `data` (a dict, or already an entity)."""
+    if not isinstance(data, dict):
+        return data
     kwargs = {}
-    for f, has_default in _plan(cls):
-        if f.name in value:
-            kwargs[f.name] = _convert(f, value[f.name])
-        elif not has_default:
-            kwargs[f.name] = None if _is_nullable(f.type) and not _is_tuple(f) else _zero_value(f, None)
-    unknown = value.keys() - kwargs.keys() - {f.name for f, _ in _plan(cls)}
-    if unknown:
-        raise TypeError(f"{cls.__name__} has no fields {sorted(unknown)}")
+    for plan in _plan(cls):
+        if plan.name not in data:
+            if plan.required:
+                kwargs[plan.name] = _empty_value(plan)
+            continue
+        value = data[plan.name]
+        if value is not None:
+            if plan.nested is not None:
+                if plan.is_array:
+                    value = tuple(build(plan.nested, item) for item in value)
+                else:
+                    value = build(plan.nested, value)
+            elif plan.is_array:
+                value = tuple(value)
+            elif plan.convert is not None:
+                value = plan.convert(value)
+        elif plan.convert is _convert_datetime:
+            value = None
+        kwargs[plan.name] = value
     return cls(**kwargs)
 
 
-def _is_tuple(f: dataclasses.Field) -> bool:
-    return getattr(_strip_none(f.type), "__origin__", None) is tuple
+def has_field(cls: type, name: str) -> bool:
+    return any(plan.name == name for plan in _plan(cls))
