@@ -45,6 +45,11 @@ def test_snappy_accepts_framing_format():
 def test_lz4_is_frame_format():
     out = compress(CompressionType.LZ4, DATA)
     assert out[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic
+    flg, bd = out[4], out[5]
+    assert flg >> 6 == 1  # frame version 1
+    assert flg & 0x20  # independent blocks: Java's KafkaLZ4BlockInputStream rejects linked ones
+    assert not flg & 0x04  # no content checksum, like Java's KafkaLZ4BlockOutputStream
+    assert bd == 0x40  # 64 KiB blocks, Java's default
 
 
 def test_zstd_and_gzip_magic():

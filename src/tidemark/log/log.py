@@ -318,7 +318,7 @@ class Log:
                 break
             if seg.next_offset <= self.log_start_offset:
                 pass  # already below the log start offset
-            elif self.config.retention_ms >= 0 and now_ms - seg.max_timestamp > self.config.retention_ms:
+            elif self.config.retention_ms >= 0 and now_ms - self._largest_timestamp(seg) > self.config.retention_ms:
                 pass
             elif size_excess >= 0 and size_excess - seg.size >= 0:
                 pass
@@ -337,6 +337,13 @@ class Log:
                 seg.delete()
             self._dir_dirty = True
         return len(doomed)
+
+    @staticmethod
+    def _largest_timestamp(seg: LogSegment) -> int:
+        # Like Kafka, fall back to the file's modification time for batches without timestamps.
+        if seg.max_timestamp >= 0:
+            return seg.max_timestamp
+        return int(os.fstat(seg.fd).st_mtime * 1000)
 
     # -- lifecycle --------------------------------------------------------------------------
 

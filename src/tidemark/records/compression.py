@@ -53,6 +53,15 @@ def _xerial_decompress(data: bytes) -> bytes:
     return b"".join(out)
 
 
+def _lz4_compress(data: bytes) -> bytes:
+    # LZ4 frame format (KIP-57) with independent blocks: Kafka's Java KafkaLZ4BlockInputStream
+    # rejects linked blocks, which are the lz4 library's default.
+    c = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+    if data:
+        c.compress(data)
+    return bytes(c.finish())
+
+
 def compress(codec: CompressionType | int, data: bytes) -> bytes:
     """Compress a batch's records section the way Kafka's Java client does."""
     codec = CompressionType(codec)
@@ -63,7 +72,7 @@ def compress(codec: CompressionType | int, data: bytes) -> bytes:
     if codec is CompressionType.SNAPPY:
         return _xerial_compress(data)
     if codec is CompressionType.LZ4:
-        return bytes(cramjam.lz4.compress(data))  # LZ4 frame format (KIP-57)
+        return _lz4_compress(data)
     return bytes(cramjam.zstd.compress(data))
 
 
