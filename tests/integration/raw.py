@@ -1,0 +1,77 @@
+"""A minimal raw Kafka-protocol client for tests that need exact requests and error codes."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from tidemark.wire.build import build
+
+RECV_TIMEOUT_S = 15.0
+
+
+class RawClient:
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=RECV_TIMEOUT_S)
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_frame(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+    def recv_frame(self) -> bytes:
+        size = struct.unpack(">i", self._recv_exactly(4))[0]
+        return self._recv_exactly(size)
+
+    def _recv_exactly(self, n: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < n:
+            chunk = self.sock.recv(n - len(chunks))
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            chunks += chunk
+        return bytes(chunks)
+
+    def encode(self, api_key: int, version: int, body: dict[str, Any]) -> bytes:
+        request_cls = load_request_schema(api_key, version)
+        header_cls = request_cls.__header_schema__
+        self.correlation_id += 1
+        header_fields = {"request_api_key": api_key, "request_api_version": version,
+                         "correlation_id": self.correlation_id, "client_id": "raw-test"}
+        buffer = io.BytesIO()
+        entity_writer(header_cls)(buffer, build(header_cls, header_fields))
+        entity_writer(request_cls)(buffer, build(request_cls, body))
+        return buffer.getvalue()
+
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        self.send_frame(self.encode(api_key, version, body))
+        return self.read_response(api_key, version)
+
+    def read_response(self, api_key: int, version: int) -> Any:
+        frame = self.recv_frame()
+        response_cls = load_response_schema(api_key, version)
+        header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
+        assert header.correlation_id == self.correlation_id
+        body, _ = entity_reader(response_cls)(frame, offset)
+        return body
+
+    def is_closed_by_peer(self) -> bool:
+        """True once the broker has closed this connection (reads EOF within the timeout)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True

@@ -1,0 +1,184 @@
+"""Bad input gets the Kafka error code clients expect and never takes the broker down."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.integration.raw import RawClient
+from tidemark.records.batch import build_batch
+from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, read_response, write_request
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3, 18, 19
+
+
+def _create(client: RawClient, name: str, partitions: int = 1) -> ErrorCode:
+    response = client.request(CREATE_TOPICS, 7, {"topics": [
+        {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}],
+        "timeout": 10000, "validate_only": False})
+    return response.topics[0].error_code
+
+
+def _produce(client: RawClient, topic: str, records: bytes, acks: int = -1) -> object:
+    return client.request(PRODUCE, 9, {"acks": acks, "timeout": 10000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]}).responses[0].partition_responses[0]
+
+
+def _latest(client: RawClient, topic: str) -> int:
+    response = client.request(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}]})
+    return response.topics[0].partitions[0].offset
+
+
+def _metadata_ok(bootstrap: str) -> bool:
+    with RawClient(bootstrap) as client:
+        response = client.request(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                 "include_topic_authorized_operations": False})
+        return [b.node_id for b in response.brokers] == [0]
+
+
+def test_oversized_frame_closes_only_that_connection(broker):
+    with RawClient(broker.bootstrap) as bad:
+        bad.sock.sendall(struct.pack(">i", 200 * 1024 * 1024))  # over socket.request.max.bytes
+        assert bad.is_closed_by_peer()
+    assert _metadata_ok(broker.bootstrap)
+
+
+def test_garbage_frame_closes_only_that_connection(broker):
+    with RawClient(broker.bootstrap) as bystander:
+        with RawClient(broker.bootstrap) as bad:
+            # Metadata v12 header, then a body that claims a huge topic array.
+            bad.send_frame(struct.pack(">hhi", METADATA, 12, 1) + b"\x00\x00\x00" + b"\xff" * 9)
+            assert bad.is_closed_by_peer()
+        response = bystander.request(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                    "include_topic_authorized_operations": False})
+        assert [b.node_id for b in response.brokers] == [0]
+
+
+def test_api_versions_unknown_version_falls_back_to_v0(broker):
+    with RawClient(broker.bootstrap) as client:
+        client.correlation_id = 7
+        client.send_frame(struct.pack(">hhi", API_VERSIONS, 99, 7) + struct.pack(">h", 4) + b"test")
+        frame = client.recv_frame()
+        correlation_id, error_code, count = struct.unpack_from(">ihi", frame, 0)
+        assert (correlation_id, error_code) == (7, ErrorCode.unsupported_version)
+        ranges = {struct.unpack_from(">hhh", frame, 10 + 6 * i)[0] for i in range(count)}
+        assert {PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS} <= ranges
+
+
+def test_api_not_served_gets_unsupported_version(broker):
+    with RawClient(broker.bootstrap) as client:
+        # DescribeCluster (60) is a Kafka API this broker does not serve.
+        response = client.request(60, 0, {"include_cluster_authorized_operations": False})
+        assert response.error_code == ErrorCode.unsupported_version
+    assert _metadata_ok(broker.bootstrap)
+
+
+def test_corrupt_batch_is_rejected_and_nothing_stored(broker):
+    with RawClient(broker.bootstrap) as client:
+        assert _create(client, "crc-topic") == ErrorCode.none
+        good = build_batch([(b"k", b"v", (), 1000)])
+        corrupt = bytearray(good)
+        corrupt[-1] ^= 0xFF  # a byte covered by the CRC
+        result = _produce(client, "crc-topic", good + bytes(corrupt))
+        assert result.error_code == ErrorCode.corrupt_message
+        assert _latest(client, "crc-topic") == 0
+        assert _produce(client, "crc-topic", good).error_code == ErrorCode.none
+        assert _latest(client, "crc-topic") == 1
+
+
+def test_invalid_topic_names(broker):
+    with RawClient(broker.bootstrap) as client:
+        for name in ("bad/name", "..", "x" * 250, ""):
+            assert _create(client, name) == ErrorCode.invalid_topic_exception, name
+        response = client.request(METADATA, 12, {"topics": [{"name": "no$such", "topic_id": None}],
+                                                 "allow_auto_topic_creation": True,
+                                                 "include_topic_authorized_operations": False})
+        assert response.topics[0].error_code == ErrorCode.invalid_topic_exception
+
+
+def test_duplicate_topic_and_bad_replication_factor(broker):
+    with RawClient(broker.bootstrap) as client:
+        assert _create(client, "twice") == ErrorCode.none
+        assert _create(client, "twice") == ErrorCode.topic_already_exists
+        response = client.request(CREATE_TOPICS, 7, {"topics": [
+            {"name": "rf3", "num_partitions": 1, "replication_factor": 3, "assignments": [], "configs": []}],
+            "timeout": 10000, "validate_only": False})
+        assert response.topics[0].error_code == ErrorCode.invalid_replication_factor
+
+
+def test_produce_to_unknown_topic_and_partition(broker):
+    with RawClient(broker.bootstrap) as client:
+        good = build_batch([(None, b"v", (), 1000)])
+        assert _produce(client, "never-created", good).error_code == ErrorCode.unknown_topic_or_partition
+        assert _create(client, "one-partition") == ErrorCode.none
+        response = client.request(PRODUCE, 9, {"acks": 1, "timeout": 10000, "topic_data": [
+            {"name": "one-partition", "partition_data": [{"index": 5, "records": good}]}]})
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_fetch_out_of_range_and_empty_records_are_empty_bytes(broker):
+    with RawClient(broker.bootstrap) as client:
+        assert _create(client, "fetch-range") == ErrorCode.none
+        assert _produce(client, "fetch-range", build_batch([(None, b"a", (), 1), (None, b"b", (), 2)])).base_offset == 0
+
+        def fetch(offset: int) -> object:
+            response = client.request(FETCH, 11, {"replica_id": -1, "max_wait": 0, "min_bytes": 0,
+                                                  "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+                                                  "session_epoch": -1, "topics": [{"topic": "fetch-range", "partitions": [
+                                                      {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                                                       "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                                                  "forgotten_topics_data": [], "rack_id": ""})
+            return response.responses[0].partitions[0]
+
+        at_end = fetch(2)
+        assert (at_end.error_code, at_end.high_watermark, at_end.records) == (ErrorCode.none, 2, b"")
+        assert fetch(3).error_code == ErrorCode.offset_out_of_range
+        assert len(fetch(0).records) > 0
+
+
+def test_list_offsets_v0_for_old_go_clients(broker):
+    with RawClient(broker.bootstrap) as client:
+        assert _create(client, "v0-topic") == ErrorCode.none
+        assert _produce(client, "v0-topic", build_batch([(None, b"%d" % i, (), i) for i in range(3)])).error_code == 0
+        for timestamp, expected in ((-1, (3,)), (-2, (0,))):
+            client.correlation_id += 1
+            body = write_request(ListOffsetsV0Request(replica_id=-1, topics=(("v0-topic", ((0, timestamp, 1),)),)))
+            client.send_frame(struct.pack(">hhi", LIST_OFFSETS, 0, client.correlation_id)
+                              + struct.pack(">h", 3) + b"old" + body)
+            frame = client.recv_frame()
+            assert struct.unpack_from(">i", frame)[0] == client.correlation_id
+            response, _ = read_response(frame, 4)
+            partition = response.topics[0].partitions[0]
+            assert (partition.error_code, tuple(partition.old_style_offsets)) == (0, expected)
+
+
+def test_unknown_setting_is_refused_at_start(tmp_path):
+    for setting, word in (("no.such.setting=1", "no.such.setting"), ("num.partitions=many", "num.partitions")):
+        result = subprocess.run([sys.executable, "-m", "tidemark.cli", "serve", "--listen", "127.0.0.1:0",
+                                 "--data-dir", str(tmp_path), "--set", setting],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0
+        assert word in result.stderr
+
+
+@pytest.fixture(scope="module")
+def no_auto_create_broker(tmp_path_factory):
+    from tests.conftest import BrokerProcess
+
+    process = BrokerProcess(tmp_path_factory.mktemp("noauto") / "data",
+                            {"auto.create.topics.enable": "false"}).start()
+    yield process
+    process.kill()
+
+
+def test_unknown_topic_without_auto_creation(no_auto_create_broker):
+    with RawClient(no_auto_create_broker.bootstrap) as client:
+        response = client.request(METADATA, 12, {"topics": [{"name": "absent", "topic_id": None}],
+                                                 "allow_auto_topic_creation": True,
+                                                 "include_topic_authorized_operations": False})
+        assert response.topics[0].error_code == ErrorCode.unknown_topic_or_partition
