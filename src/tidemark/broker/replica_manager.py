@@ -60,7 +60,11 @@ class ReplicaManager:
 
     def open(self) -> None:
         """Recover every log on disk and attach it to a known topic's partition."""
-        self.logs.open()
+        def config_for(topic_name: str) -> LogConfig:
+            topic = self.metadata.get(topic_name)
+            return self.log_config(topic.configs if topic else {})
+
+        self.logs.open(config_for=config_for)
         for (topic_name, index), partition_log in self.logs.logs().items():
             topic = self.metadata.get(topic_name)
             if topic is None or index >= topic.partitions:

@@ -261,6 +261,21 @@ class Log:
                         return r.offset, r.timestamp
         return None
 
+    def max_timestamp_entry(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (KIP-734): (offset, timestamp) of the first record carrying
+        the largest timestamp in the log, or None for an empty log."""
+        best = max((seg for seg in self._segments if seg.max_timestamp >= 0),
+                   key=lambda seg: seg.max_timestamp, default=None)
+        if best is None:
+            return None
+        found = best.find(best.offset_of_max_timestamp)
+        if found is not None:
+            pos, h = found
+            for r in decode_records(best.read(pos, h.size)):
+                if r.timestamp == best.max_timestamp and r.offset >= self.log_start_offset:
+                    return r.offset, r.timestamp
+        return best.offset_of_max_timestamp, best.max_timestamp
+
     # -- durability -------------------------------------------------------------------------
 
     def flush(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from .config import LogConfig
@@ -73,8 +74,11 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self.clean_shutdown = False  # how the last run ended, as found by open()
 
-    def open(self, *, now_ms: int | None = None) -> None:
-        """Load every partition directory; recover them all if the last shutdown was unclean."""
+    def open(self, *, now_ms: int | None = None, config_for: Callable[[str], LogConfig] | None = None) -> None:
+        """Load every partition directory; recover them all if the last shutdown was unclean.
+
+        `config_for(topic)` gives a topic's own config (its overrides); the default otherwise.
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
@@ -91,7 +95,7 @@ class LogManager:
                 continue
             self._logs[tp] = Log.open(
                 path,
-                self.default_config,
+                config_for(tp[0]) if config_for else self.default_config,
                 recovery_point=recovery_points.get(tp, 0),
                 log_start_offset=start_offsets.get(tp),
                 clean_shutdown=self.clean_shutdown,

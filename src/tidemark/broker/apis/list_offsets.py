@@ -26,9 +26,9 @@ def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
     if timestamp == EARLIEST:
         return log.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
-        found = log.offset_of_max_timestamp() if hasattr(log, "offset_of_max_timestamp") else None
-        return (found[0], found[1]) if found else (-1, -1)
-    found = log.offset_for_timestamp(timestamp)
+        found = log.max_timestamp_entry()
+    else:
+        found = log.offset_for_timestamp(timestamp, upper_bound=partition.high_watermark)
     if found is None or found[0] >= partition.high_watermark:
         return -1, -1
     return found
