@@ -25,9 +25,11 @@ def free_port() -> int:
 class BrokerProcess:
     """`tidemark serve` in a child process, so tests can SIGKILL and restart it like a real one."""
 
-    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, port: int | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.settings = settings or {}
+        self.extra_args = extra_args
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
@@ -41,6 +43,7 @@ class BrokerProcess:
                 "--data-dir", str(self.data_dir), "--log-format", "json"]
         for key, value in self.settings.items():
             args += ["--set", f"{key}={value}"]
+        args += list(self.extra_args)
         log_file = open(self.log_path, "ab")
         self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
         log_file.close()
@@ -89,8 +92,9 @@ def make_broker(tmp_path: Path) -> Iterator:
     """A factory for brokers a test controls itself (restarts, crashes, custom settings)."""
     started: list[BrokerProcess] = []
 
-    def make(settings: dict[str, str] | None = None, data_dir: Path | None = None, port: int | None = None) -> BrokerProcess:
-        process = BrokerProcess(data_dir or tmp_path / f"data{len(started)}", settings, port)
+    def make(settings: dict[str, str] | None = None, data_dir: Path | None = None, port: int | None = None,
+             extra_args: tuple[str, ...] = ()) -> BrokerProcess:
+        process = BrokerProcess(data_dir or tmp_path / f"data{len(started)}", settings, port, extra_args)
         started.append(process)
         return process
 
