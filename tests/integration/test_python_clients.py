@@ -29,7 +29,7 @@ def test_kafka_python_bootstrap_produce_consume(broker):
         assert offsets[partition::3] == list(range(len(offsets[partition::3])))
 
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
-                             consumer_timeout_ms=5000, request_timeout_ms=10000)
+                             consumer_timeout_ms=2000, request_timeout_ms=10000)
     consumer.assign([TopicPartition("kp-topic", p) for p in range(3)])
     consumer.seek_to_beginning()
     received = {(m.partition, m.offset): (m.key, m.value) for m in consumer}
@@ -87,3 +87,17 @@ def test_aiokafka_round_trip(broker):
 
     got = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
     assert sorted(got) == sorted((i % 2, i // 2, b"a%d" % i) for i in range(500))
+
+
+def test_log_append_time_topic(broker):
+    create_topic(broker.bootstrap, "kp-append-time", 1, {"message.timestamp.type": "LogAppendTime"})
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    metadata = producer.send("kp-append-time", value=b"x", timestamp_ms=1_000).get(timeout=10)
+    producer.close()
+    assert metadata.timestamp > 1_000_000_000_000  # the broker's clock, not the client's 1000
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, consumer_timeout_ms=2000)
+    consumer.assign([TopicPartition("kp-append-time", 0)])
+    consumer.seek_to_beginning()
+    (record,) = list(consumer)
+    consumer.close()
+    assert (record.timestamp_type, record.timestamp) == (1, metadata.timestamp)

@@ -261,3 +261,11 @@ def test_delete_removes_the_directory(open_log):
     log.append(batch(), now_ms=NOW)
     log.delete()
     assert not log.directory.exists()
+
+
+def test_log_append_time_topics_stamp_batches_with_the_broker_clock(open_log):
+    log = open_log(LogConfig(message_timestamp_type="LogAppendTime"))
+    info = log.append(batch(3, ts=5), now_ms=NOW + 42)
+    assert info.log_append_time == NOW + 42 and info.max_timestamp == NOW + 42
+    ((_, header),) = list(iter_batches(log.read(0, 1 << 20)))
+    assert header.timestamp_type == 1 and header.max_timestamp == NOW + 42

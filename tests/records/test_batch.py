@@ -258,3 +258,13 @@ def test_build_decode_round_trip(records, base_offset, codec):
     assert decode_records(data) == [
         Record(base_offset + i, ts, k, v, tuple(hs)) for i, (k, v, hs, ts) in enumerate(records)
     ]
+
+
+def test_set_log_append_time_restamps_and_keeps_the_crc_valid():
+    from tidemark.records import iter_batches, set_log_append_time
+
+    buf = bytearray(build_batch([(b"k", b"v", (), 1000), (None, b"w", (), 1005)]))
+    set_log_append_time(buf, 0, 99_999)
+    ((_, header),) = list(iter_batches(buf))  # validates the CRC
+    assert header.timestamp_type == 1 and header.max_timestamp == 99_999
+    assert [r.value for r in decode_records(bytes(buf))] == [b"v", b"w"]

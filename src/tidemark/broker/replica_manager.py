@@ -35,6 +35,7 @@ _LOG_CONFIG_FIELDS = {
     "segment.index.bytes": "segment_index_bytes",
     "max.message.bytes": "max_message_bytes",
     "cleanup.policy": "cleanup_policy",
+    "message.timestamp.type": "message_timestamp_type",
 }
 
 CHECKPOINT_INTERVAL_S = 60.0

@@ -15,6 +15,7 @@ class LogConfig:
     segment_index_bytes: int = 10485760  # log.index.size.max.bytes
     max_message_bytes: int = 1048588  # message.max.bytes
     cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
+    message_timestamp_type: str = "CreateTime"  # message.timestamp.type: or "LogAppendTime"
 
     @property
     def delete_enabled(self) -> bool:

@@ -17,6 +17,7 @@ from tidemark.records import (
     decode_records,
     iter_batches,
     set_base_offset,
+    set_log_append_time,
     set_partition_leader_epoch,
 )
 
@@ -184,6 +185,7 @@ class Log:
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, duplicate=True)
 
+        log_append_time = now_ms if self.config.message_timestamp_type == "LogAppendTime" else -1
         with self._lock:
             first = next_offset = self.log_end_offset
             assigned: list[tuple[int, BatchHeader]] = []
@@ -192,6 +194,9 @@ class Log:
                 set_base_offset(buf, pos, next_offset)
                 set_partition_leader_epoch(buf, pos, leader_epoch)
                 h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
+                if log_append_time >= 0:
+                    set_log_append_time(buf, pos, log_append_time)
+                    h = h._replace(attributes=h.attributes | 0x08, max_timestamp=log_append_time)
                 assigned.append((pos, h))
                 next_offset = h.next_offset
                 if h.max_timestamp > max_ts:
@@ -203,7 +208,7 @@ class Log:
             seg.append(buf, assigned, now_ms)
         for _, h in assigned:
             self.producer_state.update(h)
-        return AppendInfo(first, last, max_ts, offset_of_max_ts)
+        return AppendInfo(first, last, max_ts, offset_of_max_ts, log_append_time)
 
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new active segment (caller holds the lock)."""

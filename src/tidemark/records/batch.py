@@ -199,6 +199,20 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch
     struct.pack_into(">i", buf, position + _EPOCH_AT, epoch)
 
 
+_MAX_TIMESTAMP_AT = 35  # after attributes (2), last offset delta (4), base timestamp (8)
+
+
+def set_log_append_time(buf: bytearray, position: int, timestamp_ms: int) -> None:
+    """Stamp a batch with the broker's time (message.timestamp.type=LogAppendTime), as Kafka does:
+    the timestamp-type bit set, max_timestamp = append time, the CRC recomputed."""
+    (attributes,) = struct.unpack_from(">h", buf, position + _ATTRIBUTES_AT)
+    struct.pack_into(">h", buf, position + _ATTRIBUTES_AT, attributes | _TIMESTAMP_TYPE_BIT)
+    struct.pack_into(">q", buf, position + _MAX_TIMESTAMP_AT, timestamp_ms)
+    (batch_length,) = struct.unpack_from(">i", buf, position + _LENGTH_AT)
+    end = position + LOG_OVERHEAD + batch_length
+    struct.pack_into(">I", buf, position + _CRC_AT, crc32c(memoryview(buf)[position + _ATTRIBUTES_AT : end]))
+
+
 # -- varints (zigzag, as Kafka's ByteUtils.writeVarint/writeVarlong) --------------------------
 
 
