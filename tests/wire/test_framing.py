@@ -87,3 +87,19 @@ def test_large_frame_in_many_chunks():
     for i in range(0, len(data), 4096 + 3):
         got += decoder.feed(data[i : i + 4096 + 3])
     assert got == [payload]
+
+
+def test_receive_into_buffer_grows_for_large_frames_and_keeps_order():
+    payloads = [b"a" * 10, b"b" * 300_000, b"", b"c" * 70_000]
+    stream = b"".join(frame(p) for p in payloads)
+    decoder = FrameDecoder(1 << 20)
+    got = []
+    pos = 0
+    while pos < len(stream):
+        target = decoder.get_buffer()
+        count = min(len(target), len(stream) - pos, 50_000)
+        target[:count] = stream[pos : pos + count]
+        target.release()
+        pos += count
+        got += decoder.buffer_updated(count)
+    assert got == payloads and decoder.buffered == 0

@@ -8,6 +8,7 @@ are written strictly in request order, as Kafka clients require.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -68,13 +69,14 @@ class Broker:
         self.supported_versions = supported_versions()
         self.replicas = ReplicaManager(config, data_dir)
         self._server: asyncio.base_events.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self.connections: set[Connection] = set()
 
     async def start(self) -> None:
         started = time.perf_counter()
         self.replicas.open()
         self.replicas.start()
-        self._server = await asyncio.start_server(self._on_connection, self.host, self.port, limit=2**20)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
         self.advertised_port = self._server.sockets[0].getsockname()[1]
         self.port = self.advertised_port
         log.info(
@@ -89,31 +91,10 @@ class Broker:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        for connection in list(self.connections):
+            connection.close()
         await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=True)
-
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        metrics.CONNECTIONS.inc()
-        peer = writer.get_extra_info("peername")
-        try:
-            await Connection(self, reader, writer).run()
-        except asyncio.CancelledError:
-            pass
-        except ProtocolError as exc:
-            metrics.PROTOCOL_ERRORS.labels(type(exc).__name__).inc()
-            log.warning("connection_closed_protocol_error", peer=str(peer), error=str(exc))
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            metrics.CONNECTIONS.dec()
-            self._connections.discard(task)
-            writer.close()
 
     async def dispatch(self, request: Request) -> bytes | None:
         """Run one request's handler; return the encoded response frame, or None for no response."""
@@ -154,48 +135,109 @@ def _response_class(api_key: int, version: int) -> type:
     return cls
 
 
-class Connection:
-    """One client connection: frames in, handler tasks started in order, responses out in order."""
+class Connection(asyncio.BufferedProtocol):
+    """One client connection: frames received straight into the frame decoder's buffer, handler
+    tasks started in arrival order, responses written in the same order."""
 
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.reader = reader
-        self.writer = writer
         self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
-        self.pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT_PER_CONNECTION)
+        self.transport: asyncio.Transport | None = None
+        self.peer: object = None
+        self._pending: collections.deque[asyncio.Task[bytes | None]] = collections.deque()
+        self._has_pending = asyncio.Event()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._reading_paused = False
+        self._writer: asyncio.Task[None] | None = None
 
-    async def run(self) -> None:
-        writer_task = asyncio.get_running_loop().create_task(self._write_responses())
+    # -- asyncio.BufferedProtocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        self.broker.connections.add(self)
+        metrics.CONNECTIONS.inc()
+        self._writer = asyncio.get_running_loop().create_task(self._write_responses())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            while True:
-                data = await self.reader.read(2**20)
-                if not data:
-                    break
-                for frame in self.decoder.feed(data):
-                    request = decode_request(frame, self.broker.supported_versions)
-                    await self.pending.put(asyncio.get_running_loop().create_task(self.broker.dispatch(request)))
-                if writer_task.done():
-                    break
-        finally:
-            # Let responses already in flight go out before the connection closes.
-            if not writer_task.done():
-                await self.pending.put(None)
-                try:
-                    await writer_task
-                except (ConnectionError, ProtocolError):
-                    pass
-        if writer_task.done() and not writer_task.cancelled() and writer_task.exception():
-            raise writer_task.exception()  # type: ignore[misc]
+            for frame in self.decoder.buffer_updated(nbytes):
+                request = decode_request(frame, self.broker.supported_versions)
+                self._pending.append(loop.create_task(self.broker.dispatch(request)))
+        except ProtocolError as exc:
+            self._protocol_error(exc)
+            return
+        if self._pending:
+            self._has_pending.set()
+            if len(self._pending) >= MAX_IN_FLIGHT_PER_CONNECTION and not self._reading_paused:
+                self._reading_paused = True
+                self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        # Half-close: answer what was already asked, then close.
+        self._pending.append(None)  # type: ignore[arg-type]
+        self._has_pending.set()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.broker.connections.discard(self)
+        metrics.CONNECTIONS.dec()
+        if self._writer is not None:
+            self._writer.cancel()
+        for task in self._pending:
+            if task is not None:
+                task.cancel()
+        self._pending.clear()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # -- responses --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _protocol_error(self, exc: ProtocolError) -> None:
+        metrics.PROTOCOL_ERRORS.labels(type(exc).__name__).inc()
+        log.warning("connection_closed_protocol_error", peer=str(self.peer), error=str(exc))
+        # Only this connection goes; responses not yet written are dropped with it.
+        self.transport.abort()
 
     async def _write_responses(self) -> None:
+        pending = self._pending
         while True:
-            task = await self.pending.get()
-            if task is None:
+            if not pending:
+                self._has_pending.clear()
+                await self._has_pending.wait()
+                continue
+            task = pending[0]
+            if task is None:  # end of input
+                self.transport.close()
                 return
-            frame = await task
+            try:
+                frame = await task
+            except ProtocolError as exc:
+                self._protocol_error(exc)
+                return
+            except Exception:
+                log.exception("response_failed", peer=str(self.peer))
+                self.transport.abort()
+                return
+            pending.popleft()
+            if self._reading_paused and len(pending) < MAX_IN_FLIGHT_PER_CONNECTION // 2:
+                self._reading_paused = False
+                self.transport.resume_reading()
             if frame is not None:
-                self.writer.write(frame)
-                if self.writer.transport.get_write_buffer_size() > 2**20:
-                    await self.writer.drain()
-                elif self.pending.empty():
-                    await self.writer.drain()
+                self.transport.write(frame)
+                if not self._can_write.is_set():
+                    await self._can_write.wait()

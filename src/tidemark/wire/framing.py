@@ -28,68 +28,81 @@ class FrameDecoder:
     ``max_frame_bytes`` is Kafka's ``socket.request.max.bytes``: a size prefix above it
     (or a negative one) raises :class:`FrameTooLarge` as soon as the prefix is seen,
     before any of the body is buffered.
+
+    Two ways in: ``feed(data)`` with bytes already read, or, to save copies on the hot path,
+    ``get_buffer()`` to receive straight into the decoder's buffer (asyncio's
+    ``BufferedProtocol``) followed by ``buffer_updated(nbytes)``. Each frame payload is
+    copied out exactly once.
     """
 
-    __slots__ = ("max_frame_bytes", "_buffer", "_expected")
+    __slots__ = ("max_frame_bytes", "_buffer", "_start", "_end")
+
+    MIN_RECEIVE = 64 * 1024
 
     def __init__(self, max_frame_bytes: int) -> None:
         if max_frame_bytes < 0:
             raise ValueError("max_frame_bytes must not be negative")
         self.max_frame_bytes = max_frame_bytes
-        self._buffer = bytearray()
-        # Size of the frame whose prefix has been consumed, or -1 while waiting for a
-        # prefix.
-        self._expected = -1
+        self._buffer = bytearray(self.MIN_RECEIVE)
+        self._start = 0  # first byte not yet returned as part of a frame
+        self._end = 0  # one past the last byte received
 
     @property
     def buffered(self) -> int:
-        """Bytes held for a frame that is not complete yet (prefix excluded once read)."""
-        return len(self._buffer)
+        """Bytes held for a frame that is not complete yet."""
+        return self._end - self._start
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Writable space for the next receive, large enough for the frame in progress."""
+        wanted = max(self.MIN_RECEIVE, sizehint)
+        pending = self._end - self._start
+        if pending >= 4:
+            # Room for the rest of the current frame in one go (its size is already checked).
+            wanted = max(wanted, 4 + _unpack_size_from(self._buffer, self._start)[0] - pending)
+        if len(self._buffer) - self._end < wanted:
+            self._make_room(pending, wanted)
+        return memoryview(self._buffer)[self._end :]
+
+    def _make_room(self, pending: int, wanted: int) -> None:
+        if self._start:
+            # Slide the partial frame to the front before growing.
+            self._buffer[:pending] = self._buffer[self._start : self._end]
+            self._start, self._end = 0, pending
+        if len(self._buffer) - self._end < wanted:
+            self._buffer.extend(bytes(self._end + wanted - len(self._buffer)))
+
+    def buffer_updated(self, nbytes: int) -> list[bytes]:
+        """Account for ``nbytes`` received into ``get_buffer()``; return completed frames."""
+        self._end += nbytes
+        return self._split()
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add ``data`` and return every frame payload completed by it, in order."""
-        buffer = self._buffer
         frames: list[bytes] = []
-        expected = self._expected
-        if not buffer and expected < 0:
-            # Fast path: nothing buffered, parse straight out of ``data``; only a tail
-            # that does not form a complete frame gets copied into the buffer.
-            view = memoryview(data)
-            pos = 0
-            end = len(view)
-            while end - pos >= 4:
-                size = _unpack_size_from(view, pos)[0]
-                self._check(size)
-                if end - pos - 4 < size:
-                    expected = size
-                    pos += 4
-                    break
-                start = pos + 4
-                pos = start + size
-                frames.append(bytes(view[start:pos]))
-            buffer += view[pos:]
-            self._expected = expected
-            return frames
+        view = memoryview(data)
+        while view:
+            target = self.get_buffer(len(view))
+            count = min(len(target), len(view))
+            target[:count] = view[:count]
+            target.release()  # the buffer may be resized by the next get_buffer()
+            view = view[count:]
+            frames += self.buffer_updated(count)
+        return frames
 
-        buffer += data
-        pos = 0
-        end = len(buffer)
-        while True:
-            if expected < 0:
-                if end - pos < 4:
-                    break
+    def _split(self) -> list[bytes]:
+        pos, end = self._start, self._end
+        frames: list[bytes] = []
+        with memoryview(self._buffer) as buffer:
+            while end - pos >= 4:
                 size = _unpack_size_from(buffer, pos)[0]
                 self._check(size)
-                expected = size
-                pos += 4
-            if end - pos < expected:
-                break
-            frames.append(bytes(buffer[pos : pos + expected]))
-            pos += expected
-            expected = -1
-        if pos:
-            del buffer[:pos]
-        self._expected = expected
+                if end - pos - 4 < size:
+                    break
+                frames.append(bytes(buffer[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
+        if pos == end:
+            pos = end = 0
+        self._start, self._end = pos, end
         return frames
 
     def _check(self, size: int) -> None:
