@@ -75,3 +75,39 @@ class RawClient:
             return self.sock.recv(1) == b""
         except ConnectionResetError:
             return True
+
+    # -- the requests most tests need, at one version each -----------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
+                     replication_factor: int = 1) -> Any:
+        """CreateTopics v7; returns the topic's result (error_code, ...)."""
+        response = self.request(19, 7, {"topics": [{"name": name, "num_partitions": partitions,
+            "replication_factor": replication_factor, "assignments": [],
+            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+            "timeout": 10000, "validate_only": False})
+        return response.topics[0]
+
+    def produce(self, topic: str, records: bytes, acks: int = -1, partition: int = 0) -> Any:
+        """Produce v9 of one partition's records; returns its partition response."""
+        response = self.request(0, 9, {"acks": acks, "timeout": 10000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
+        return response.responses[0].partition_responses[0]
+
+    def list_offset(self, topic: str, timestamp: int, partition: int = 0) -> Any:
+        """ListOffsets v7 for one partition (-1 latest, -2 earliest, -3 max timestamp)."""
+        response = self.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
+                                            "current_leader_epoch": -1}]}]})
+        return response.topics[0].partitions[0]
+
+    def fetch(self, wanted: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_bytes: int = 0,
+              max_bytes: int = 1 << 20) -> list[Any]:
+        """Fetch v11 of (topic, partition, offset, partition_max_bytes); returns partition responses."""
+        response = self.request(1, 11, {"replica_id": -1, "max_wait": max_wait_ms, "min_bytes": min_bytes,
+            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{"partition": p, "current_leader_epoch": -1,
+                                                        "fetch_offset": offset, "log_start_offset": -1,
+                                                        "partition_max_bytes": limit}]}
+                       for topic, p, offset, limit in wanted],
+            "forgotten_topics_data": [], "rack_id": ""})
+        return [p for t in response.responses for p in t.partitions]

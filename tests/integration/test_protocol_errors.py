@@ -13,25 +13,7 @@ from tests.integration.raw import RawClient
 from tidemark.records.batch import build_batch
 from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, read_response, write_request
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3, 18, 19
-
-
-def _create(client: RawClient, name: str, partitions: int = 1) -> ErrorCode:
-    response = client.request(CREATE_TOPICS, 7, {"topics": [
-        {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}],
-        "timeout": 10000, "validate_only": False})
-    return response.topics[0].error_code
-
-
-def _produce(client: RawClient, topic: str, records: bytes, acks: int = -1) -> object:
-    return client.request(PRODUCE, 9, {"acks": acks, "timeout": 10000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]}).responses[0].partition_responses[0]
-
-
-def _latest(client: RawClient, topic: str) -> int:
-    response = client.request(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
-        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}]})
-    return response.topics[0].partitions[0].offset
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS = 0, 1, 2, 3, 18
 
 
 def _metadata_ok(bootstrap: str) -> bool:
@@ -80,21 +62,21 @@ def test_api_not_served_gets_unsupported_version(broker):
 
 def test_corrupt_batch_is_rejected_and_nothing_stored(broker):
     with RawClient(broker.bootstrap) as client:
-        assert _create(client, "crc-topic") == ErrorCode.none
+        assert client.create_topic("crc-topic").error_code == ErrorCode.none
         good = build_batch([(b"k", b"v", (), 1000)])
         corrupt = bytearray(good)
         corrupt[-1] ^= 0xFF  # a byte covered by the CRC
-        result = _produce(client, "crc-topic", good + bytes(corrupt))
+        result = client.produce("crc-topic", good + bytes(corrupt))
         assert result.error_code == ErrorCode.corrupt_message
-        assert _latest(client, "crc-topic") == 0
-        assert _produce(client, "crc-topic", good).error_code == ErrorCode.none
-        assert _latest(client, "crc-topic") == 1
+        assert client.list_offset("crc-topic", -1).offset == 0
+        assert client.produce("crc-topic", good).error_code == ErrorCode.none
+        assert client.list_offset("crc-topic", -1).offset == 1
 
 
 def test_invalid_topic_names(broker):
     with RawClient(broker.bootstrap) as client:
         for name in ("bad/name", "..", "x" * 250, ""):
-            assert _create(client, name) == ErrorCode.invalid_topic_exception, name
+            assert client.create_topic(name).error_code == ErrorCode.invalid_topic_exception, name
         response = client.request(METADATA, 12, {"topics": [{"name": "no$such", "topic_id": None}],
                                                  "allow_auto_topic_creation": True,
                                                  "include_topic_authorized_operations": False})
@@ -103,37 +85,26 @@ def test_invalid_topic_names(broker):
 
 def test_duplicate_topic_and_bad_replication_factor(broker):
     with RawClient(broker.bootstrap) as client:
-        assert _create(client, "twice") == ErrorCode.none
-        assert _create(client, "twice") == ErrorCode.topic_already_exists
-        response = client.request(CREATE_TOPICS, 7, {"topics": [
-            {"name": "rf3", "num_partitions": 1, "replication_factor": 3, "assignments": [], "configs": []}],
-            "timeout": 10000, "validate_only": False})
-        assert response.topics[0].error_code == ErrorCode.invalid_replication_factor
+        assert client.create_topic("twice").error_code == ErrorCode.none
+        assert client.create_topic("twice").error_code == ErrorCode.topic_already_exists
+        assert client.create_topic("rf3", replication_factor=3).error_code == ErrorCode.invalid_replication_factor
 
 
 def test_produce_to_unknown_topic_and_partition(broker):
     with RawClient(broker.bootstrap) as client:
         good = build_batch([(None, b"v", (), 1000)])
-        assert _produce(client, "never-created", good).error_code == ErrorCode.unknown_topic_or_partition
-        assert _create(client, "one-partition") == ErrorCode.none
-        response = client.request(PRODUCE, 9, {"acks": 1, "timeout": 10000, "topic_data": [
-            {"name": "one-partition", "partition_data": [{"index": 5, "records": good}]}]})
-        assert response.responses[0].partition_responses[0].error_code == ErrorCode.unknown_topic_or_partition
+        assert client.produce("never-created", good).error_code == ErrorCode.unknown_topic_or_partition
+        assert client.create_topic("one-partition").error_code == ErrorCode.none
+        assert client.produce("one-partition", good, partition=5).error_code == ErrorCode.unknown_topic_or_partition
 
 
 def test_fetch_out_of_range_and_empty_records_are_empty_bytes(broker):
     with RawClient(broker.bootstrap) as client:
-        assert _create(client, "fetch-range") == ErrorCode.none
-        assert _produce(client, "fetch-range", build_batch([(None, b"a", (), 1), (None, b"b", (), 2)])).base_offset == 0
+        assert client.create_topic("fetch-range").error_code == ErrorCode.none
+        assert client.produce("fetch-range", build_batch([(None, b"a", (), 1), (None, b"b", (), 2)])).base_offset == 0
 
         def fetch(offset: int) -> object:
-            response = client.request(FETCH, 11, {"replica_id": -1, "max_wait": 0, "min_bytes": 0,
-                                                  "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
-                                                  "session_epoch": -1, "topics": [{"topic": "fetch-range", "partitions": [
-                                                      {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
-                                                       "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-                                                  "forgotten_topics_data": [], "rack_id": ""})
-            return response.responses[0].partitions[0]
+            return client.fetch([("fetch-range", 0, offset, 1 << 20)])[0]
 
         at_end = fetch(2)
         assert (at_end.error_code, at_end.high_watermark, at_end.records) == (ErrorCode.none, 2, b"")
@@ -143,8 +114,8 @@ def test_fetch_out_of_range_and_empty_records_are_empty_bytes(broker):
 
 def test_list_offsets_v0_for_old_go_clients(broker):
     with RawClient(broker.bootstrap) as client:
-        assert _create(client, "v0-topic") == ErrorCode.none
-        assert _produce(client, "v0-topic", build_batch([(None, b"%d" % i, (), i) for i in range(3)])).error_code == 0
+        assert client.create_topic("v0-topic").error_code == ErrorCode.none
+        assert client.produce("v0-topic", build_batch([(None, b"%d" % i, (), i) for i in range(3)])).error_code == 0
         for timestamp, expected in ((-1, (3,)), (-2, (0,))):
             client.correlation_id += 1
             body = write_request(ListOffsetsV0Request(replica_id=-1, topics=(("v0-topic", ((0, timestamp, 1),)),)))

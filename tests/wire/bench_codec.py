@@ -3,9 +3,7 @@ import io, sys, timeit
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'src'))
 from kio.serial import entity_writer
-from kio.index import load_request_schema
-from tidemark.wire.codec import decode_request, encode_response, error_response, KIO_API_RANGES
-from tidemark.wire.framing import FrameDecoder
+from tidemark.wire.codec import decode_request, encode_response, KIO_API_RANGES
 from kio.schema.request_header.v2 import RequestHeader as H2
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker, MetadataResponseTopic, MetadataResponsePartition

@@ -8,7 +8,6 @@ import datetime
 import functools
 import types
 import typing
-import uuid
 
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode

@@ -1,13 +1,10 @@
 import io
-import socket
 import struct
-import threading
 
 import pytest
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from kio.index import load_request_schema
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0

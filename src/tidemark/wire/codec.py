@@ -31,14 +31,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 from kio.schema.index import schema_name_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
 from . import list_offsets_v0
 from .errors import MalformedRequest
-from .list_offsets_v0 import ListOffsetsV0Request
 from .list_offsets_v0 import ListOffsetsV0Response
 
 __all__ = (
