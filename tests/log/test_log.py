@@ -269,3 +269,43 @@ def test_log_append_time_topics_stamp_batches_with_the_broker_clock(open_log):
     assert info.log_append_time == NOW + 42 and info.max_timestamp == NOW + 42
     ((_, header),) = list(iter_batches(log.read(0, 1 << 20)))
     assert header.timestamp_type == 1 and header.max_timestamp == NOW + 42
+
+
+def test_failed_write_leaves_no_partial_batch_and_takes_the_log_offline(open_log, monkeypatch):
+    import tidemark.log.segment as segment_module
+    from tidemark.log import LogOfflineError
+
+    log = open_log()
+    log.append(batch(2), now_ms=NOW)
+    size_before = log.active_segment.size
+    real_write = os.write
+
+    def half_then_fail(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(segment_module.os, "write", half_then_fail)
+    with pytest.raises(LogOfflineError):
+        log.append(batch(3), now_ms=NOW)
+    monkeypatch.setattr(segment_module.os, "write", real_write)
+    assert os.path.getsize(log.active_segment.log_path) == size_before  # the partial batch is gone
+    with pytest.raises(LogOfflineError):  # no more writes until a restart recovers the log
+        log.append(batch(1), now_ms=NOW)
+    with pytest.raises(LogOfflineError):
+        log.flush()
+    assert log.log_end_offset == 2 and len(log.read(0, 1 << 20)) == size_before
+
+
+def test_failed_fsync_takes_the_log_offline(open_log, monkeypatch):
+    import tidemark.log.log as log_module
+    from tidemark.log import LogOfflineError
+
+    log = open_log()
+    log.append(batch(1), now_ms=NOW)
+    monkeypatch.setattr(log_module.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(5, "EIO")))
+    with pytest.raises(LogOfflineError):
+        log.flush()
+    monkeypatch.undo()
+    with pytest.raises(LogOfflineError):  # a later fsync "succeeding" must not advance anything
+        log.flush()
+    assert log.recovery_point == 0

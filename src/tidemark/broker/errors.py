@@ -7,15 +7,22 @@ from kio.schema.errors import ErrorCode
 from tidemark.log import errors as log_errors
 from tidemark.records import errors as records_errors
 
+
+class PartitionDeletedError(Exception):
+    """The partition was deleted while a request waited on it."""
+
+
 _MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (records_errors.UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (records_errors.RecordTooLargeError, ErrorCode.message_too_large),
+    (records_errors.RecordListTooLargeError, ErrorCode.record_list_too_large),
+    (records_errors.InvalidRecordError, ErrorCode.invalid_record),
     (records_errors.CorruptRecordError, ErrorCode.corrupt_message),
     (log_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (log_errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (log_errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (OSError, ErrorCode.kafka_storage_error),
-    (LookupError, ErrorCode.unknown_topic_or_partition),
+    (PartitionDeletedError, ErrorCode.unknown_topic_or_partition),
     (TimeoutError, ErrorCode.request_timed_out),
 )
 

@@ -20,7 +20,9 @@ class Partition:
         self.log = log
         self.leader_epoch = leader_epoch
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._watchers: list[asyncio.Future[None]] = []
+        # One future shared by every long-poll fetch of this partition, replaced at each
+        # advance: waiters that time out leave nothing behind.
+        self._advanced: asyncio.Future[None] | None = None
 
     @property
     def high_watermark(self) -> int:
@@ -39,10 +41,7 @@ class Partition:
             else:
                 still_waiting.append((target, future))
         self._hw_waiters = still_waiting
-        watchers, self._watchers = self._watchers, []
-        for future in watchers:
-            if not future.done():
-                future.set_result(None)
+        self._wake_fetchers()
 
     def wait_for_high_watermark(self, target: int) -> asyncio.Future[None]:
         """A future done once the high watermark reaches `target` (an exclusive end offset)."""
@@ -54,17 +53,21 @@ class Partition:
         return future
 
     def watch(self) -> asyncio.Future[None]:
-        """A future done at the next high watermark advance (wakes long-poll fetches)."""
-        future = asyncio.get_running_loop().create_future()
-        self._watchers.append(future)
-        return future
+        """A future done at the next high watermark advance (wakes long-poll fetches).
+
+        Shared between callers: await it (or asyncio.wait on it) but never cancel it."""
+        if self._advanced is None:
+            self._advanced = asyncio.get_running_loop().create_future()
+        return self._advanced
+
+    def _wake_fetchers(self) -> None:
+        advanced, self._advanced = self._advanced, None
+        if advanced is not None and not advanced.done():
+            advanced.set_result(None)
 
     def fail_waiters(self, exc: BaseException) -> None:
         for _, future in self._hw_waiters:
             if not future.done():
                 future.set_exception(exc)
         self._hw_waiters = []
-        for future in self._watchers:
-            if not future.done():
-                future.set_result(None)
-        self._watchers = []
+        self._wake_fetchers()

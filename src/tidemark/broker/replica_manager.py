@@ -17,6 +17,7 @@ import structlog
 
 from tidemark.broker import metrics
 from tidemark.broker.config import BrokerConfig
+from tidemark.broker.errors import PartitionDeletedError
 from tidemark.broker.flusher import Flusher
 from tidemark.broker.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
@@ -135,7 +136,7 @@ class ReplicaManager:
             partition = self.partitions.pop((name, index), None)
             if partition is not None:
                 self.flusher.forget(partition)
-                partition.fail_waiters(LookupError(f"{name}-{index} was deleted"))
+                partition.fail_waiters(PartitionDeletedError(f"{name}-{index} was deleted"))
                 self.logs.delete_partition(name, index)
         metrics.PARTITIONS.set(len(self.partitions))
         log.info("topic_deleted", topic=name)

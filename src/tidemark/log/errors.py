@@ -4,6 +4,7 @@ from tidemark.records.errors import CorruptRecordError, RecordTooLargeError
 
 __all__ = [
     "CorruptRecordError",
+    "LogOfflineError",
     "InvalidProducerEpochError",
     "LogError",
     "OffsetOutOfRangeError",
@@ -26,3 +27,11 @@ class InvalidProducerEpochError(LogError):
 
 class OutOfOrderSequenceError(LogError):
     """An idempotent producer's batch does not follow its last sequence number."""
+
+
+class LogOfflineError(LogError, OSError):
+    """A write or fsync of this log failed; it takes no more writes until restart recovers it.
+
+    After a failed fsync the kernel may have dropped the dirty pages while a later fsync
+    reports success, so carrying on could acknowledge records that are gone (Kafka takes the
+    whole log directory offline for the same reason)."""

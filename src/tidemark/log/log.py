@@ -8,11 +8,12 @@ import threading
 import time
 from bisect import bisect_right
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tidemark.records import (
     BatchHeader,
-    CorruptRecordError,
+    InvalidRecordError,
+    RecordListTooLargeError,
     RecordTooLargeError,
     decode_records,
     iter_batches,
@@ -22,7 +23,7 @@ from tidemark.records import (
 )
 
 from .config import LogConfig
-from .errors import OffsetOutOfRangeError
+from .errors import LogOfflineError, OffsetOutOfRangeError
 from .producer_state import ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 
@@ -45,6 +46,7 @@ class AppendInfo(NamedTuple):
 
 class Log:
     def __init__(self, directory: Path, config: LogConfig):
+        self.offline: BaseException | None = None  # the write or fsync failure that stopped this log
         self.directory = directory
         self.config = config
         self._segments: list[LogSegment] = []
@@ -166,6 +168,8 @@ class Log:
         Nothing is written unless every batch is valid; an idempotent producer's retried batch
         is answered with its original offsets (duplicate=True) and not written again.
         """
+        if self.offline is not None:
+            raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
         buf = bytearray(records)
         batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
         if not batches:
@@ -175,12 +179,17 @@ class Log:
                 raise RecordTooLargeError(
                     f"batch of {h.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}"
                 )
-            if h.records_count != h.last_offset_delta + 1:  # Kafka's check on client batches
-                raise CorruptRecordError(
+            # Kafka's LogValidator checks on batches from clients.
+            if h.records_count == 0 or h.records_count != h.last_offset_delta + 1:
+                raise InvalidRecordError(
                     f"batch at {pos}: {h.records_count} records but last offset delta {h.last_offset_delta}"
                 )
+            if h.is_control:
+                raise InvalidRecordError(f"batch at {pos}: clients may not write control batches")
         if len(buf) > self.config.segment_bytes:
-            raise RecordTooLargeError(f"{len(buf)} bytes of batches exceed segment.bytes {self.config.segment_bytes}")
+            raise RecordListTooLargeError(
+                f"{len(buf)} bytes of batches exceed segment.bytes {self.config.segment_bytes}"
+            )
         duplicate = self.producer_state.check([h for _, h in batches])
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, duplicate=True)
@@ -205,7 +214,11 @@ class Log:
             seg = self.active_segment
             if seg.should_roll(len(buf), last, now_ms, self.config.segment_bytes, self.config.segment_ms):
                 seg = self._roll(first)
-            seg.append(buf, assigned, now_ms)
+            try:
+                seg.append(buf, assigned, now_ms)
+            except OSError as exc:
+                self.offline = exc
+                raise LogOfflineError(f"append to {self.directory.name} failed: {exc}") from exc
         for _, h in assigned:
             self.producer_state.update(h)
         return AppendInfo(first, last, max_ts, offset_of_max_ts, log_append_time)
@@ -292,31 +305,37 @@ class Log:
         with self._lock:
             if self._closed:
                 return self._recovery_point
+            if self.offline is not None:
+                raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
             end = self.log_end_offset
             active = self.active_segment
             targets: list[tuple[LogSegment, int, int]] = []  # (segment, size synced, dup fd)
-            index_fds: list[int] = []
+            index_fds: list[tuple[Any, int]] = []  # (index, dup fd)
             for seg in self._segments:
                 if seg.flushed_size != seg.size:
                     targets.append((seg, seg.size, os.dup(seg.fd)))
                 if seg is not active:
                     for index in (seg.offset_index, seg.time_index):
                         if index.dirty:
-                            index.dirty = False
-                            index_fds.append(os.dup(index.fd))
+                            index_fds.append((index, os.dup(index.fd)))
             dir_fd = os.open(self.directory, os.O_RDONLY) if self._dir_dirty else -1
             self._dir_dirty = False
         try:
             for _, _, fd in targets:
                 os.fsync(fd)
-            for fd in index_fds:
+            for _, fd in index_fds:
                 os.fsync(fd)
             if dir_fd >= 0:
                 os.fsync(dir_fd)
+        except OSError as exc:
+            self.offline = exc
+            raise LogOfflineError(f"fsync of {self.directory.name} failed: {exc}") from exc
         finally:
-            for fd in [fd for _, _, fd in targets] + index_fds + ([dir_fd] if dir_fd >= 0 else []):
+            for fd in [fd for _, _, fd in targets] + [fd for _, fd in index_fds] + ([dir_fd] if dir_fd >= 0 else []):
                 os.close(fd)
         with self._lock:
+            for index, _ in index_fds:
+                index.dirty = False
             for seg, size, _ in targets:
                 seg.flushed_size = max(seg.flushed_size, size)
             self._recovery_point = max(self._recovery_point, end)
@@ -367,19 +386,22 @@ class Log:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, *, flush: bool = True) -> None:
+        """Close the files; with `flush` (and the log still online) make everything durable first."""
         if self._closed:
             return
-        self.flush()
+        if flush and self.offline is None:
+            self.flush()
+            with self._lock:
+                for index in (self.active_segment.offset_index, self.active_segment.time_index):
+                    os.fsync(index.fd)
         with self._lock:
-            for index in (self.active_segment.offset_index, self.active_segment.time_index):
-                os.fsync(index.fd)
             self._closed = True
             for seg in self._segments:
                 seg.close()
 
     def delete(self) -> None:
-        self.close()
+        self.close(flush=False)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def __repr__(self) -> str:

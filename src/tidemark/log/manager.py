@@ -122,7 +122,7 @@ class LogManager:
         log = self._logs.pop((topic, partition), None)
         if log is None:
             return
-        log.close()
+        log.close(flush=False)  # about to be deleted: nothing to make durable
         doomed = log.directory.with_name(f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         os.rename(log.directory, doomed)
         shutil.rmtree(doomed, ignore_errors=True)

@@ -148,8 +148,14 @@ class LogSegment:
             self.rolling_time_ms = now_ms
         view = memoryview(data)
         written = 0
-        while written < len(data):
-            written += os.write(self.fd, view[written:])
+        try:
+            while written < len(data):
+                written += os.write(self.fd, view[written:])
+        except OSError:
+            # Never leave part of a batch behind: it would sit where the next batch's index
+            # entry points. (If even this fails, the log is offline and recovery truncates.)
+            os.ftruncate(self.fd, self.size)
+            raise
         for rel, h in headers:
             self._track(self.size + rel, h, self.offset_index.append, self.time_index.maybe_append)
         self.size += len(data)

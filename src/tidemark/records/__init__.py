@@ -16,13 +16,22 @@ from .batch import (
     validate_batch,
 )
 from .compression import CompressionType, compress, decompress
-from .errors import CorruptRecordError, RecordsError, RecordTooLargeError, UnsupportedMagicError
+from .errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordListTooLargeError,
+    RecordsError,
+    RecordTooLargeError,
+    UnsupportedMagicError,
+)
 
 __all__ = [
     "BATCH_OVERHEAD",
     "BatchHeader",
     "CompressionType",
     "CorruptRecordError",
+    "InvalidRecordError",
+    "RecordListTooLargeError",
     "NewRecord",
     "Record",
     "RecordTooLargeError",

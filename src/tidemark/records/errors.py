@@ -15,3 +15,12 @@ class UnsupportedMagicError(CorruptRecordError):
 
 class RecordTooLargeError(RecordsError):
     """A batch larger than the configured maximum (Kafka's MESSAGE_TOO_LARGE)."""
+
+
+class InvalidRecordError(RecordsError):
+    """A well-formed batch a client may not write (Kafka's INVALID_RECORD): no records, a
+    record count that disagrees with the offset delta, or a control batch."""
+
+
+class RecordListTooLargeError(RecordsError):
+    """One request's batches exceed the segment size (Kafka's RECORD_LIST_TOO_LARGE)."""

@@ -21,11 +21,11 @@ READ_COMMITTED = 1
 def _read_all(broker: Broker, body: Any) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
     """One pass over the requested partitions: (topic responses, bytes read, partitions, any error)."""
     replicas = broker.replicas
-    remaining = body.max_bytes if hasattr(body, "max_bytes") else 2**31 - 1
+    remaining = body.max_bytes
     total = 0
     errors = False
     partitions: list[Partition] = []
-    aborted = [] if getattr(body, "isolation_level", 0) == READ_COMMITTED else None
+    aborted = [] if body.isolation_level == READ_COMMITTED else None
     responses = []
     for fetch_topic in body.topics:
         topic_id = getattr(fetch_topic, "topic_id", None)
@@ -80,11 +80,9 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any]:
         if total >= body.min_bytes or errors or remaining <= 0:
             break
         # Long poll: sleep until a fetched partition's high watermark moves, or max_wait passes.
-        watches = [partition.watch() for partition in partitions]
+        watches = {partition.watch() for partition in partitions}  # shared futures: never cancelled
         if watches:
-            _, pending = await asyncio.wait(watches, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            for future in pending:
-                future.cancel()
+            await asyncio.wait(watches, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         else:
             await asyncio.sleep(remaining)
     metrics.BYTES_OUT.inc(total)

@@ -10,20 +10,17 @@ if TYPE_CHECKING:
     from tidemark.broker.server import Broker
     from tidemark.wire.codec import Request
 
-MAX_EPOCH = 32767
-
-
 async def handle(broker: Broker, request: Request) -> dict[str, Any]:
     body = request.body
+    if body.transactional_id == "":
+        return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "producer_id": -1, "producer_epoch": -1}
     if body.transactional_id is not None:
         # No transaction coordinator: refuse clearly instead of letting the client retry forever.
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
                 "producer_id": -1, "producer_epoch": -1}
-    producer_id = getattr(body, "producer_id", -1)
-    producer_epoch = getattr(body, "producer_epoch", -1)
-    if producer_id >= 0 and 0 <= producer_epoch < MAX_EPOCH - 1:
-        # KIP-360: an idempotent producer bumps its epoch to reset its sequences.
-        return {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": producer_epoch + 1}
+    # Without a transactional id Kafka always hands out a fresh producer id at epoch 0, even
+    # when the client names its current id and epoch (KIP-360): bumping a named id would let
+    # any client fence another producer.
     return {
         "throttle_time": 0,
         "error_code": 0,
