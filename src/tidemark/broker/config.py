@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tidemark.log.config import LogConfig
+
 LONG_MAX = 2**63 - 1
 
 
@@ -86,20 +88,33 @@ BROKER_SETTINGS: dict[str, Setting] = {
     )
 }
 
-# Which broker setting supplies the default of each topic-level setting (Kafka's mapping).
-TOPIC_SETTINGS: dict[str, str] = {
-    "cleanup.policy": "log.cleanup.policy",
-    "segment.bytes": "log.segment.bytes",
-    "segment.ms": "log.roll.ms",
-    "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes",
-    "index.interval.bytes": "log.index.interval.bytes",
-    "segment.index.bytes": "log.index.size.max.bytes",
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
+# Topic-level settings tidemark acts on: topic name -> (broker setting giving the default,
+# LogConfig field it sets, or None when the broker reads it elsewhere).
+TOPIC_SETTINGS: dict[str, tuple[str, str | None]] = {
+    "cleanup.policy": ("log.cleanup.policy", "cleanup_policy"),
+    "segment.bytes": ("log.segment.bytes", "segment_bytes"),
+    "segment.ms": ("log.roll.ms", "segment_ms"),
+    "retention.ms": ("log.retention.ms", "retention_ms"),
+    "retention.bytes": ("log.retention.bytes", "retention_bytes"),
+    "index.interval.bytes": ("log.index.interval.bytes", "index_interval_bytes"),
+    "segment.index.bytes": ("log.index.size.max.bytes", "segment_index_bytes"),
+    "max.message.bytes": ("message.max.bytes", "max_message_bytes"),
+    "message.timestamp.type": ("log.message.timestamp.type", "message_timestamp_type"),
+    "flush.messages": ("log.flush.interval.messages", None),
+    "flush.ms": ("log.flush.interval.ms", None),
 }
+
+# Kafka's other topic-level settings: accepted and kept with the topic (admin tools, Streams
+# and Connect send them), not acted on by a single broker.
+STORED_TOPIC_SETTINGS = frozenset({
+    "compression.type", "delete.retention.ms", "file.delete.delay.ms",
+    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
+    "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms",
+    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
+    "remote.storage.enable", "segment.jitter.ms", "unclean.leader.election.enable",
+})
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -180,24 +195,32 @@ class BrokerConfig:
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic-level settings' broker defaults, keyed by the topic-level name."""
-        defaults = {name: self[broker_name] for name, broker_name in TOPIC_SETTINGS.items()}
+        defaults = {name: self[broker_name] for name, (broker_name, _) in TOPIC_SETTINGS.items()}
         defaults["retention.ms"] = self.retention_ms
         defaults["segment.ms"] = self.roll_ms
         return defaults
+
+    def log_config(self, topic_configs: Mapping[str, Any]) -> LogConfig:
+        """The LogConfig of a topic: its own overrides over the broker's defaults."""
+        effective = {**self.topic_defaults(), **topic_configs}
+        return LogConfig(**{field: effective[name] for name, (_, field) in TOPIC_SETTINGS.items() if field})
 
 
 def _minutes_to_ms(minutes: int) -> int:
     return -1 if minutes < 0 else minutes * 60 * 1000
 
 
-def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, Any]:
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
     """Parse topic-level overrides (CreateTopics configs); raise ConfigError naming a bad one."""
     parsed: dict[str, Any] = {}
     for name, raw in configs.items():
-        broker_name = TOPIC_SETTINGS.get(name)
-        if broker_name is None:
-            raise ConfigError(f"unknown topic config {name!r}")
         if raw is None:
             continue
-        parsed[name] = _parse_setting(dataclasses.replace(BROKER_SETTINGS[broker_name], name=name), raw, "")
+        if name in STORED_TOPIC_SETTINGS:
+            parsed[name] = raw
+            continue
+        if name not in TOPIC_SETTINGS:
+            raise ConfigError(f"unknown topic config {name!r}")
+        broker_setting = BROKER_SETTINGS[TOPIC_SETTINGS[name][0]]
+        parsed[name] = _parse_setting(dataclasses.replace(broker_setting, name=name), raw, "")
     return parsed

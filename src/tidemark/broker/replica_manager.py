@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from kio.schema.errors import ErrorCode
 
 from tidemark.broker import metrics
 from tidemark.broker.config import BrokerConfig
@@ -25,19 +26,6 @@ from tidemark.log.config import LogConfig
 from tidemark.log.manager import LogManager
 
 log = structlog.get_logger("tidemark.replica_manager")
-
-# topic-level setting -> LogConfig field
-_LOG_CONFIG_FIELDS = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "segment.index.bytes": "segment_index_bytes",
-    "max.message.bytes": "max_message_bytes",
-    "cleanup.policy": "cleanup_policy",
-    "message.timestamp.type": "message_timestamp_type",
-}
 
 CHECKPOINT_INTERVAL_S = 60.0
 
@@ -51,20 +39,16 @@ class ReplicaManager:
         self.config = config
         self.data_dir = data_dir
         self.metadata = EmbeddedMetadata(data_dir, config.node_id)
-        self.logs = LogManager(data_dir, self.log_config({}))
+        self.logs = LogManager(data_dir, self.config.log_config({}))
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.flusher = Flusher()
         self._tasks: list[asyncio.Task[None]] = []
-
-    def log_config(self, topic_configs: dict[str, Any]) -> LogConfig:
-        effective = {**self.config.topic_defaults(), **topic_configs}
-        return LogConfig(**{field: effective[name] for name, field in _LOG_CONFIG_FIELDS.items()})
 
     def open(self) -> None:
         """Recover every log on disk and attach it to a known topic's partition."""
         def config_for(topic_name: str) -> LogConfig:
             topic = self.metadata.get(topic_name)
-            return self.log_config(topic.configs if topic else {})
+            return self.config.log_config(topic.configs if topic else {})
 
         self.logs.open(config_for=config_for)
         for (topic_name, index), partition_log in self.logs.logs().items():
@@ -115,7 +99,7 @@ class ReplicaManager:
                 )
 
     def _ensure_partitions(self, topic: TopicMetadata) -> None:
-        config = self.log_config(topic.configs)
+        config = self.config.log_config(topic.configs)
         for index in range(topic.partitions):
             if (topic.name, index) not in self.partitions:
                 partition_log = self.logs.get_or_create(topic.name, index, config)
@@ -146,6 +130,14 @@ class ReplicaManager:
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         return self.metadata.by_id(topic_id)
+
+    def resolve_topic(self, name: str | None, topic_id: uuid.UUID | None) -> tuple[TopicMetadata | None, ErrorCode]:
+        """The topic a request names, by id (newer versions) or by name, and the error for a miss."""
+        if topic_id is not None:
+            topic = self.metadata.by_id(topic_id)
+            return topic, ErrorCode.none if topic else ErrorCode.unknown_topic_id
+        topic = self.metadata.get(name) if name is not None else None
+        return topic, ErrorCode.none if topic else ErrorCode.unknown_topic_or_partition
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))

@@ -20,6 +20,9 @@ METADATA_FILE = "tidemark-metadata.json"
 META_PROPERTIES = "meta.properties"
 PRODUCER_ID_BLOCK_SIZE = 1000
 
+# Topics the broker creates itself, with their own settings (the offsets topic, transactions).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
 

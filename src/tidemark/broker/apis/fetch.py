@@ -28,8 +28,8 @@ def _read_all(broker: Broker, body: Any) -> tuple[list[dict[str, Any]], int, lis
     aborted = [] if body.isolation_level == READ_COMMITTED else None
     responses = []
     for fetch_topic in body.topics:
-        topic_id = getattr(fetch_topic, "topic_id", None)
-        topic = replicas.topic_by_id(topic_id) if topic_id is not None else replicas.topic(fetch_topic.topic)
+        topic_id = getattr(fetch_topic, "topic_id", None)  # v13+ names topics by id
+        topic, missing = replicas.resolve_topic(getattr(fetch_topic, "topic", None), topic_id)
         partition_responses = []
         for wanted in fetch_topic.partitions:
             response: dict[str, Any] = {
@@ -40,10 +40,7 @@ def _read_all(broker: Broker, body: Any) -> tuple[list[dict[str, Any]], int, lis
             partition_responses.append(response)
             partition = replicas.partition(topic.name, wanted.partition) if topic is not None else None
             if partition is None:
-                response["error_code"] = (
-                    ErrorCode.unknown_topic_id if topic_id is not None and topic is None
-                    else ErrorCode.unknown_topic_or_partition
-                )
+                response["error_code"] = missing or ErrorCode.unknown_topic_or_partition
                 errors = True
                 continue
             partitions.append(partition)
@@ -65,7 +62,7 @@ def _read_all(broker: Broker, body: Any) -> tuple[list[dict[str, Any]], int, lis
             response["records"] = records
             total += len(records)
             remaining = max(0, remaining - len(records))
-        responses.append({"topic": fetch_topic.topic if topic_id is None else None, "topic_id": topic_id,
+        responses.append({"topic": getattr(fetch_topic, "topic", None), "topic_id": topic_id,
                           "partitions": partition_responses})
     return responses, total, partitions, errors
 

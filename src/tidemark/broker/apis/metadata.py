@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.cluster.embedded import InvalidTopicError, TopicMetadata, validate_topic_name
+from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, TopicMetadata, validate_topic_name
 
 if TYPE_CHECKING:
     from tidemark.broker.server import Broker
@@ -58,7 +58,7 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any]:
                 topics.append(topic_entry(broker, topic) if topic else _error_entry(None, ErrorCode.unknown_topic_id))
                 continue
             topic = replicas.topic(name)
-            if topic is None and allow_auto_create:
+            if topic is None and allow_auto_create and name not in INTERNAL_TOPICS:
                 try:
                     validate_topic_name(name)
                 except InvalidTopicError:

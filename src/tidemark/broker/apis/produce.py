@@ -30,8 +30,8 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
     topic_responses: list[dict[str, Any]] = []
     waits = []
     for topic_data in body.topic_data:
-        topic_id = getattr(topic_data, "topic_id", None)
-        topic = replicas.topic_by_id(topic_id) if topic_id is not None else replicas.topic(topic_data.name)
+        topic_id = getattr(topic_data, "topic_id", None)  # v13+ names topics by id
+        topic, missing = replicas.resolve_topic(getattr(topic_data, "name", None), topic_id)
         partition_responses = []
         for data in topic_data.partition_data:
             response = {"index": data.index, "error_code": 0, "base_offset": -1, "log_append_time": -1,
@@ -42,8 +42,7 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
                 response["error_code"] = ErrorCode.invalid_required_acks
                 continue
             if partition is None:
-                response["error_code"] = ErrorCode.unknown_topic_id if topic_id is not None and topic is None \
-                    else ErrorCode.unknown_topic_or_partition
+                response["error_code"] = missing or ErrorCode.unknown_topic_or_partition
                 continue
             records = data.records or b""
             try:
@@ -63,7 +62,7 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
             if acks == -1:
                 waits.append((response, partition, info.last_offset + 1))
         topic_responses.append(
-            {"name": topic_data.name if topic_id is None else None, "topic_id": topic_id,
+            {"name": getattr(topic_data, "name", None), "topic_id": topic_id,
              "partition_responses": partition_responses}
         )
     if acks == 0:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker.config import ConfigError, validate_topic_configs
-from tidemark.cluster.embedded import InvalidTopicError, validate_topic_name
+from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
 
 if TYPE_CHECKING:
     from tidemark.broker.server import Broker
@@ -27,6 +27,8 @@ def _create_one(broker: Broker, item: Any, validate_only: bool) -> dict[str, Any
         return failed(ErrorCode.invalid_topic_exception, str(exc))
     if replicas.topic(name) is not None:
         return failed(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    if name in INTERNAL_TOPICS:
+        return failed(ErrorCode.invalid_request, f"Topic '{name}' is internal: the broker creates it.")
     partitions = item.num_partitions
     if item.assignments:
         if partitions != -1 or item.replication_factor != -1:
@@ -66,10 +68,23 @@ def _create_one(broker: Broker, item: Any, validate_only: bool) -> dict[str, Any
     }
 
 
+def _duplicates(names: list[Any]) -> set[Any]:
+    seen: set[Any] = set()
+    return {name for name in names if name in seen or seen.add(name)}
+
+
 async def handle_create(broker: Broker, request: Request) -> dict[str, Any]:
     body = request.body
     validate_only = getattr(body, "validate_only", False)
-    return {"throttle_time": 0, "topics": [_create_one(broker, item, validate_only) for item in body.topics]}
+    duplicated = _duplicates([item.name for item in body.topics])
+    results = []
+    for item in body.topics:
+        if item.name in duplicated:  # Kafka refuses every copy of a name given twice
+            results.append({"name": item.name, "topic_id": None, "error_code": ErrorCode.invalid_request,
+                            "error_message": "Duplicate topic name.", "configs": None})
+        else:
+            results.append(_create_one(broker, item, validate_only))
+    return {"throttle_time": 0, "topics": results}
 
 
 async def handle_delete(broker: Broker, request: Request) -> dict[str, Any]:
@@ -79,12 +94,16 @@ async def handle_delete(broker: Broker, request: Request) -> dict[str, Any]:
         wanted = [(name, None) for name in body.topic_names]
     else:
         wanted = [(item.name, item.topic_id) for item in body.topics]
+    duplicated = _duplicates([name if name is not None else topic_id for name, topic_id in wanted])
     responses = []
     for name, topic_id in wanted:
-        topic = replicas.topic(name) if name is not None else replicas.topic_by_id(topic_id)
+        if (name if name is not None else topic_id) in duplicated:
+            responses.append({"name": name, "topic_id": topic_id, "error_code": ErrorCode.invalid_request,
+                              "error_message": "Duplicate topic name or id."})
+            continue
+        topic, missing = replicas.resolve_topic(name, topic_id if name is None else None)
         if topic is None:
-            code = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
-            responses.append({"name": name, "topic_id": topic_id, "error_code": code})
+            responses.append({"name": name, "topic_id": topic_id, "error_code": missing})
             continue
         if not broker.config["delete.topic.enable"]:
             responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.topic_deletion_disabled})
