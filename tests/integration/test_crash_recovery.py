@@ -97,6 +97,7 @@ def test_garbage_tail_is_truncated_at_restart(make_broker, shutdown):
 
     restarted = make_broker(data_dir=broker.data_dir, port=broker.port).start()
     assert segment.stat().st_size == good_size, "the garbage tail was not truncated"
+    assert '"event": "log_truncated_at_recovery"' in restarted.log_text()
     seen = consume_assigned(restarted.bootstrap, "torn", 1, expected=500, timeout_s=30)
     assert seen[0] == [(i, b"k%d" % i, b"v%d" % i) for i in range(500)]
     produce_all(restarted.bootstrap, "torn", [(0, b"new", b"next")])

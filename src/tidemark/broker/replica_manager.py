@@ -50,7 +50,10 @@ class ReplicaManager:
             topic = self.metadata.get(topic_name)
             return self.config.log_config(topic.configs if topic else {})
 
+        started = time.perf_counter()
         self.logs.open(config_for=config_for)
+        log.info("logs_loaded", logs=len(self.logs.logs()), clean_shutdown=self.logs.clean_shutdown,
+                 seconds=round(time.perf_counter() - started, 3))
         for (topic_name, index), partition_log in self.logs.logs().items():
             topic = self.metadata.get(topic_name)
             if topic is None or index >= topic.partitions:

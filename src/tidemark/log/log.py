@@ -10,6 +10,8 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import structlog
+
 from tidemark.records import (
     BatchHeader,
     InvalidRecordError,
@@ -29,6 +31,9 @@ from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 
 # Files Kafka leaves behind mid-operation; tidemark never needs them back.
 _TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
+
+
+_logger = structlog.get_logger("tidemark.log")
 
 
 def _now_ms() -> int:
@@ -118,6 +123,9 @@ class Log:
             log.producer_state = ProducerStateManager()
         log.log_start_offset = start
         log.high_watermark = log.log_end_offset
+        if cut:
+            _logger.warning("log_truncated_at_recovery", log=directory.name, log_end_offset=log.log_end_offset,
+                            clean_shutdown=clean_shutdown)
         if clean_shutdown and not cut:
             log._recovery_point = log.log_end_offset
         else:
