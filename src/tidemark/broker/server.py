@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -125,14 +126,7 @@ class Broker:
         return encode_response(request, result)
 
 
-_RESPONSE_CLASSES: dict[tuple[int, int], type] = {}
-
-
-def _response_class(api_key: int, version: int) -> type:
-    cls = _RESPONSE_CLASSES.get((api_key, version))
-    if cls is None:
-        cls = _RESPONSE_CLASSES[(api_key, version)] = load_response_schema(api_key, version)
-    return cls
+_response_class = functools.cache(load_response_schema)
 
 
 class Connection(asyncio.BufferedProtocol):

@@ -26,9 +26,8 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
     acks = body.acks
     replicas = broker.replicas
     now_ms = int(time.time() * 1000)
-    # (topic key, partition index) -> response dict; waits: (partition response, partition, end offset)
     topic_responses: list[dict[str, Any]] = []
-    waits = []
+    waits = []  # acks=-1: (partition response, partition, end offset its high watermark must reach)
     for topic_data in body.topic_data:
         topic_id = getattr(topic_data, "topic_id", None)  # v13+ names topics by id
         topic, missing = replicas.resolve_topic(getattr(topic_data, "name", None), topic_id)
