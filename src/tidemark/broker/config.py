@@ -85,6 +85,21 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("message.max.bytes", 1048588, 0),
         _int("replica.fetch.max.bytes", 1048576, 0),
         _int("request.timeout.ms", 30000, 0),
+        # The offsets topic and the offset manager (shared/reference/kafka-offsets-facts.md §3).
+        _int("offsets.topic.num.partitions", 50, 1),
+        _int("offsets.topic.replication.factor", 3, 1),
+        _int("offsets.topic.segment.bytes", 104857600, 1),
+        _int("offsets.topic.compression.codec", 0, 0),
+        _int("offsets.retention.minutes", 10080, 1),
+        _int("offsets.retention.check.interval.ms", 600000, 1),
+        _int("offsets.commit.timeout.ms", 5000, 1),
+        _int("offsets.load.buffer.size", 5242880, 1),
+        _int("offset.metadata.max.bytes", 4096, 0),
+        # Consumer groups.
+        _int("group.min.session.timeout.ms", 6000, 0),
+        _int("group.max.session.timeout.ms", 1800000, 0),
+        _int("group.initial.rebalance.delay.ms", 3000, 0),
+        _int("group.max.size", 2**31 - 1, 1),
     )
 }
 

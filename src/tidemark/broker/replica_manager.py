@@ -23,6 +23,7 @@ from tidemark.broker.flusher import Flusher
 from tidemark.broker.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
 from tidemark.log.config import LogConfig
+from tidemark.log.log import AppendInfo
 from tidemark.log.manager import LogManager
 
 log = structlog.get_logger("tidemark.replica_manager")
@@ -127,6 +128,14 @@ class ReplicaManager:
                 self.logs.delete_partition(name, index)
         metrics.PARTITIONS.set(len(self.partitions))
         log.info("topic_deleted", topic=name)
+
+    def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None) -> AppendInfo:
+        """Append to a partition's log and schedule the group-commit flush that commits it."""
+        info = partition.log.append(records, leader_epoch=partition.leader_epoch,
+                                    now_ms=now_ms() if timestamp_ms is None else timestamp_ms)
+        if not info.duplicate:
+            self.flusher.mark_dirty(partition)
+        return info
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.metadata.get(name)

@@ -45,7 +45,7 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
                 continue
             records = data.records or b""
             try:
-                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+                info = replicas.append(partition, records, now_ms)
             except Exception as exc:  # noqa: BLE001 - every failure becomes that partition's error code
                 response["error_code"] = error_code_for(exc)
                 response["error_message"] = str(exc) or None
@@ -57,7 +57,6 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
             if not info.duplicate:
                 metrics.BYTES_IN.inc(len(records))
                 metrics.MESSAGES_IN.inc(info.last_offset - info.first_offset + 1)
-                broker.replicas.flusher.mark_dirty(partition)
             if acks == -1:
                 waits.append((response, partition, info.last_offset + 1))
         topic_responses.append(
