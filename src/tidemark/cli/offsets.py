@@ -1,0 +1,185 @@
+"""`tidemark offsets`: look inside the `__consumer_offsets` topic.
+
+`tidemark offsets dump` reads the segment files of the offsets partitions straight from a data
+directory and prints one line per record, like kafka-dump-log's offsets decoder:
+
+    partition: 7 offset: 0 key: {"group":"g","topic":"t","partition":0} value: {"offset":42,...}
+
+Values print as compact JSON of the decoded record (bytes fields as base64), a null value as
+`<tombstone>`, and a key of a record type tidemark does not decode as `unknown version N`.
+Stdout carries only these lines so they can be piped; warnings and the progress bar go to stderr.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import re
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from tidemark.records import RecordsError, decode_records, iter_batches
+from tidemark.records.offsets_schema import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    UnknownKey,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_PARTITION_DIR = re.compile(re.escape(OFFSETS_TOPIC) + r"-(\d+)")
+_CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
+
+
+def _json_default(obj):
+    if isinstance(obj, bytes):
+        return base64.b64encode(obj).decode("ascii")
+    raise TypeError(f"cannot render {type(obj).__name__}")
+
+
+def render(record) -> str:
+    """Compact JSON of a decoded key or value dataclass; bytes fields as base64."""
+    return json.dumps(
+        dataclasses.asdict(record), separators=(",", ":"), ensure_ascii=False, default=_json_default
+    )
+
+
+def format_record(partition: int, offset: int, key: bytes | None, value: bytes | None) -> str:
+    """One dump line for a (non-control) record of an offsets partition."""
+    prefix = f"partition: {partition} offset: {offset}"
+    if key is None:
+        decoded_key = None
+        key_text = "<null>"
+    else:
+        try:
+            decoded_key = decode_key(key)
+        except ValueError as exc:
+            decoded_key = None
+            key_text = f"<malformed: {exc}>"
+        else:
+            if isinstance(decoded_key, UnknownKey):
+                key_text = f"unknown version {decoded_key.version}"
+            else:
+                key_text = render(decoded_key)
+    if value is None:
+        value_text = "<tombstone>"
+    elif isinstance(decoded_key, OffsetCommitKey | GroupMetadataKey):
+        decode = decode_offset_commit_value if isinstance(decoded_key, OffsetCommitKey) else decode_group_metadata_value
+        try:
+            value_text = render(decode(value))
+        except ValueError as exc:
+            value_text = f"<malformed: {exc}>"
+    else:
+        value_text = f"<{len(value)} bytes>"
+    return f"{prefix} key: {key_text} value: {value_text}"
+
+
+def format_control_record(partition: int, offset: int, key: bytes | None) -> str:
+    """A transaction marker (transactional offset commits end with one)."""
+    if key is not None and len(key) >= 4:
+        _version, kind = struct.unpack_from(">hh", key)
+        marker = _CONTROL_TYPES.get(kind, f"type {kind}")
+    else:
+        marker = "<malformed>"
+    return f"partition: {partition} offset: {offset} control: {marker}"
+
+
+def dump_segment(partition: int, data: bytes, warn=lambda message: None) -> Iterator[str]:
+    """The dump lines of one segment file's bytes (concatenated RecordBatch v2 batches)."""
+    end = 0
+    for pos, header in iter_batches(data, validate=False):
+        end = pos + header.size
+        try:
+            records = decode_records(data, pos)
+        except RecordsError as exc:
+            warn(f"partition {partition}: batch at offset {header.base_offset} skipped: {exc}")
+            continue
+        for record in records:
+            if header.is_control:
+                yield format_control_record(partition, record.offset, record.key)
+            else:
+                yield format_record(partition, record.offset, record.key, record.value)
+    if end < len(data):
+        warn(f"partition {partition}: {len(data) - end} bytes after the last complete batch ignored")
+
+
+def partition_dirs(data_dir: Path, partition: int | None) -> list[tuple[int, Path]]:
+    """The offsets partition directories to dump, in partition order."""
+    if partition is not None:
+        path = data_dir / f"{OFFSETS_TOPIC}-{partition}"
+        if not path.is_dir():
+            raise click.ClickException(f"no {OFFSETS_TOPIC}-{partition} directory in {data_dir}")
+        return [(partition, path)]
+    found = []
+    for path in data_dir.iterdir():
+        match = _PARTITION_DIR.fullmatch(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+@click.group()
+def offsets() -> None:
+    """Inspect the __consumer_offsets topic."""
+
+
+@offsets.command()
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The broker's data directory (holding __consumer_offsets-N directories).",
+)
+@click.option("--partition", type=click.IntRange(min=0), default=None, help="Only this partition (default: all).")
+def dump(data_dir: Path, partition: int | None) -> None:
+    """Decode the __consumer_offsets segment files: one line per record on stdout."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    stderr = Console(stderr=True)
+
+    def warn(message: str) -> None:
+        stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+
+    segments = [
+        (number, segment)
+        for number, directory in partition_dirs(data_dir, partition)
+        for segment in sorted(directory.glob("*.log"))
+        if segment.is_file()
+    ]
+    progress = None
+    if len(segments) > 1:
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=stderr,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        task = progress.add_task(OFFSETS_TOPIC, total=sum(s.stat().st_size for _, s in segments))
+        progress.start()
+    try:
+        for number, segment in segments:
+            if progress is not None:
+                progress.update(task, description=f"{OFFSETS_TOPIC}-{number}/{segment.name}")
+            data = segment.read_bytes()
+            for line in dump_segment(number, data, warn):
+                click.echo(line)
+            if progress is not None:
+                progress.advance(task, len(data))
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+__all__ = ["dump", "dump_segment", "format_control_record", "format_record", "offsets", "partition_dirs", "render"]
