@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tidemark.cli.offsets import offsets
 from tidemark.cli.serve import serve
 
 
@@ -14,3 +15,4 @@ def main() -> None:
 
 
 main.add_command(serve)
+main.add_command(offsets)
