@@ -1,0 +1,306 @@
+"""A classic consumer group: its states, the transition table, its members.
+
+The state names are the strings DescribeGroups and ListGroups return. Every state change goes
+through `Group.transition_to`, which checks `TRANSITIONS`; an illegal transition raises
+`IllegalStateTransition` (a bug in the coordinator, never a client error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+
+from tidemark.records.offsets_schema import GroupMetadataValue, MemberMetadata
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+# Target state -> the states a group may be in before it (Kafka's classic group state table).
+TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE}),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.DEAD: frozenset(GroupState),
+}
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+class IllegalStateTransition(AssertionError):
+    """A transition the table does not allow: a coordinator bug."""
+
+
+@dataclasses.dataclass(slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    last_heartbeat_ms: int = 0
+    # Token of a JoinGroup request held until the join phase completes.
+    join_token: int | None = None
+    # Token of a SyncGroup request held until the leader's assignment is stored.
+    sync_token: int | None = None
+    # Request versions of the held JoinGroup and SyncGroup (their responses differ by version).
+    join_version: int = 0
+    sync_version: int = 0
+    # Joined but not yet answered once (Kafka's isNew: bounded by the new-member join timeout).
+    is_new: bool = False
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+    def vote(self, candidates: set[str]) -> str:
+        """The first protocol, in this member's order of preference, that every member supports."""
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+
+class Group:
+    """One classic group. Membership logic lives in `membership.GroupMembership`."""
+
+    def __init__(self, group_id: str, now_ms: int | None = None) -> None:
+        self.group_id = group_id
+        self.state = GroupState.EMPTY
+        # When the group entered its current state (None when unknown, e.g. loaded without it).
+        self.state_timestamp_ms: int | None = now_ms
+        self.generation = 0
+        self.protocol_type: str | None = None
+        self.protocol: str | None = None
+        self.leader: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}  # group.instance.id -> member id
+        # Member ids handed out with MEMBER_ID_REQUIRED, not yet joined: id -> expiry (ms).
+        self.pending_members: dict[str, int] = {}
+        # Join phase: when it completes (or the initial delay is re-evaluated).
+        self.join_deadline_ms: int | None = None
+        # Not None while the initial rebalance delay is in effect: rebalance time left after it.
+        self.initial_join_remaining_ms: int | None = None
+        self.new_member_added = False
+        # Members that have not sent SyncGroup since the join phase completed, and the deadline.
+        self.pending_sync: set[str] = set()
+        self.sync_deadline_ms: int | None = None
+
+    def __repr__(self) -> str:
+        return (f"Group({self.group_id!r}, {self.state.value}, generation={self.generation}, "
+                f"members={list(self.members)})")
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def transition_to(self, state: GroupState, now_ms: int) -> None:
+        if self.state not in TRANSITIONS[state]:
+            raise IllegalStateTransition(
+                f"group {self.group_id!r}: {self.state.value} -> {state.value} is not allowed")
+        self.state = state
+        self.state_timestamp_ms = now_ms
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def has_member(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader == member_id
+
+    # -- membership bookkeeping (no rebalance logic) -------------------------------------------
+
+    def add(self, member: Member) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if self.leader is None:
+            self.leader = member.member_id
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        self.pending_members.pop(member.member_id, None)
+
+    def remove(self, member_id: str) -> Member:
+        member = self.members.pop(member_id)
+        if member.group_instance_id is not None and \
+                self.static_members.get(member.group_instance_id) == member_id:
+            del self.static_members[member.group_instance_id]
+        self.pending_sync.discard(member_id)
+        if self.leader == member_id:
+            self.leader = next(iter(self.members), None)
+        return member
+
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
+        """Move the member of `instance_id` from `old_id` to `new_id` (keeping its position)."""
+        self.members = {new_id if key == old_id else key: value for key, value in self.members.items()}
+        member = self.members[new_id]
+        member.member_id = new_id
+        self.static_members[instance_id] = new_id
+        if self.leader == old_id:
+            self.leader = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
+        return member
+
+    def is_static_member_fenced(self, group_instance_id: str | None, member_id: str) -> bool:
+        if group_instance_id is None:
+            return False
+        current = self.static_members.get(group_instance_id)
+        return current is not None and current != member_id
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def awaiting_join_count(self) -> int:
+        return sum(1 for m in self.members.values() if m.join_token is not None)
+
+    def has_all_members_joined(self) -> bool:
+        return self.awaiting_join_count() == len(self.members) and not self.pending_members
+
+    # -- protocols -----------------------------------------------------------------------------
+
+    def candidate_protocols(self) -> set[str]:
+        """Protocols every member supports."""
+        members = iter(self.members.values())
+        first = next(members, None)
+        if first is None:
+            return set()
+        candidates = {name for name, _ in first.protocols}
+        for member in members:
+            candidates &= {name for name, _ in member.protocols}
+        return candidates
+
+    def supports_protocols(self, protocol_type: str, protocols: tuple[tuple[str, bytes], ...]) -> bool:
+        """Whether a member joining with these may be in this group (Kafka's supportsProtocols)."""
+        if self.state is GroupState.EMPTY or not self.members:
+            return bool(protocol_type) and bool(protocols)
+        if protocol_type != self.protocol_type:
+            return False
+        counts: dict[str, int] = {}
+        for member in self.members.values():
+            for name, _ in member.protocols:
+                counts[name] = counts.get(name, 0) + 1
+        return any(counts.get(name, 0) == len(self.members) for name, _ in protocols)
+
+    def select_protocol(self) -> str:
+        """A protocol all members support, chosen by the members' votes (ties: earliest vote)."""
+        if not self.members:
+            raise ValueError(f"cannot select a protocol for empty group {self.group_id!r}")
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            choice = member.vote(candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda name: votes[name])
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to, for a "consumer" group; None when not known."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return set()
+        if self.protocol is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            decoded = decode_subscription_topics(member.metadata(self.protocol))
+            if decoded is None:
+                return None
+            topics |= decoded
+        return topics
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def to_metadata_value(self) -> GroupMetadataValue:
+        return GroupMetadataValue(
+            protocol_type=self.protocol_type or "",
+            generation=self.generation,
+            protocol=self.protocol,
+            leader=self.leader,
+            current_state_timestamp=-1 if self.state_timestamp_ms is None else self.state_timestamp_ms,
+            members=tuple(
+                MemberMetadata(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout=m.rebalance_timeout_ms,
+                    session_timeout=m.session_timeout_ms,
+                    subscription=m.metadata(self.protocol),
+                    assignment=m.assignment,
+                )
+                for m in self.members.values()
+            ),
+        )
+
+    @classmethod
+    def from_metadata_value(cls, group_id: str, value: GroupMetadataValue, now_ms: int) -> Group:
+        """A group as loaded from its metadata record: Stable with members, Empty without."""
+        group = cls(group_id)
+        group.state = GroupState.STABLE if value.members else GroupState.EMPTY
+        timestamp = value.current_state_timestamp
+        group.state_timestamp_ms = None if timestamp is None or timestamp < 0 else timestamp
+        group.generation = value.generation
+        group.protocol_type = value.protocol_type or None
+        group.protocol = value.protocol
+        group.leader = value.leader
+        for m in value.members:
+            protocol_type = group.protocol_type or ""
+            protocols = ((value.protocol, bytes(m.subscription)),) if value.protocol is not None else ()
+            group.add(Member(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout,
+                session_timeout_ms=m.session_timeout,
+                protocol_type=protocol_type,
+                protocols=protocols,
+                assignment=bytes(m.assignment),
+                last_heartbeat_ms=now_ms,
+            ))
+        group.leader = value.leader if value.members else None
+        return group
+
+
+def decode_subscription_topics(data: bytes) -> set[str] | None:
+    """Topics of a ConsumerProtocolSubscription (any version: its v0 prefix), None if invalid.
+
+    Layout: int16 version, int32 topic count, then per topic an int16 length and UTF-8 bytes
+    (user data and, from v1, owned partitions follow; they are not needed here).
+    """
+    try:
+        version, count = struct.unpack_from(">hi", data, 0)
+        offset = 6
+        if version < 0 or count < 0:
+            return None
+        topics = set()
+        for _ in range(count):
+            (length,) = struct.unpack_from(">h", data, offset)
+            offset += 2
+            if length < 0 or offset + length > len(data):
+                return None
+            topics.add(data[offset:offset + length].decode("utf-8"))
+            offset += length
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
