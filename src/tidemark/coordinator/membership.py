@@ -1,0 +1,727 @@
+"""Classic group membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
+ListGroups, and the timers behind them (session expiry, join and sync deadlines).
+
+A pure state machine: the caller passes the decoded request, its version, a token naming the
+request and the current time, and gets a `Result` back. A request the protocol holds (a JoinGroup
+waiting for the join phase, a follower's SyncGroup waiting for the leader) has no response in its
+own Result; the Result of a later event (another request, or `poll`) carries it, keyed by token.
+Responses are dicts with Kafka's field names, every field any version needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from tidemark.coordinator.group import Group, GroupState, Member
+from tidemark.coordinator.result import OffsetsRecord, Result
+from tidemark.records.offsets_schema import GroupMetadataKey, encode_group_metadata_value, encode_key
+
+# Kafka bounds how long a member may sit in its first JoinGroup without being answered.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+# DescribeGroups' "authorized operations not requested" value.
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+CLASSIC_GROUP_TYPE = "classic"
+# Where leave_group puts its own response when the caller passes no token.
+LEAVE_TOKEN = -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    max_size: int = 2**31 - 1  # group.max.size
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+def _code(error: ErrorCode | int) -> int:
+    return int(error)
+
+
+def _join_response(version: int, error: ErrorCode | int, member_id: str, *, generation: int = -1,
+                   protocol_type: str | None = None, protocol: str | None = None, leader: str = "",
+                   members: list[dict[str, Any]] | None = None, skip_assignment: bool = False) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": _code(error),
+        "generation_id": generation,
+        "protocol_type": protocol_type,
+        # Non-nullable before v7: Kafka sends "" for no protocol there.
+        "protocol_name": protocol if version >= 7 else (protocol or ""),
+        "leader": leader,
+        "skip_assignment": skip_assignment,
+        "member_id": member_id,
+        "members": members or [],
+    }
+
+
+def _sync_response(error: ErrorCode | int, *, protocol_type: str | None = None, protocol: str | None = None,
+                   assignment: bytes = b"") -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": _code(error), "protocol_type": protocol_type,
+            "protocol_name": protocol, "assignment": assignment}
+
+
+def _heartbeat_response(error: ErrorCode | int) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": _code(error)}
+
+
+class GroupMembership:
+    """The classic group protocol over a dict of groups shared with the offset manager."""
+
+    def __init__(self, groups: dict[str, Group], config: GroupConfig,
+                 new_member_id: Callable[[str], str] | None = None) -> None:
+        self.groups = groups
+        self.config = config
+        self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
+
+    # -- JoinGroup ------------------------------------------------------------------------------
+
+    def join_group(self, request: Any, version: int, token: int, now_ms: int,
+                   client_id: str, client_host: str) -> Result:
+        result = Result()
+        group_id = request.group_id
+        member_id = request.member_id or ""
+        instance_id = getattr(request, "group_instance_id", None)
+        session_timeout = _ms(request.session_timeout)
+        rebalance_timeout = getattr(request, "rebalance_timeout", None)
+        rebalance_timeout = session_timeout if rebalance_timeout is None else _ms(rebalance_timeout)
+        protocol_type = request.protocol_type
+        protocols = tuple((p.name, bytes(p.metadata)) for p in request.protocols)
+
+        def fail(error: ErrorCode, response_member_id: str = member_id) -> Result:
+            return result.respond(token, _join_response(version, error, response_member_id))
+
+        if not group_id:
+            return fail(ErrorCode.invalid_group_id)
+        if not self.config.min_session_timeout_ms <= session_timeout <= self.config.max_session_timeout_ms:
+            return fail(ErrorCode.invalid_session_timeout)
+        group = self.groups.get(group_id)
+        is_new_group = group is None
+        if group is None:
+            if member_id:
+                return fail(ErrorCode.unknown_member_id)
+            group = Group(group_id, now_ms)
+        if group.state is GroupState.DEAD:
+            # Being removed (unloaded or deleted): let the client find the coordinator again.
+            return fail(ErrorCode.coordinator_not_available)
+        if not self._accept_joining_member(group, member_id):
+            return fail(ErrorCode.group_max_size_reached, "")
+        if not group.supports_protocols(protocol_type, protocols):
+            return fail(ErrorCode.inconsistent_group_protocol)
+
+        join = _Join(token, version, now_ms, client_id, client_host, instance_id, session_timeout,
+                     rebalance_timeout, protocol_type, protocols)
+        if not member_id:
+            if is_new_group:
+                self.groups[group_id] = group
+            self._new_member_join(group, join, result)
+        else:
+            self._current_member_join(group, member_id, join, result)
+        self._maybe_complete_join(group, now_ms, result)
+        if group.state is GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None \
+                and group.join_deadline_ms <= now_ms:
+            self._on_join_deadline(group, now_ms, result)
+        return self._finish(result)
+
+    def _accept_joining_member(self, group: Group, member_id: str) -> bool:
+        max_size = self.config.max_size
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        member = group.members.get(member_id)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return (member is not None and member.join_token is not None) or \
+                group.awaiting_join_count() < max_size
+        return member is not None or len(group.members) < max_size
+
+    def _new_member_join(self, group: Group, join: _Join, result: Result) -> None:
+        new_id = self._new_member_id(join.instance_id if join.instance_id is not None else join.client_id)
+        if join.instance_id is not None:
+            old_id = group.static_members.get(join.instance_id)
+            if old_id is None:
+                self._add_member_and_rebalance(group, new_id, join, result)
+            else:
+                self._update_static_member_and_rebalance(group, old_id, new_id, join, result)
+        elif join.version >= 4:
+            # KIP-394: hand out the member id first; the client rejoins with it.
+            group.pending_members[new_id] = join.now_ms + join.session_timeout_ms
+            result.respond(join.token, _join_response(join.version, ErrorCode.member_id_required, new_id))
+        else:
+            self._add_member_and_rebalance(group, new_id, join, result)
+
+    def _current_member_join(self, group: Group, member_id: str, join: _Join, result: Result) -> None:
+        if member_id in group.pending_members:
+            self._add_member_and_rebalance(group, member_id, join, result)
+            return
+        if group.is_static_member_fenced(join.instance_id, member_id):
+            result.respond(join.token, _join_response(join.version, ErrorCode.fenced_instance_id, member_id))
+            return
+        member = group.members.get(member_id)
+        if member is None or group.state is GroupState.EMPTY:
+            result.respond(join.token, _join_response(join.version, ErrorCode.unknown_member_id, member_id))
+            return
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(group, member, join, result)
+        elif state is GroupState.COMPLETING_REBALANCE:
+            if member.protocols == join.protocols:
+                # Same metadata: the member probably lost the join response; send it again.
+                member.last_heartbeat_ms = join.now_ms
+                result.respond(join.token, self._joined_response(group, member, join.version))
+            else:
+                self._update_member_and_rebalance(group, member, join, result)
+        elif state is GroupState.STABLE:
+            if group.is_leader(member_id) or member.protocols != join.protocols:
+                self._update_member_and_rebalance(group, member, join, result)
+            else:
+                member.last_heartbeat_ms = join.now_ms
+                result.respond(join.token, self._joined_response(group, member, join.version))
+
+    def _add_member_and_rebalance(self, group: Group, member_id: str, join: _Join, result: Result) -> None:
+        member = Member(
+            member_id=member_id, group_instance_id=join.instance_id, client_id=join.client_id,
+            client_host=join.client_host, rebalance_timeout_ms=join.rebalance_timeout_ms,
+            session_timeout_ms=join.session_timeout_ms, protocol_type=join.protocol_type,
+            protocols=join.protocols, last_heartbeat_ms=join.now_ms, join_token=join.token,
+            join_version=join.version, is_new=True,
+        )
+        group.add(member)
+        # During the initial delay, each new member earns the group a little more waiting.
+        if group.state is GroupState.PREPARING_REBALANCE and group.generation == 0:
+            group.new_member_added = True
+        self._maybe_prepare_rebalance(group, join.now_ms, result)
+
+    def _set_join(self, member: Member, join: _Join, result: Result) -> None:
+        if member.join_token is not None and member.join_token != join.token:
+            # A newer JoinGroup from the same member supersedes the held one.
+            result.respond(member.join_token, _join_response(
+                member.join_version, ErrorCode.rebalance_in_progress, member.member_id))
+        member.join_token = join.token
+        member.join_version = join.version
+
+    def _update_member_and_rebalance(self, group: Group, member: Member, join: _Join, result: Result) -> None:
+        member.protocols = join.protocols
+        member.rebalance_timeout_ms = join.rebalance_timeout_ms
+        member.session_timeout_ms = join.session_timeout_ms
+        self._set_join(member, join, result)
+        self._maybe_prepare_rebalance(group, join.now_ms, result)
+
+    def _update_static_member_and_rebalance(self, group: Group, old_id: str, new_id: str, join: _Join,
+                                            result: Result) -> None:
+        assert join.instance_id is not None
+        old_member = group.members[old_id]
+        saved = (old_member.protocols, old_member.rebalance_timeout_ms, old_member.session_timeout_ms,
+                 old_member.last_heartbeat_ms)
+        old_leader = group.leader
+        # The old incarnation is fenced at once, including any request it has held here.
+        if old_member.join_token is not None:
+            result.respond(old_member.join_token, _join_response(
+                old_member.join_version, ErrorCode.fenced_instance_id, old_id))
+            old_member.join_token = None
+        if old_member.sync_token is not None:
+            result.respond(old_member.sync_token, _sync_response(ErrorCode.fenced_instance_id))
+            old_member.sync_token = None
+        member = group.replace_static_member(join.instance_id, old_id, new_id)
+        member.protocols = join.protocols
+        member.rebalance_timeout_ms = join.rebalance_timeout_ms
+        member.session_timeout_ms = join.session_timeout_ms
+        member.last_heartbeat_ms = join.now_ms
+        self._set_join(member, join, result)
+
+        if group.state is GroupState.STABLE:
+            if group.protocol == group.select_protocol():
+                # No rebalance: persist the new member id and answer with the current generation.
+                member.join_token = None
+                is_leader = group.is_leader(new_id)
+                skip = is_leader and join.version >= 9
+                result.respond(join.token, _join_response(
+                    join.version, ErrorCode.none, new_id, generation=group.generation,
+                    protocol_type=group.protocol_type, protocol=group.protocol, leader=group.leader or "",
+                    members=self._member_list(group) if skip else None, skip_assignment=skip))
+                result.records.append(self._group_record(group))
+                generation = group.generation
+
+                def revert(error: int) -> dict[int, Any]:
+                    if group.members.get(new_id) is member and group.generation == generation:
+                        reverted = group.replace_static_member(join.instance_id, new_id, old_id)
+                        (reverted.protocols, reverted.rebalance_timeout_ms, reverted.session_timeout_ms,
+                         reverted.last_heartbeat_ms) = saved
+                        group.leader = old_leader if old_leader in group.members else group.leader
+                    return {join.token: _join_response(
+                        join.version, error, "", generation=group.generation,
+                        protocol_type=group.protocol_type, protocol=group.protocol,
+                        leader=group.leader or "")}
+
+                result.on_append_failure = revert
+            else:
+                self._maybe_prepare_rebalance(group, join.now_ms, result)
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            # The leader may already be assigning to the old member id: rebalance again.
+            self._prepare_rebalance(group, join.now_ms, result)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            pass  # wait for the join phase like everyone else
+        else:
+            raise AssertionError(f"static member in group {group.group_id!r} in state {group.state.value}")
+
+    def _joined_response(self, group: Group, member: Member, version: int) -> dict[str, Any]:
+        is_leader = group.is_leader(member.member_id)
+        return _join_response(
+            version, ErrorCode.none, member.member_id, generation=group.generation,
+            protocol_type=group.protocol_type, protocol=group.protocol, leader=group.leader or "",
+            members=self._member_list(group) if is_leader else None)
+
+    @staticmethod
+    def _member_list(group: Group) -> list[dict[str, Any]]:
+        return [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "metadata": m.metadata(group.protocol)} for m in group.members.values()]
+
+    # -- rebalance mechanics ----------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: Group, now_ms: int, result: Result) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
+            self._prepare_rebalance(group, now_ms, result)
+
+    def _prepare_rebalance(self, group: Group, now_ms: int, result: Result) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # Followers waiting for the leader's assignment must rejoin instead.
+            for member in group.members.values():
+                member.assignment = b""
+                if member.sync_token is not None:
+                    result.respond(member.sync_token, _sync_response(ErrorCode.rebalance_in_progress))
+                    member.sync_token = None
+        group.pending_sync.clear()
+        group.sync_deadline_ms = None
+        rebalance_timeout = group.rebalance_timeout_ms()
+        if group.state is GroupState.EMPTY:
+            delay = self.config.initial_rebalance_delay_ms
+            group.join_deadline_ms = now_ms + delay
+            group.initial_join_remaining_ms = max(rebalance_timeout - delay, 0)
+            group.new_member_added = False
+        else:
+            group.join_deadline_ms = now_ms + rebalance_timeout
+            group.initial_join_remaining_ms = None
+        group.transition_to(GroupState.PREPARING_REBALANCE, now_ms)
+
+    def _maybe_complete_join(self, group: Group, now_ms: int, result: Result) -> None:
+        if group.state is GroupState.PREPARING_REBALANCE and group.initial_join_remaining_ms is None \
+                and group.has_all_members_joined():
+            self._complete_join(group, now_ms, result)
+
+    def _on_join_deadline(self, group: Group, now_ms: int, result: Result) -> None:
+        remaining = group.initial_join_remaining_ms
+        if remaining is not None and group.new_member_added and remaining > 0:
+            delay = self.config.initial_rebalance_delay_ms
+            group.new_member_added = False
+            group.join_deadline_ms = now_ms + min(delay, remaining)
+            group.initial_join_remaining_ms = max(remaining - delay, 0)
+            return
+        self._complete_join(group, now_ms, result)
+
+    def _complete_join(self, group: Group, now_ms: int, result: Result) -> None:
+        group.join_deadline_ms = None
+        group.initial_join_remaining_ms = None
+        group.new_member_added = False
+        # Dynamic members that did not rejoin are gone; static ones keep their place.
+        for member in list(group.members.values()):
+            if member.join_token is None and not member.is_static:
+                self._drop_member(group, member, result)
+        if group.members and not self._elect_joined_leader(group):
+            # Only static members that did not rejoin are left: wait another rebalance timeout.
+            group.join_deadline_ms = now_ms + group.rebalance_timeout_ms()
+            return
+        group.generation += 1
+        if group.members:
+            group.protocol = group.select_protocol()
+            group.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
+            for member in group.members.values():
+                if member.join_token is not None:
+                    result.respond(member.join_token, self._joined_response(group, member, member.join_version))
+                    member.join_token = None
+                    member.is_new = False
+                    member.last_heartbeat_ms = now_ms
+            group.pending_sync = set(group.members)
+            group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
+        else:
+            group.protocol = None
+            group.leader = None
+            group.transition_to(GroupState.EMPTY, now_ms)
+            result.records.append(self._group_record(group))
+
+    @staticmethod
+    def _elect_joined_leader(group: Group) -> bool:
+        leader = group.members.get(group.leader) if group.leader is not None else None
+        if leader is not None and leader.join_token is not None:
+            return True
+        for member in group.members.values():
+            if member.join_token is not None:
+                group.leader = member.member_id
+                return True
+        return False
+
+    def _drop_member(self, group: Group, member: Member, result: Result) -> None:
+        """Remove a member, answering any request it has held (no rebalance logic)."""
+        if member.join_token is not None:
+            result.respond(member.join_token, _join_response(
+                member.join_version, ErrorCode.unknown_member_id, member.member_id))
+            member.join_token = None
+        if member.sync_token is not None:
+            result.respond(member.sync_token, _sync_response(ErrorCode.unknown_member_id))
+            member.sync_token = None
+        group.remove(member.member_id)
+
+    def _remove_member_and_update_group(self, group: Group, member_id: str, now_ms: int, result: Result) -> None:
+        self._drop_member(group, group.members[member_id], result)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, now_ms, result)
+        # Leaving Stable or CompletingRebalance with nobody left completes the join at once.
+        self._maybe_complete_join(group, now_ms, result)
+
+    def _group_record(self, group: Group) -> OffsetsRecord:
+        return OffsetsRecord(encode_key(GroupMetadataKey(group.group_id)),
+                             encode_group_metadata_value(group.to_metadata_value()))
+
+    @staticmethod
+    def _finish(result: Result) -> Result:
+        if result.records and result.on_append_failure is None:
+            # A group record that fails to store (e.g. the empty-group record) fails nothing
+            # else in Kafka: release the responses as they are.
+            responses = dict(result.responses)
+            result.on_append_failure = lambda error: dict(responses)
+        return result
+
+    # -- SyncGroup --------------------------------------------------------------------------------
+
+    def sync_group(self, request: Any, version: int, token: int, now_ms: int) -> Result:
+        result = Result()
+        group_id = request.group_id
+        member_id = request.member_id
+        instance_id = getattr(request, "group_instance_id", None)
+        protocol_type = getattr(request, "protocol_type", None)
+        protocol_name = getattr(request, "protocol_name", None)
+
+        def fail(error: ErrorCode) -> Result:
+            return result.respond(token, _sync_response(error))
+
+        if not group_id:
+            return fail(ErrorCode.invalid_group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            return fail(ErrorCode.unknown_member_id)
+        if group.state is GroupState.DEAD:
+            return fail(ErrorCode.coordinator_not_available)
+        if group.is_static_member_fenced(instance_id, member_id):
+            return fail(ErrorCode.fenced_instance_id)
+        member = group.members.get(member_id)
+        if member is None:
+            return fail(ErrorCode.unknown_member_id)
+        if request.generation_id != group.generation:
+            return fail(ErrorCode.illegal_generation)
+        if protocol_type is not None and protocol_type != group.protocol_type:
+            return fail(ErrorCode.inconsistent_group_protocol)
+        if protocol_name is not None and protocol_name != group.protocol:
+            return fail(ErrorCode.inconsistent_group_protocol)
+        if group.state is GroupState.EMPTY:
+            return fail(ErrorCode.unknown_member_id)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return fail(ErrorCode.rebalance_in_progress)
+        if group.state is GroupState.STABLE:
+            self._synced(group, member_id)
+            member.last_heartbeat_ms = now_ms
+            return result.respond(token, _sync_response(
+                ErrorCode.none, protocol_type=group.protocol_type, protocol=group.protocol,
+                assignment=member.assignment))
+
+        # CompletingRebalance: hold until the leader's assignment is stored.
+        if member.sync_token is not None and member.sync_token != token:
+            result.respond(member.sync_token, _sync_response(ErrorCode.rebalance_in_progress))
+        member.sync_token = token
+        member.sync_version = version
+        self._synced(group, member_id)
+        if not group.is_leader(member_id):
+            return result
+
+        assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
+        for m in group.members.values():
+            m.assignment = assignments.get(m.member_id, b"")
+        group.transition_to(GroupState.STABLE, now_ms)
+        result.records.append(self._group_record(group))
+        answered: list[int] = []
+        for m in group.members.values():
+            if m.sync_token is not None:
+                result.respond(m.sync_token, _sync_response(
+                    ErrorCode.none, protocol_type=group.protocol_type, protocol=group.protocol,
+                    assignment=m.assignment))
+                answered.append(m.sync_token)
+                m.sync_token = None
+                m.last_heartbeat_ms = now_ms
+        generation = group.generation
+        others = {t: r for t, r in result.responses.items() if t not in answered}
+
+        def on_append_failure(error: int, failed_at_ms: int | None = None) -> dict[int, Any]:
+            # Kafka: storing the assignment failed, so reset it and rebalance.
+            if self.groups.get(group.group_id) is group and group.generation == generation \
+                    and group.state is GroupState.STABLE:
+                for m in group.members.values():
+                    m.assignment = b""
+                self._prepare_rebalance(group, now_ms if failed_at_ms is None else failed_at_ms, Result())
+            responses = dict(others)
+            responses.update({t: _sync_response(error) for t in answered})
+            return responses
+
+        result.on_append_failure = on_append_failure
+        return result
+
+    @staticmethod
+    def _synced(group: Group, member_id: str) -> None:
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            group.sync_deadline_ms = None
+
+    # -- Heartbeat --------------------------------------------------------------------------------
+
+    def heartbeat(self, request: Any, version: int, now_ms: int) -> dict[str, Any]:
+        group_id = request.group_id
+        member_id = request.member_id
+        instance_id = getattr(request, "group_instance_id", None)
+        if not group_id:
+            return _heartbeat_response(ErrorCode.invalid_group_id)
+        group = self.groups.get(group_id)
+        if group is None or group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return _heartbeat_response(ErrorCode.unknown_member_id)
+        if group.is_static_member_fenced(instance_id, member_id):
+            return _heartbeat_response(ErrorCode.fenced_instance_id)
+        member = group.members.get(member_id)
+        if member is None:
+            return _heartbeat_response(ErrorCode.unknown_member_id)
+        if request.generation_id != group.generation:
+            return _heartbeat_response(ErrorCode.illegal_generation)
+        member.last_heartbeat_ms = now_ms
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return _heartbeat_response(ErrorCode.rebalance_in_progress)
+        return _heartbeat_response(ErrorCode.none)
+
+    # -- LeaveGroup -------------------------------------------------------------------------------
+
+    def leave_group(self, request: Any, version: int, now_ms: int, token: int = LEAVE_TOKEN) -> Result:
+        """Remove members; the LeaveGroup response is `responses[token]` (LEAVE_TOKEN by default).
+
+        The Result may also answer JoinGroup/SyncGroup requests the leaving members held, and
+        carry the empty-group record when the last member leaves.
+        """
+        result = Result()
+        if version >= 3:
+            leaving = [(m.member_id or "", getattr(m, "group_instance_id", None)) for m in request.members]
+        else:
+            leaving = [(request.member_id or "", None)]
+
+        def respond(top_error: ErrorCode | int, member_errors: list[int]) -> Result:
+            members = [{"member_id": mid, "group_instance_id": iid, "error_code": code}
+                       for (mid, iid), code in zip(leaving, member_errors, strict=True)]
+            if version < 3 and _code(top_error) == 0 and member_errors:
+                top_error = member_errors[0]
+            result.respond(token, {"throttle_time": 0, "error_code": _code(top_error), "members": members})
+            return result
+
+        if not request.group_id:
+            return self._leave_result(respond(ErrorCode.invalid_group_id, [0] * len(leaving)))
+        group = self.groups.get(request.group_id)
+        if group is None:
+            return self._leave_result(respond(ErrorCode.none, [_code(ErrorCode.unknown_member_id)] * len(leaving)))
+        if group.state is GroupState.DEAD:
+            # Kafka sends the group-level error with no per-member entries.
+            result.respond(token, {"throttle_time": 0, "error_code": _code(ErrorCode.coordinator_not_available),
+                               "members": []})
+            return self._leave_result(result)
+        errors = []
+        for member_id, instance_id in leaving:
+            errors.append(_code(self._leave_one(group, member_id, instance_id, now_ms, result)))
+        return self._leave_result(respond(ErrorCode.none, errors))
+
+    def _leave_one(self, group: Group, member_id: str, instance_id: str | None, now_ms: int,
+                   result: Result) -> ErrorCode:
+        if not member_id:
+            # Administrative removal of a static member by its instance id alone.
+            current = group.static_members.get(instance_id) if instance_id is not None else None
+            if current is None:
+                return ErrorCode.unknown_member_id
+            self._remove_member_and_update_group(group, current, now_ms, result)
+            return ErrorCode.none
+        if member_id in group.pending_members:
+            del group.pending_members[member_id]
+            self._maybe_complete_join(group, now_ms, result)
+            return ErrorCode.none
+        if group.is_static_member_fenced(instance_id, member_id):
+            return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        self._remove_member_and_update_group(group, member_id, now_ms, result)
+        return ErrorCode.none
+
+    def _leave_result(self, result: Result) -> Result:
+        return self._finish(result)
+
+    # -- timers -----------------------------------------------------------------------------------
+
+    def poll(self, now_ms: int) -> Result:
+        """Fire every timer due at `now_ms`: session expiry, pending ids, join and sync deadlines."""
+        result = Result()
+        for group in list(self.groups.values()):
+            if group.state is GroupState.DEAD:
+                continue
+            expired = [mid for mid, deadline in group.pending_members.items() if deadline <= now_ms]
+            for mid in expired:
+                del group.pending_members[mid]
+            if expired:
+                self._maybe_complete_join(group, now_ms, result)
+            for member in list(group.members.values()):
+                deadline = _session_deadline(member)
+                if deadline is not None and deadline <= now_ms and member.member_id in group.members:
+                    self._remove_member_and_update_group(group, member.member_id, now_ms, result)
+            if group.state is GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None \
+                    and group.join_deadline_ms <= now_ms:
+                self._on_join_deadline(group, now_ms, result)
+            if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) \
+                    and group.sync_deadline_ms is not None and group.sync_deadline_ms <= now_ms:
+                self._expire_pending_sync(group, now_ms, result)
+        return self._finish(result)
+
+    def _expire_pending_sync(self, group: Group, now_ms: int, result: Result) -> None:
+        group.sync_deadline_ms = None
+        if not group.pending_sync:
+            return
+        for member_id in list(group.pending_sync):
+            if member_id in group.members:
+                self._drop_member(group, group.members[member_id], result)
+        group.pending_sync.clear()
+        self._prepare_rebalance(group, now_ms, result)
+        self._maybe_complete_join(group, now_ms, result)
+
+    def next_deadline(self) -> int | None:
+        """The earliest time `poll` has something to do, or None."""
+        deadlines: list[int] = []
+        for group in self.groups.values():
+            if group.state is GroupState.DEAD:
+                continue
+            deadlines.extend(group.pending_members.values())
+            for member in group.members.values():
+                deadline = _session_deadline(member)
+                if deadline is not None:
+                    deadlines.append(deadline)
+            if group.state is GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None:
+                deadlines.append(group.join_deadline_ms)
+            if group.sync_deadline_ms is not None and group.pending_sync:
+                deadlines.append(group.sync_deadline_ms)
+        return min(deadlines, default=None)
+
+    # -- DescribeGroups / ListGroups --------------------------------------------------------------
+
+    def describe_groups(self, request: Any, version: int) -> dict[str, Any]:
+        described = []
+        for group_id in request.groups:
+            group = self.groups.get(group_id)
+            if group is None or group.state is GroupState.DEAD:
+                # v6+ (KIP-1043) reports GROUP_ID_NOT_FOUND; older versions describe a Dead group.
+                error = ErrorCode.group_id_not_found if version >= 6 else ErrorCode.none
+                described.append({
+                    "error_code": _code(error), "error_message": None if version < 6 else
+                    f"Group {group_id} not found.", "group_id": group_id,
+                    "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "",
+                    "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                })
+                continue
+            stable = group.state is GroupState.STABLE
+            described.append({
+                "error_code": 0,
+                "error_message": None,
+                "group_id": group_id,
+                "group_state": group.state.value,
+                "protocol_type": group.protocol_type or "",
+                # Kafka fills the protocol, metadata and assignments only for a Stable group.
+                "protocol_data": (group.protocol or "") if stable else "",
+                "members": [{
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata(group.protocol) if stable else b"",
+                    "member_assignment": m.assignment if stable else b"",
+                } for m in group.members.values()],
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            })
+        return {"throttle_time": 0, "groups": described}
+
+    def list_groups(self, request: Any, version: int) -> dict[str, Any]:
+        states = {s.lower() for s in (getattr(request, "states_filter", None) or ())}
+        types = {t.lower() for t in (getattr(request, "types_filter", None) or ())}
+        listed = []
+        for group in self.groups.values():
+            if group.state is GroupState.DEAD:
+                continue
+            if states and group.state.value.lower() not in states:
+                continue
+            if types and CLASSIC_GROUP_TYPE not in types:
+                continue
+            listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                           "group_state": group.state.value, "group_type": CLASSIC_GROUP_TYPE})
+        return {"throttle_time": 0, "error_code": 0, "groups": listed}
+
+    # -- for the offset manager -------------------------------------------------------------------
+
+    def remove_group(self, group_id: str, now_ms: int | None = None) -> Result:
+        """Mark a group Dead and forget it (deletion, expiry, unload).
+
+        Requests it still holds are answered with NOT_COORDINATOR, as Kafka does on unload, so
+        clients look the coordinator up again.
+        """
+        result = Result()
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return result
+        for member in group.members.values():
+            if member.join_token is not None:
+                result.respond(member.join_token, _join_response(
+                    member.join_version, ErrorCode.not_coordinator, member.member_id))
+                member.join_token = None
+            if member.sync_token is not None:
+                result.respond(member.sync_token, _sync_response(ErrorCode.not_coordinator))
+                member.sync_token = None
+        stamp = now_ms if now_ms is not None else (group.state_timestamp_ms or 0)
+        group.transition_to(GroupState.DEAD, stamp)
+        group.join_deadline_ms = None
+        group.sync_deadline_ms = None
+        group.pending_members.clear()
+        return result
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Join:
+    token: int
+    version: int
+    now_ms: int
+    client_id: str
+    client_host: str
+    instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+def _session_deadline(member: Member) -> int | None:
+    """When the member expires without a heartbeat (None: kept alive by a held request)."""
+    if member.join_token is not None:
+        # Waiting in JoinGroup: existing members are bounded by the rebalance timeout instead.
+        return member.last_heartbeat_ms + NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new else None
+    if member.sync_token is not None:
+        return None
+    return member.last_heartbeat_ms + member.session_timeout_ms
