@@ -13,7 +13,7 @@ import pytest
 from kio.index import load_request_schema
 
 from tidemark.coordinator.group import Group, GroupState
-from tidemark.coordinator.membership import LEAVE_TOKEN, GroupConfig, GroupMembership
+from tidemark.coordinator.membership import GroupConfig, GroupMembership
 from tidemark.coordinator.result import Result
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
@@ -23,6 +23,7 @@ from tidemark.records.offsets_schema import (
     decode_key,
 )
 
+LEAVE_TOKEN = 1
 NONE, ILLEGAL_GENERATION, INVALID_GROUP_ID, UNKNOWN_MEMBER_ID = 0, 22, 24, 25
 INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, INCONSISTENT_GROUP_PROTOCOL = 26, 27, 23
 MEMBER_ID_REQUIRED, GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID = 79, 81, 82
@@ -417,7 +418,7 @@ def test_heartbeat_in_preparing_rebalance_refreshes_session() -> None:
 def test_member_leaving_starts_rebalance_others_see_rebalance_in_progress() -> None:
     h = Harness()
     ids = stable_group(h, "a", "b", "c")
-    result = h.membership.leave_group(leave_req([(ids["b"], None)]), 3, h.now)
+    result = h.membership.leave_group(leave_req([(ids["b"], None)]), 3, LEAVE_TOKEN, h.now)
     assert result.responses[LEAVE_TOKEN]["members"] == [
         {"member_id": ids["b"], "group_instance_id": None, "error_code": NONE}]
     assert result.records == []
@@ -434,14 +435,14 @@ def test_member_leaving_starts_rebalance_others_see_rebalance_in_progress() -> N
 def test_leave_group_v0_and_unknown_members() -> None:
     h = Harness()
     ids = stable_group(h, "a", "b")
-    result = h.membership.leave_group(leave_req([("ghost", None)], version=1), 1, h.now, token=7)
+    result = h.membership.leave_group(leave_req([("ghost", None)], version=1), 1, 7, h.now)
     assert result.responses[7]["error_code"] == UNKNOWN_MEMBER_ID
-    result = h.membership.leave_group(leave_req([(ids["a"], None)], version=0), 0, h.now, token=8)
+    result = h.membership.leave_group(leave_req([(ids["a"], None)], version=0), 0, 8, h.now)
     assert result.responses[8]["error_code"] == NONE
-    result = h.membership.leave_group(leave_req([("x", None)], group="nope"), 3, h.now)
+    result = h.membership.leave_group(leave_req([("x", None)], group="nope"), 3, LEAVE_TOKEN, h.now)
     assert result.responses[LEAVE_TOKEN]["error_code"] == NONE
     assert result.responses[LEAVE_TOKEN]["members"][0]["error_code"] == UNKNOWN_MEMBER_ID
-    result = h.membership.leave_group(leave_req([("x", None)], group=""), 3, h.now)
+    result = h.membership.leave_group(leave_req([("x", None)], group=""), 3, LEAVE_TOKEN, h.now)
     assert result.responses[LEAVE_TOKEN]["error_code"] == INVALID_GROUP_ID
 
 
@@ -449,7 +450,7 @@ def test_last_member_leaving_empties_group_with_record() -> None:
     h = Harness()
     ids = stable_group(h, "a")
     h.now = 7000
-    result = h.membership.leave_group(leave_req([(ids["a"], None)]), 3, h.now)
+    result = h.membership.leave_group(leave_req([(ids["a"], None)]), 3, LEAVE_TOKEN, h.now)
     group = h.groups["g"]
     assert group.state is GroupState.EMPTY and group.state_timestamp_ms == 7000
     value = group_value(result)
@@ -590,7 +591,7 @@ def test_static_member_rejoin_replaces_id_without_rebalance_and_fences_old() -> 
     assert r.responses[t]["error_code"] == FENCED_INSTANCE_ID
     t, r = h.join(join_req(member_id=old_id, instance="i1"))
     assert r.responses[t]["error_code"] == FENCED_INSTANCE_ID
-    result = h.membership.leave_group(leave_req([(old_id, "i1")]), 3, h.now)
+    result = h.membership.leave_group(leave_req([(old_id, "i1")]), 3, LEAVE_TOKEN, h.now)
     assert result.responses[LEAVE_TOKEN]["members"][0]["error_code"] == FENCED_INSTANCE_ID
     assert h.heartbeat(1, new_id, instance="i1") == NONE
     assert h.heartbeat(1, b_id) == NONE
@@ -629,7 +630,7 @@ def test_admin_removal_of_static_member_by_instance_id() -> None:
     h = Harness(initial_rebalance_delay_ms=0)
     t1, r1 = h.join(join_req(instance="i1"))
     member_id = r1.responses[t1]["member_id"]
-    result = h.membership.leave_group(leave_req([("", "i1"), ("", "i2")]), 4, h.now)
+    result = h.membership.leave_group(leave_req([("", "i1"), ("", "i2")]), 4, LEAVE_TOKEN, h.now)
     assert [m["error_code"] for m in result.responses[LEAVE_TOKEN]["members"]] == [NONE, UNKNOWN_MEMBER_ID]
     assert member_id not in h.groups["g"].members
     assert h.groups["g"].state is GroupState.EMPTY

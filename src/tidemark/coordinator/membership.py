@@ -27,8 +27,6 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 # DescribeGroups' "authorized operations not requested" value.
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 CLASSIC_GROUP_TYPE = "classic"
-# Where leave_group puts its own response when the caller passes no token.
-LEAVE_TOKEN = -1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -250,6 +248,7 @@ class GroupMembership:
                     members=self._member_list(group) if skip else None, skip_assignment=skip))
                 result.records.append(self._group_record(group))
                 generation = group.generation
+                others = {t: r for t, r in result.responses.items() if t != join.token}
 
                 def revert(error: int) -> dict[int, Any]:
                     if group.members.get(new_id) is member and group.generation == generation:
@@ -257,10 +256,12 @@ class GroupMembership:
                         (reverted.protocols, reverted.rebalance_timeout_ms, reverted.session_timeout_ms,
                          reverted.last_heartbeat_ms) = saved
                         group.leader = old_leader if old_leader in group.members else group.leader
-                    return {join.token: _join_response(
+                    responses = dict(others)
+                    responses[join.token] = _join_response(
                         join.version, error, "", generation=group.generation,
                         protocol_type=group.protocol_type, protocol=group.protocol,
-                        leader=group.leader or "")}
+                        leader=group.leader or "")
+                    return responses
 
                 result.on_append_failure = revert
             else:
@@ -512,8 +513,8 @@ class GroupMembership:
 
     # -- LeaveGroup -------------------------------------------------------------------------------
 
-    def leave_group(self, request: Any, version: int, now_ms: int, token: int = LEAVE_TOKEN) -> Result:
-        """Remove members; the LeaveGroup response is `responses[token]` (LEAVE_TOKEN by default).
+    def leave_group(self, request: Any, version: int, token: int, now_ms: int) -> Result:
+        """Remove members; the LeaveGroup response is `responses[token]` (never held).
 
         The Result may also answer JoinGroup/SyncGroup requests the leaving members held, and
         carry the empty-group record when the last member leaves.
