@@ -712,3 +712,45 @@ def test_join_every_version(version: int) -> None:
         response = result.responses[token]
     assert response["error_code"] == NONE and response["generation_id"] == 1
     assert response["protocol_name"] == "range"
+
+
+def _encodes(api_key: int, version: int, response: dict[str, Any]) -> None:
+    import io
+
+    from kio.index import load_response_schema
+    from kio.serial import entity_writer
+
+    from tidemark.wire.build import build
+
+    cls = load_response_schema(api_key, version)
+    buffer = io.BytesIO()
+    entity_writer(cls)(buffer, build(cls, response))
+    assert buffer.getvalue()
+
+
+@pytest.mark.parametrize("version", range(0, 10))
+def test_join_and_sync_responses_encode_for_every_version(version: int) -> None:
+    h = Harness()
+    token, result = h.join(join_req(min(version, 9)), version)
+    if version < 4:  # held until the join phase completes
+        (member_id,) = h.groups["g"].members
+    else:
+        _encodes(11, version, result.responses[token])  # MEMBER_ID_REQUIRED
+        member_id = result.responses[token]["member_id"]
+        token, result = h.join(join_req(version, member_id=member_id), version)
+    responses = complete_join(h)
+    _encodes(11, version, responses[token])
+    sync_version = min(version, 5)
+    t, r = h.sync(sync_req(1, member_id, {member_id: b"x"}, version=sync_version), sync_version)
+    _encodes(14, sync_version, r.responses[t])
+    t, r = h.sync(sync_req(9, member_id, version=sync_version), sync_version)
+    _encodes(14, sync_version, r.responses[t])
+    hb_version = min(version, 4)
+    _encodes(12, hb_version, h.membership.heartbeat(hb_req(1, member_id, version=min(hb_version, 4)), hb_version, 0))
+    leave_version = min(version, 5)
+    r = h.membership.leave_group(leave_req([(member_id, None)], version=leave_version), leave_version, 1, h.now)
+    _encodes(13, leave_version, r.responses[1])
+    describe = build_request(15, min(version, 5), groups=("g", "x"), include_authorized_operations=False)
+    _encodes(15, min(version, 5), h.membership.describe_groups(describe, min(version, 5)))
+    list_version = min(version, 5)
+    _encodes(16, list_version, h.membership.list_groups(build_request(16, list_version), list_version))
