@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -21,8 +22,19 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 
 from tidemark.broker import metrics
-from tidemark.broker.apis import api_versions, fetch, init_producer_id, list_offsets, metadata, produce, topics
+from tidemark.broker.apis import (
+    api_versions,
+    fetch,
+    groups,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    offsets,
+    produce,
+    topics,
+)
 from tidemark.broker.config import BrokerConfig
+from tidemark.broker.group_coordinator import GroupCoordinator
 from tidemark.broker.replica_manager import ReplicaManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
@@ -50,13 +62,24 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     19: (topics.handle_create, 2),
     20: (topics.handle_delete, 1),
     22: (init_producer_id.handle, 0),
+    8: (offsets.handle_commit, 0),
+    9: (offsets.handle_fetch, 0),
+    47: (offsets.handle_delete, 0),
+    10: (groups.handle_find_coordinator, 0),
+    11: (groups.handle_join, 0),
+    12: (groups.handle_heartbeat, 0),
+    13: (groups.handle_leave, 0),
+    14: (groups.handle_sync, 0),
+    15: (groups.handle_describe, 0),
+    16: (groups.handle_list, 0),
+    42: (groups.handle_delete_groups, 0),
 }
 
 MAX_IN_FLIGHT_PER_CONNECTION = 128
 
 
 def supported_versions() -> dict[int, tuple[int, int]]:
-    return {key: (low, CODEC_API_RANGES[key][1]) for key, (_, low) in HANDLERS.items()}
+    return {key: (max(low, CODEC_API_RANGES[key][0]), CODEC_API_RANGES[key][1]) for key, (_, low) in HANDLERS.items()}
 
 
 class Broker:
@@ -69,6 +92,7 @@ class Broker:
         self.advertised_port = port
         self.supported_versions = supported_versions()
         self.replicas = ReplicaManager(config, data_dir)
+        self.coordinator = GroupCoordinator(config, self.replicas)
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()
 
@@ -76,6 +100,7 @@ class Broker:
         started = time.perf_counter()
         self.replicas.open()
         self.replicas.start()
+        self.coordinator.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
         self.advertised_port = self._server.sockets[0].getsockname()[1]
@@ -94,6 +119,7 @@ class Broker:
             self._server.close()
         for connection in list(self.connections):
             connection.close()
+        await self.coordinator.stop()
         await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=True)
 
@@ -151,6 +177,9 @@ class Connection(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        # Handlers run in a context that knows the client's host (JoinGroup records it).
+        self._context = contextvars.copy_context()
+        self._context.run(groups.CLIENT_HOST.set, self.peer[0] if isinstance(self.peer, tuple) else "")
         self.broker.connections.add(self)
         metrics.CONNECTIONS.inc()
         self._writer = asyncio.get_running_loop().create_task(self._write_responses())
@@ -163,7 +192,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             for frame in self.decoder.buffer_updated(nbytes):
                 request = decode_request(frame, self.broker.supported_versions)
-                self._pending.append(loop.create_task(self.broker.dispatch(request)))
+                self._pending.append(loop.create_task(self.broker.dispatch(request), context=self._context.copy()))
         except ProtocolError as exc:
             self._protocol_error(exc)
             return

@@ -1,0 +1,138 @@
+"""FindCoordinator and the classic consumer-group APIs, each run on the group's shard."""
+
+from __future__ import annotations
+
+import contextvars
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidemark.coordinator.result import Result
+
+if TYPE_CHECKING:
+    from tidemark.broker.server import Broker
+    from tidemark.wire.codec import Request
+
+# The connection's peer host, set per connection so JoinGroup can record the member's host.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+
+GROUP_KEY_TYPE = 0
+
+
+async def handle_find_coordinator(broker: Broker, request: Request) -> dict[str, Any]:
+    body, version = request.body, request.api_version
+    keys = list(body.coordinator_keys) if version >= 4 else [body.key]
+    key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
+    coordinators = []
+    for key in keys:
+        entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
+        if key_type != GROUP_KEY_TYPE:
+            entry.update(error_code=ErrorCode.coordinator_not_available, error_message="transactions are not supported")
+        elif not key:
+            entry.update(error_code=ErrorCode.invalid_request, error_message="empty group id")
+        else:
+            broker.coordinator.ensure_offsets_topic()
+            entry.update(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port)
+        coordinators.append(entry)
+    if version >= 4:
+        return {"throttle_time": 0, "coordinators": coordinators}
+    (only,) = coordinators
+    return {"throttle_time": 0, **{k: v for k, v in only.items() if k != "key"}}
+
+
+def _immediate(response: Any, token: int) -> Result:
+    return Result().respond(token, response)
+
+
+async def handle_join(broker: Broker, request: Request) -> dict[str, Any]:
+    body, version = request.body, request.api_version
+    client_id, client_host = request.client_id or "", CLIENT_HOST.get()
+
+    def failed(code: ErrorCode) -> dict[str, Any]:
+        return {"throttle_time": 0, "error_code": code, "generation_id": -1, "protocol_type": None,
+                "protocol_name": None, "leader": "", "member_id": body.member_id, "members": []}
+
+    return await broker.coordinator.call(
+        body.group_id,
+        lambda shard, token, now: shard.membership.join_group(body, version, token, now, client_id, client_host),
+        failed,
+    )
+
+
+async def handle_sync(broker: Broker, request: Request) -> dict[str, Any]:
+    body, version = request.body, request.api_version
+
+    def failed(code: ErrorCode) -> dict[str, Any]:
+        return {"throttle_time": 0, "error_code": code, "protocol_type": None, "protocol_name": None,
+                "assignment": b""}
+
+    return await broker.coordinator.call(
+        body.group_id, lambda shard, token, now: shard.membership.sync_group(body, version, token, now), failed
+    )
+
+
+async def handle_heartbeat(broker: Broker, request: Request) -> dict[str, Any]:
+    body, version = request.body, request.api_version
+    return await broker.coordinator.call(
+        body.group_id,
+        lambda shard, token, now: _immediate(shard.membership.heartbeat(body, version, now), token),
+        lambda code: {"throttle_time": 0, "error_code": code},
+    )
+
+
+async def handle_leave(broker: Broker, request: Request) -> dict[str, Any]:
+    body, version = request.body, request.api_version
+    return await broker.coordinator.call(
+        body.group_id,
+        lambda shard, token, now: shard.membership.leave_group(body, version, token, now),
+        lambda code: {"throttle_time": 0, "error_code": code, "members": []},
+    )
+
+
+async def handle_describe(broker: Broker, request: Request) -> dict[str, Any]:
+    body, version = request.body, request.api_version
+    groups = []
+    for group_id in body.groups:
+        def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
+            return {"groups": [{"error_code": code, "group_id": group_id, "group_state": "", "protocol_type": "",
+                                "protocol_data": "", "members": []}]}
+
+        described = broker.coordinator.read(
+            group_id, lambda shard, g=group_id: shard.membership.describe_groups(_OneGroup(g), version), failed
+        )
+        groups.extend(described["groups"])
+    return {"throttle_time": 0, "groups": groups}
+
+
+class _OneGroup:
+    """DescribeGroups asks shard by shard: a request body naming one group."""
+
+    def __init__(self, group_id: str) -> None:
+        self.groups = (group_id,)
+        self.include_authorized_operations = False
+
+
+async def handle_list(broker: Broker, request: Request) -> dict[str, Any]:
+    body, version = request.body, request.api_version
+    broker.coordinator.ensure_offsets_topic()
+    groups: list[dict[str, Any]] = []
+    error = ErrorCode.none
+    for runtime in broker.coordinator.shards.values():
+        if runtime.state.value != "active":
+            error = ErrorCode.coordinator_load_in_progress
+            continue
+        groups.extend(runtime.shard.membership.list_groups(body, version)["groups"])
+    return {"throttle_time": 0, "error_code": error, "groups": groups}
+
+
+async def handle_delete_groups(broker: Broker, request: Request) -> dict[str, Any]:
+    body = request.body
+    results = []
+    for group_id in body.groups_names:
+        result = await broker.coordinator.call(
+            group_id,
+            lambda shard, token, now, g=group_id: shard.delete_group(g, token, now),
+            lambda code, g=group_id: {"group_id": g, "error_code": code},
+        )
+        results.append(result)
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,258 @@
+"""One `__consumer_offsets` partition's coordinator: its groups and their committed offsets.
+
+Requests come in with the current time and leave as a `Result`. Offsets follow DESIGN principle
+2 strictly: a commit only builds records; the cache changes when the runtime replays them after
+they are committed. Group membership (who is in the group, which generation) lives in memory as
+in Kafka's classic coordinator; its records are the durable image that loading replays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from tidemark.coordinator.group import Group, GroupState
+from tidemark.coordinator.membership import GroupConfig, GroupMembership
+from tidemark.coordinator.offsets import OffsetStore
+from tidemark.coordinator.result import OffsetsRecord, Result
+from tidemark.records.offsets_schema import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    UnknownKey,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_key,
+    encode_offset_commit_value,
+)
+
+log = structlog.get_logger("tidemark.coordinator")
+
+NO_OFFSET = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class CoordinatorConfig:
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    group: GroupConfig = dataclasses.field(default_factory=GroupConfig)
+
+
+def _retention_ms(request: Any) -> int:
+    """OffsetCommit v2-v4 retention_time in ms; -1 (the default) means the broker's retention."""
+    retention = getattr(request, "retention_time", None)
+    return -1 if retention is None else round(retention.total_seconds() * 1000)
+
+
+class CoordinatorShard:
+    def __init__(
+        self,
+        partition_index: int,
+        config: CoordinatorConfig,
+        partition_exists: Callable[[str, int], bool],
+    ) -> None:
+        self.partition_index = partition_index
+        self.config = config
+        self.partition_exists = partition_exists
+        self.groups: dict[str, Group] = {}
+        self.offsets = OffsetStore()
+        self.membership = GroupMembership(self.groups, config.group)
+
+    # -- OffsetCommit ---------------------------------------------------------------------------
+
+    def _commit_error(self, request: Any, version: int, now_ms: int) -> ErrorCode | None:
+        """The group-level reason this commit is refused (facts §4, in Kafka's order), or None."""
+        group_id = request.group_id
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        generation = request.generation_id_or_member_epoch
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation < 0:
+                # A standalone consumer (assign() + commit): a "simple" group, Empty, no protocol.
+                self.groups[group_id] = Group(group_id, now_ms)
+                return None
+            return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if generation < 0 and group.state is GroupState.EMPTY:
+            return None  # admin or standalone commit to a group with no members
+        member = group.members.get(request.member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        instance_id = getattr(request, "group_instance_id", None)
+        if instance_id is not None and member.group_instance_id != instance_id:
+            return ErrorCode.fenced_instance_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return None
+
+    def commit_offsets(self, request: Any, version: int, token: int, now_ms: int,
+                       topic_names: Callable[[Any], str | None] = lambda t: t.name) -> Result:
+        """OffsetCommit: per-partition checks, then one record per accepted partition."""
+        group_error = self._commit_error(request, version, now_ms)
+        retention_ms = _retention_ms(request)
+        expire_timestamp = now_ms + retention_ms if retention_ms >= 0 else -1
+        records: list[OffsetsRecord] = []
+        committed: list[tuple[str, int]] = []
+        topics = []
+        for topic in request.topics:
+            name = topic_names(topic)
+            partitions = []
+            for p in topic.partitions:
+                code = ErrorCode.none
+                if name is None or not self.partition_exists(name, p.partition_index):
+                    code = ErrorCode.unknown_topic_or_partition
+                elif group_error is not None:
+                    code = group_error
+                elif p.committed_metadata is not None and len(p.committed_metadata) > self.config.offset_metadata_max_bytes:
+                    code = ErrorCode.offset_metadata_too_large
+                else:
+                    value = OffsetCommitValue(
+                        offset=p.committed_offset,
+                        leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                        metadata=p.committed_metadata or "",
+                        commit_timestamp=now_ms,
+                        expire_timestamp=expire_timestamp,
+                    )
+                    records.append(OffsetsRecord(
+                        encode_key(OffsetCommitKey(request.group_id, name, p.partition_index)),
+                        encode_offset_commit_value(value),
+                    ))
+                    committed.append((name, p.partition_index))
+                partitions.append({"partition_index": p.partition_index, "error_code": code})
+            topics.append({"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions})
+        response = {"throttle_time": 0, "topics": topics}
+        result = Result(records=records).respond(token, response)
+        if committed:
+            group_id = request.group_id
+            self.offsets.add_pending(group_id, committed)
+
+            def failed(code: ErrorCode) -> dict[int, Any]:
+                # Nothing was replayed, so the cache has no trace of the commit.
+                self.offsets.remove_pending(group_id, committed)
+                for topic_response in topics:
+                    for partition_response in topic_response["partitions"]:
+                        if partition_response["error_code"] == ErrorCode.none:
+                            partition_response["error_code"] = code
+                return {token: response}
+
+            result.on_append_failure = failed
+        return result
+
+    # -- OffsetFetch ----------------------------------------------------------------------------
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                      require_stable: bool) -> list[dict[str, Any]]:
+        """Committed offsets of a group: every requested partition (-1 where none), or all."""
+        group = self.groups.get(group_id)
+        dead = group is not None and group.state is GroupState.DEAD
+        committed = {} if dead else self.offsets.group_offsets(group_id)
+        if topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                wanted.setdefault(topic, []).append(partition)
+            topics = list(wanted.items())
+        result = []
+        for topic, partitions in topics:
+            partition_responses = []
+            for partition in partitions:
+                entry = committed.get((topic, partition))
+                code = ErrorCode.none
+                if require_stable and self.offsets.is_pending(group_id, (topic, partition)):
+                    code = ErrorCode.unstable_offset_commit
+                partition_responses.append({
+                    "partition_index": partition,
+                    "committed_offset": entry.offset if entry and code == ErrorCode.none else NO_OFFSET,
+                    "committed_leader_epoch": entry.leader_epoch if entry and code == ErrorCode.none else -1,
+                    "metadata": entry.metadata if entry and code == ErrorCode.none else "",
+                    "error_code": code,
+                })
+            result.append({"name": topic, "partitions": partition_responses})
+        return result
+
+    # -- deletion (DeleteGroups, OffsetDelete): tombstones ------------------------------------
+
+    def _offset_tombstones(self, group_id: str, tps: list[tuple[str, int]]) -> list[OffsetsRecord]:
+        return [OffsetsRecord(encode_key(OffsetCommitKey(group_id, topic, partition)), None) for topic, partition in tps]
+
+    def delete_group(self, group_id: str, token: int, now_ms: int) -> Result:
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return Result().respond(token, {"group_id": group_id, "error_code": ErrorCode.group_id_not_found})
+        if group.state is not GroupState.EMPTY:
+            return Result().respond(token, {"group_id": group_id, "error_code": ErrorCode.non_empty_group})
+        records = self._offset_tombstones(group_id, sorted(self.offsets.group_offsets(group_id)))
+        records.append(OffsetsRecord(encode_key(GroupMetadataKey(group_id)), None))
+        self.membership.remove_group(group_id, now_ms)
+        response = {"group_id": group_id, "error_code": ErrorCode.none}
+        result = Result(records=records).respond(token, response)
+        result.on_append_failure = lambda code: {token: {"group_id": group_id, "error_code": code}}
+        return result
+
+    def delete_offsets(self, request: Any, token: int, now_ms: int) -> Result:
+        """OffsetDelete (KIP-496): refused for topics a live consumer group subscribes to."""
+        group_id = request.group_id
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return Result().respond(token, {"error_code": ErrorCode.group_id_not_found, "throttle_time": 0, "topics": []})
+        subscribed: set[str] | None = set()
+        if group.state is not GroupState.EMPTY:
+            if group.protocol_type != "consumer":
+                return Result().respond(token, {"error_code": ErrorCode.non_empty_group, "throttle_time": 0,
+                                                "topics": []})
+            subscribed = group.subscribed_topics()
+        tombstoned: list[tuple[str, int]] = []
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                if subscribed is None or topic.name in subscribed:
+                    code = ErrorCode.group_subscribed_to_topic
+                else:
+                    code = ErrorCode.none
+                    if self.offsets.get(group_id, (topic.name, p.partition_index)) is not None:
+                        tombstoned.append((topic.name, p.partition_index))
+                partitions.append({"partition_index": p.partition_index, "error_code": code})
+            topics.append({"name": topic.name, "partitions": partitions})
+        response = {"error_code": ErrorCode.none, "throttle_time": 0, "topics": topics}
+        result = Result(records=self._offset_tombstones(group_id, tombstoned)).respond(token, response)
+        result.on_append_failure = lambda code: {token: {"error_code": code, "throttle_time": 0, "topics": []}}
+        return result
+
+    # -- replay -------------------------------------------------------------------------------
+
+    def replay(self, log_offset: int, key_bytes: bytes | None, value_bytes: bytes | None, *,
+               loading: bool, now_ms: int) -> None:
+        """Apply one committed record. Offset records always; group records only while loading
+        (in normal operation the in-memory group already is what its record describes)."""
+        if key_bytes is None:
+            return
+        key = decode_key(key_bytes)
+        if isinstance(key, OffsetCommitKey):
+            tp = (key.topic, key.partition)
+            if value_bytes is None:
+                self.offsets.replay_tombstone(log_offset, key.group, tp)
+            else:
+                self.offsets.replay_commit(log_offset, key.group, tp, decode_offset_commit_value(value_bytes))
+            if not loading:
+                self.offsets.remove_pending(key.group, [tp])
+            if loading and key.group not in self.groups and value_bytes is not None:
+                self.groups[key.group] = Group(key.group, now_ms)
+        elif isinstance(key, GroupMetadataKey):
+            if not loading:
+                return
+            if value_bytes is None:
+                self.groups.pop(key.group, None)
+            else:
+                self.groups[key.group] = Group.from_metadata_value(key.group, decode_group_metadata_value(value_bytes),
+                                                                   now_ms)
+        elif isinstance(key, UnknownKey):
+            log.warning("offsets_record_skipped", partition=self.partition_index, offset=log_offset,
+                        key_version=key.version)

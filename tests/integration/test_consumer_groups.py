@@ -1,0 +1,153 @@
+"""Consumer groups and committed offsets with real clients: rebalances, restarts, standalone commits."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from tests.conftest import BrokerProcess
+from tests.integration.clients import create_topic, produce_all
+
+PARTITIONS = 6
+PER_PARTITION = 1000
+GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "200", "offsets.topic.num.partitions": "10"}
+
+
+def _consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                     "heartbeat.interval.ms": 500, **extra})
+
+
+def _paused_on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    # Fetch nothing until the test has seen the whole group settle (see _wait_for_assignments).
+    consumer.assign(partitions)
+    consumer.pause(partitions)
+
+
+def _wait_for_assignments(consumers: list[Consumer], expected_sizes: list[int], timeout_s: float = 30.0) -> None:
+    """Poll (which drives the rebalance) until the assignment sizes match, then start fetching."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for consumer in consumers:
+            assert consumer.poll(0.05) is None  # paused: nothing may be consumed unseen
+        sizes = sorted(len(c.assignment()) for c in consumers)
+        if sizes == sorted(expected_sizes):
+            for consumer in consumers:
+                consumer.resume(consumer.assignment())
+            return
+    raise AssertionError(f"assignments {[len(c.assignment()) for c in consumers]} never became {expected_sizes}")
+
+
+def _consume_some(consumer: Consumer, seen: dict, limit: int, timeout_s: float = 20.0) -> int:
+    """Consume up to `limit` messages, commit synchronously after each batch; return how many."""
+    got = 0
+    deadline = time.monotonic() + timeout_s
+    while got < limit and time.monotonic() < deadline:
+        messages = consumer.consume(num_messages=min(100, limit - got), timeout=0.2)
+        for msg in messages:
+            assert msg.error() is None, msg.error()
+            seen[(msg.partition(), msg.offset())].append(msg.value())
+            got += 1
+        if messages:
+            consumer.commit(asynchronous=False)
+    return got
+
+
+@pytest.fixture(scope="module")
+def group_broker(tmp_path_factory):
+    process = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", GROUP_SETTINGS).start()
+    yield process
+    process.kill()
+
+
+def test_three_consumers_rebalance_and_resume_from_commits(group_broker):
+    bootstrap = group_broker.bootstrap
+    create_topic(bootstrap, "grouped", PARTITIONS)
+    produce_all(bootstrap, "grouped", [(i % PARTITIONS, None, b"m%d" % i) for i in range(PARTITIONS * PER_PARTITION)])
+
+    consumers = [_consumer(bootstrap, "three") for _ in range(3)]
+    for consumer in consumers:
+        consumer.subscribe(["grouped"], on_assign=_paused_on_assign)
+    _wait_for_assignments(consumers, [2, 2, 2])
+
+    seen: dict = defaultdict(list)
+    for consumer in consumers:
+        _consume_some(consumer, seen, 900)
+    for consumer in consumers:  # everything consumed so far is committed; hold still for the rebalance
+        consumer.pause(consumer.assignment())
+    leaving = consumers.pop()
+    left_partitions = [tp.partition for tp in leaving.assignment()]
+    last_commits = {tp.partition: tp.offset for tp in leaving.committed(leaving.assignment(), timeout=10)}
+    leaving.close()  # LeaveGroup: the other two take its partitions
+
+    _wait_for_assignments(consumers, [3, 3])
+    total = PARTITIONS * PER_PARTITION
+    deadline = time.monotonic() + 60
+    while len(seen) < total and time.monotonic() < deadline:
+        for consumer in consumers:
+            _consume_some(consumer, seen, 2000, timeout_s=2)
+    assert len(seen) == total, "messages were lost"
+    for (partition, offset), values in seen.items():
+        assert values == [values[0]] * len(values)
+        if len(values) > 1:
+            # Re-delivered only after the leaving consumer's last commit on its partitions.
+            assert partition in left_partitions and offset >= last_commits[partition]
+
+    committed = consumers[0].committed([TopicPartition("grouped", p) for p in range(PARTITIONS)], timeout=10)
+    assert [tp.offset for tp in committed] == [PER_PARTITION] * PARTITIONS
+    for consumer in consumers:
+        consumer.close()
+
+
+@pytest.mark.parametrize("how", ["clean", "sigkill"])
+def test_committed_offsets_survive_restart(make_broker, how):
+    broker = make_broker(GROUP_SETTINGS).start()
+    create_topic(broker.bootstrap, "durable", 3)
+    produce_all(broker.bootstrap, "durable", [(i % 3, None, b"d%d" % i) for i in range(300)])
+    consumer = _consumer(broker.bootstrap, "survivor")
+    consumer.assign([TopicPartition("durable", p, 0) for p in range(3)])
+    consumer.commit(offsets=[TopicPartition("durable", 0, 17), TopicPartition("durable", 1, 42),
+                             TopicPartition("durable", 2, 99)], asynchronous=False)
+    consumer.close()
+    if how == "clean":
+        assert broker.stop() == 0
+    else:
+        broker.kill()
+
+    restarted = make_broker(GROUP_SETTINGS, data_dir=broker.data_dir, port=broker.port).start()
+    consumer = _consumer(restarted.bootstrap, "survivor")
+    deadline = time.monotonic() + 30
+    while True:  # the client retries COORDINATOR_LOAD_IN_PROGRESS itself; bound the whole wait
+        try:
+            committed = consumer.committed([TopicPartition("durable", p) for p in range(3)], timeout=10)
+            break
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+    assert [tp.offset for tp in committed] == [17, 42, 99]
+    consumer.subscribe(["durable"])
+    seen: dict = defaultdict(list)
+    _consume_some(consumer, seen, 300 - (17 + 42 + 99) + 0, timeout_s=30)
+    assert min(o for (p, o) in seen if p == 0) == 17
+    assert min(o for (p, o) in seen if p == 1) == 42
+    assert min(o for (p, o) in seen if p == 2) == 99
+    consumer.close()
+    restarted.stop()
+
+
+def test_standalone_consumer_creates_simple_group(group_broker):
+    bootstrap = group_broker.bootstrap
+    create_topic(bootstrap, "standalone", 2)
+    consumer = _consumer(bootstrap, "simple-one")
+    consumer.assign([TopicPartition("standalone", 0, 0), TopicPartition("standalone", 1, 0)])
+    consumer.commit(offsets=[TopicPartition("standalone", 0, 5, "meta-0"), TopicPartition("standalone", 1, 7)],
+                    asynchronous=False)
+    committed = consumer.committed([TopicPartition("standalone", 0), TopicPartition("standalone", 1),
+                                    TopicPartition("standalone", 9 % 2)], timeout=10)
+    assert [(tp.partition, tp.offset) for tp in committed] == [(0, 5), (1, 7), (1, 7)]
+    assert committed[0].metadata == "meta-0"
+    consumer.close()

@@ -1,0 +1,131 @@
+"""The offset manager over the wire: the offsets topic, error codes in Kafka's order, loading."""
+
+from __future__ import annotations
+
+import time
+
+from kio.schema.errors import ErrorCode
+
+from tests.integration.raw import RawClient
+from tidemark.coordinator.partitioner import partition_for
+from tidemark.log import Log, LogConfig
+from tidemark.records import build_batch
+from tidemark.records.offsets_schema import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    encode_key,
+    encode_offset_commit_value,
+)
+
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, METADATA = 10, 8, 9, 3
+
+
+def _commit(client, group, topic, partitions, version=8, generation=-1, member="", metadata=None):
+    body = {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+            "group_instance_id": None, "retention_time": -1,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
+                 "committed_metadata": metadata} for p, o in partitions]}]}
+    response = client.request(OFFSET_COMMIT, version, body)
+    return {p.partition_index: p.error_code for p in response.topics[0].partitions}
+
+
+def _fetch(client, group, topic, partitions, require_stable=False):
+    response = client.request(OFFSET_FETCH, 7, {"group_id": group, "require_stable": require_stable,
+                                                "topics": [{"name": topic, "partition_indexes": partitions}]})
+    return response.error_code, {p.partition_index: (p.committed_offset, p.metadata, p.error_code)
+                                 for t in response.topics for p in t.partitions}
+
+
+def test_offsets_topic_created_on_first_use(broker):
+    with RawClient(broker.bootstrap) as client:
+        response = client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["testGroup", "other"]})
+        assert [(c.key, c.node_id, c.error_code) for c in response.coordinators] == [
+            ("testGroup", 0, ErrorCode.none), ("other", 0, ErrorCode.none)]
+        metadata = client.request(METADATA, 12, {"topics": [{"name": "__consumer_offsets", "topic_id": None}],
+                                                 "allow_auto_topic_creation": False,
+                                                 "include_topic_authorized_operations": False})
+        (topic,) = metadata.topics
+        assert topic.is_internal and len(topic.partitions) == 50
+        # "testGroup" lives on partition 49 (facts §2): its commit lands in that partition's log.
+        client.create_topic("tg-topic")
+        assert _commit(client, "testGroup", "tg-topic", [(0, 5)]) == {0: ErrorCode.none}
+    segment = broker.data_dir / "__consumer_offsets-49" / "00000000000000000000.log"
+    assert segment.stat().st_size > 0
+    assert partition_for("testGroup", 50) == 49
+
+
+def test_commit_errors_in_kafka_order(broker):
+    with RawClient(broker.bootstrap) as client:
+        client.create_topic("codes", partitions=2)
+        # Unknown partitions are refused one by one; metadata too long only for that partition.
+        result = _commit(client, "codes-group", "codes", [(0, 1), (5, 1)])
+        assert result == {0: ErrorCode.none, 5: ErrorCode.unknown_topic_or_partition}
+        long_metadata = _commit(client, "codes-group", "codes", [(1, 9)], metadata="x" * 4097)
+        assert long_metadata == {1: ErrorCode.offset_metadata_too_large}
+        assert _commit(client, "", "codes", [(0, 1)]) == {0: ErrorCode.invalid_group_id}
+        # An unknown group with a generation: GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before.
+        assert _commit(client, "nobody", "codes", [(0, 1)], version=9, generation=3, member="m") == {
+            0: ErrorCode.group_id_not_found}
+        assert _commit(client, "nobody", "codes", [(0, 1)], version=8, generation=3, member="m") == {
+            0: ErrorCode.illegal_generation}
+        # A known (simple) group: committing as a member it does not have.
+        assert _commit(client, "codes-group", "codes", [(0, 2)], generation=1, member="ghost") == {
+            0: ErrorCode.unknown_member_id}
+        error, offsets = _fetch(client, "codes-group", "codes", [0, 1])
+        assert error == ErrorCode.none
+        assert offsets == {0: (1, "", ErrorCode.none), 1: (-1, "", ErrorCode.none)}
+        # A group nobody committed for: -1 and no error.
+        assert _fetch(client, "never", "codes", [0]) == (ErrorCode.none, {0: (-1, "", ErrorCode.none)})
+        # "All topics" of a missing group is an empty list.
+        response = client.request(OFFSET_FETCH, 7, {"group_id": "never", "topics": None, "require_stable": False})
+        assert response.topics == ()
+
+
+def test_multi_group_offset_fetch(broker):
+    with RawClient(broker.bootstrap) as client:
+        client.create_topic("multi")
+        assert _commit(client, "multi-a", "multi", [(0, 11)]) == {0: ErrorCode.none}
+        assert _commit(client, "multi-b", "multi", [(0, 22)]) == {0: ErrorCode.none}
+        response = client.request(OFFSET_FETCH, 8, {"require_stable": True, "groups": [
+            {"group_id": "multi-a", "topics": [{"name": "multi", "partition_indexes": [0]}]},
+            {"group_id": "multi-b", "topics": None}]})
+        got = {g.group_id: [(t.name, p.partition_index, p.committed_offset) for t in g.topics for p in t.partitions]
+               for g in response.groups}
+        assert got == {"multi-a": [("multi", 0, 11)], "multi-b": [("multi", 0, 22)]}
+
+
+def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):
+    broker = make_broker().start()
+    group = "loading-group"
+    with RawClient(broker.bootstrap) as client:
+        client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})  # creates the topic
+    assert broker.stop() == 0
+
+    # 1,000,000 commit records for 1,000 partitions of one group, written straight into the log.
+    partition_dir = broker.data_dir / f"__consumer_offsets-{partition_for(group, 50)}"
+    log = Log.open(partition_dir, LogConfig(segment_bytes=104857600, cleanup_policy="compact"), clean_shutdown=True)
+    keys = [encode_key(OffsetCommitKey(group, "loaded", p)) for p in range(1000)]
+    per_batch = 5000
+    for start in range(0, 1_000_000, per_batch):
+        log.append(build_batch([
+            (keys[i % 1000], encode_offset_commit_value(OffsetCommitValue(offset=i, commit_timestamp=1)), (), 1)
+            for i in range(start, start + per_batch)]), now_ms=1)
+    log.close()
+
+    restarted = make_broker(data_dir=broker.data_dir, port=broker.port).start()
+    codes = []
+    deadline = time.monotonic() + 120
+    with RawClient(restarted.bootstrap) as client:
+        while time.monotonic() < deadline:
+            error, offsets = _fetch(client, group, "loaded", [0, 1, 999])
+            codes.append(error)
+            if error == ErrorCode.none:
+                break
+            assert error == ErrorCode.coordinator_load_in_progress
+            time.sleep(0.05)
+    assert codes[0] == ErrorCode.coordinator_load_in_progress  # the load was still running
+    assert codes[-1] == ErrorCode.none
+    # The last record per key wins: partition p's last commit was record 999,000 + p.
+    assert offsets == {p: (999_000 + p, "", ErrorCode.none) for p in (0, 1, 999)}
+    restarted.stop()
