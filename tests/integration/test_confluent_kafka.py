@@ -40,3 +40,12 @@ def test_idempotent_producer_no_duplicates(broker):
     for partition in (0, 1):
         values = [v for _, _, v in seen[partition]]
         assert values == [b"m%d" % i for i in range(partition, 5000, 2)]
+
+
+def test_admin_client_lists_topics(broker):
+    from confluent_kafka.admin import AdminClient
+
+    create_topic(broker.bootstrap, "listed", 2)
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+    assert len(metadata.topics["listed"].partitions) == 2
+    assert [b.id for b in metadata.brokers.values()] == [0]

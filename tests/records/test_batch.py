@@ -268,3 +268,15 @@ def test_set_log_append_time_restamps_and_keeps_the_crc_valid():
     ((_, header),) = list(iter_batches(buf))  # validates the CRC
     assert header.timestamp_type == 1 and header.max_timestamp == 99_999
     assert [r.value for r in decode_records(bytes(buf))] == [b"v", b"w"]
+
+
+@pytest.mark.parametrize("compression", list(CompressionType))
+def test_iter_key_values_matches_decode_records(compression):
+    from tidemark.records import iter_key_values
+
+    records = [(b"k%d" % i, None if i % 7 == 0 else b"v" * (i * 13), ((f"h{i}", b"x"),), 1000 + i)
+               for i in range(300)]
+    data = build_batch(records, base_offset=40, compression=compression)
+    expected = [(r.offset, r.key, r.value) for r in decode_records(data)]
+    assert list(iter_key_values(data)) == expected
+    assert list(iter_key_values(bytearray(data))) == expected

@@ -24,7 +24,7 @@ from tidemark.coordinator.membership import GroupConfig
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.coordinator.result import Result
 from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
-from tidemark.records import build_batch, decode_records, iter_batches
+from tidemark.records import build_batch, iter_batches, iter_key_values
 from tidemark.records.compression import CompressionType
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("tidemark.group_coordinator")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+PROGRESS_INTERVAL_S = 2.0
 
 
 def now_ms() -> int:
@@ -102,26 +103,42 @@ class ShardRuntime:
             self._schedule_timer()
 
     async def _load(self) -> None:
-        """Replay the partition from its log start to its high watermark (loading is replay)."""
+        """Replay the partition from its log start to its high watermark (loading is replay).
+
+        Only the last record of each key matters, so the scan keeps the latest record per key
+        (moved to the end on every rewrite, so the order stays that of the log) and decodes and
+        replays just those: the cost of a long, not yet compacted log is a dict write per record.
+        """
         started = time.perf_counter()
         partition_log = self.partition.log
-        position = partition_log.log_start_offset
-        end = self.partition.high_watermark
+        position, end = partition_log.log_start_offset, self.partition.high_watermark
         chunk = self.runtime.config["offsets.load.buffer.size"]
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
         records = 0
-        now = now_ms()
+        next_progress = started + PROGRESS_INTERVAL_S
         while position < end:
             data = partition_log.read(position, chunk, upper_bound=end)
             if not data:
                 break
             for batch_position, header in iter_batches(data, validate=False):
-                for record in decode_records(data, batch_position):
-                    self.shard.replay(record.offset, record.key, record.value, loading=True, now_ms=now)
-                    records += 1
+                for offset, key, value in iter_key_values(data, batch_position):
+                    if key is not None:
+                        latest.pop(key, None)
+                        latest[key] = (offset, value)
+                        records += 1
                 position = header.last_offset + 1
-            await asyncio.sleep(0)  # let other partitions load and requests get their LOAD_IN_PROGRESS
+            if time.perf_counter() >= next_progress:  # long loads report how far they are
+                next_progress += PROGRESS_INTERVAL_S
+                log.info("offsets_partition_loading", partition=self.partition.index, records=records,
+                         position=position, end=end)
+            await asyncio.sleep(0)  # other partitions load meanwhile; requests get LOAD_IN_PROGRESS
+        now = now_ms()
+        for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
+            self.shard.replay(offset, key, value, loading=True, now_ms=now)
+            if replayed % 100_000 == 0:
+                await asyncio.sleep(0)
         seconds = time.perf_counter() - started
-        log.info("offsets_partition_loaded", partition=self.partition.index, records=records,
+        log.info("offsets_partition_loaded", partition=self.partition.index, records=records, keys=len(latest),
                  groups=len(self.shard.groups), seconds=round(seconds, 3),
                  records_per_second=round(records / seconds) if seconds > 0 else None)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tidemark.cli.groups import groups
 from tidemark.cli.offsets import offsets
 from tidemark.cli.serve import serve
 
@@ -16,3 +17,4 @@ def main() -> None:
 
 main.add_command(serve)
 main.add_command(offsets)
+main.add_command(groups)

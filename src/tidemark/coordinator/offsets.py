@@ -9,6 +9,7 @@ UNSTABLE_OFFSET_COMMIT for them.
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from typing import NamedTuple
 
@@ -26,29 +27,51 @@ class CommittedOffset(NamedTuple):
     log_offset: int  # where in the offsets partition this commit was written
 
 
+# A cached offset is kept packed (offset, log offset, leader epoch, commit and expire timestamps,
+# then the metadata's UTF-8): about 100 bytes per offset instead of ~300 for a tuple of ints.
+_PACKED = struct.Struct(">qqiqq")
+
+
+def _pack(value: OffsetCommitValue, log_offset: int) -> bytes:
+    return _PACKED.pack(value.offset, log_offset, value.leader_epoch, value.commit_timestamp,
+                        value.expire_timestamp) + value.metadata.encode()
+
+
+def _unpack(packed: bytes) -> CommittedOffset:
+    offset, log_offset, leader_epoch, commit_timestamp, expire_timestamp = _PACKED.unpack_from(packed)
+    return CommittedOffset(offset, leader_epoch, packed[_PACKED.size :].decode(), commit_timestamp,
+                           expire_timestamp, log_offset)
+
+
+def _log_offset(packed: bytes) -> int:
+    return _PACKED.unpack_from(packed)[1]
+
+
 class OffsetStore:
     def __init__(self) -> None:
-        self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        # group -> topic -> partition -> packed offset
+        self._offsets: dict[str, dict[str, dict[int, bytes]]] = {}
         self._pending: dict[str, Counter[TopicPartition]] = {}
 
     # -- replay (the only way committed state changes) ---------------------------------------
 
     def replay_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue) -> None:
-        offsets = self._offsets.setdefault(group, {})
-        current = offsets.get(tp)
-        if current is not None and current.log_offset >= log_offset:
+        partitions = self._offsets.setdefault(group, {}).setdefault(tp[0], {})
+        current = partitions.get(tp[1])
+        if current is not None and _log_offset(current) >= log_offset:
             return  # already have this record or a later one
-        offsets[tp] = CommittedOffset(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
-                                      value.expire_timestamp, log_offset)
+        partitions[tp[1]] = _pack(value, log_offset)
 
     def replay_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
-        offsets = self._offsets.get(group)
-        if offsets is None:
+        topics = self._offsets.get(group)
+        partitions = topics.get(tp[0]) if topics else None
+        current = partitions.get(tp[1]) if partitions else None
+        if current is None or _log_offset(current) >= log_offset:
             return
-        current = offsets.get(tp)
-        if current is not None and current.log_offset < log_offset:
-            del offsets[tp]
-            if not offsets:
+        del partitions[tp[1]]
+        if not partitions:
+            del topics[tp[0]]
+            if not topics:
                 del self._offsets[group]
 
     # -- pending commits ----------------------------------------------------------------------
@@ -76,13 +99,16 @@ class OffsetStore:
     # -- reads ----------------------------------------------------------------------------------
 
     def get(self, group: str, tp: TopicPartition) -> CommittedOffset | None:
-        return self._offsets.get(group, {}).get(tp)
+        packed = self._offsets.get(group, {}).get(tp[0], {}).get(tp[1])
+        return None if packed is None else _unpack(packed)
 
     def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
-        return self._offsets.get(group, {})
+        return {(topic, partition): _unpack(packed)
+                for topic, partitions in self._offsets.get(group, {}).items()
+                for partition, packed in partitions.items()}
 
     def groups(self) -> list[str]:
         return list(self._offsets)
 
     def count(self) -> int:
-        return sum(len(offsets) for offsets in self._offsets.values())
+        return sum(len(partitions) for topics in self._offsets.values() for partitions in topics.values())

@@ -48,6 +48,12 @@ def _retention_ms(request: Any) -> int:
     return -1 if retention is None else round(retention.total_seconds() * 1000)
 
 
+def _no_offset(partition: int, code: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    """A partition without a committed offset: -1, epoch -1, metadata "" (and no error)."""
+    return {"partition_index": partition, "committed_offset": NO_OFFSET, "committed_leader_epoch": -1,
+            "metadata": "", "error_code": code}
+
+
 class CoordinatorShard:
     def __init__(
         self,
@@ -152,28 +158,28 @@ class CoordinatorShard:
                       require_stable: bool) -> list[dict[str, Any]]:
         """Committed offsets of a group: every requested partition (-1 where none), or all."""
         group = self.groups.get(group_id)
-        dead = group is not None and group.state is GroupState.DEAD
-        committed = {} if dead else self.offsets.group_offsets(group_id)
+        if group is not None and group.state is GroupState.DEAD:
+            return [] if topics is None else [
+                {"name": topic, "partitions": [_no_offset(p) for p in partitions]} for topic, partitions in topics]
         if topics is None:
             wanted: dict[str, list[int]] = {}
-            for topic, partition in sorted(committed):
+            for topic, partition in sorted(self.offsets.group_offsets(group_id)):
                 wanted.setdefault(topic, []).append(partition)
             topics = list(wanted.items())
         result = []
         for topic, partitions in topics:
             partition_responses = []
             for partition in partitions:
-                entry = committed.get((topic, partition))
-                code = ErrorCode.none
                 if require_stable and self.offsets.is_pending(group_id, (topic, partition)):
-                    code = ErrorCode.unstable_offset_commit
-                partition_responses.append({
-                    "partition_index": partition,
-                    "committed_offset": entry.offset if entry and code == ErrorCode.none else NO_OFFSET,
-                    "committed_leader_epoch": entry.leader_epoch if entry and code == ErrorCode.none else -1,
-                    "metadata": entry.metadata if entry and code == ErrorCode.none else "",
-                    "error_code": code,
-                })
+                    partition_responses.append(_no_offset(partition, ErrorCode.unstable_offset_commit))
+                    continue
+                entry = self.offsets.get(group_id, (topic, partition))
+                if entry is None:
+                    partition_responses.append(_no_offset(partition))
+                    continue
+                partition_responses.append({"partition_index": partition, "committed_offset": entry.offset,
+                                            "committed_leader_epoch": entry.leader_epoch,
+                                            "metadata": entry.metadata, "error_code": ErrorCode.none})
             result.append({"name": topic, "partitions": partition_responses})
         return result
 

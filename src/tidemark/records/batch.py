@@ -324,8 +324,8 @@ def build_batch(
     return bytes(buf)
 
 
-def decode_records(batch, position: int = 0) -> list[Record]:
-    """Decode (and decompress) the records of the batch at position; the CRC is not re-checked."""
+def _records_section(batch, position: int) -> tuple[BatchHeader, memoryview | bytes]:
+    """The header of the batch at position and its (decompressed) records section."""
     if len(batch) - position < BATCH_OVERHEAD:
         raise CorruptRecordError("batch shorter than its header")
     header = read_header(batch, position)
@@ -336,46 +336,110 @@ def decode_records(batch, position: int = 0) -> list[Record]:
         raise CorruptRecordError("partial batch")
     section = memoryview(batch)[position + BATCH_OVERHEAD : end]
     codec = header.attributes & _COMPRESSION_MASK
-    buf = decompress(codec, section) if codec else section
-    log_append = header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
-    out = []
+    return header, decompress(codec, section) if codec else section
+
+
+def _iter_records(header: BatchHeader, buf, with_headers: bool) -> Iterator[tuple]:
+    """(offset_delta, timestamp_delta, key, value, headers) of each record; headers are skipped
+    (an empty tuple) unless asked for. One-byte varints, the common case, are read inline."""
+    read_varint = _read_varint
     pos = 0
     try:
         for _ in range(header.records_count):
-            length, pos = _read_varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             record_end = pos + length
             if length < 0 or record_end > len(buf):
                 raise CorruptRecordError("record extends past the batch")
             pos += 1  # attributes
-            ts_delta, pos = _read_varint(buf, pos)
-            offset_delta, pos = _read_varint(buf, pos)
-            n, pos = _read_varint(buf, pos)
+            ts_delta, pos = read_varint(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                offset_delta, pos = read_varint(buf, pos)
+            n, pos = read_varint(buf, pos)
             key = None if n < 0 else bytes(buf[pos : pos + n])
             pos += max(n, 0)
-            n, pos = _read_varint(buf, pos)
+            n, pos = read_varint(buf, pos)
             value = None if n < 0 else bytes(buf[pos : pos + n])
             pos += max(n, 0)
-            count, pos = _read_varint(buf, pos)
-            headers = []
-            for _ in range(count):
-                n, pos = _read_varint(buf, pos)
-                h_key = bytes(buf[pos : pos + n]).decode()
-                pos += n
-                n, pos = _read_varint(buf, pos)
-                h_value = None if n < 0 else bytes(buf[pos : pos + n])
-                pos += max(n, 0)
-                headers.append((h_key, h_value))
-            if pos != record_end:
-                raise CorruptRecordError("record length does not match its fields")
-            out.append(
-                Record(
-                    header.base_offset + offset_delta,
-                    header.max_timestamp if log_append else header.base_timestamp + ts_delta,
-                    key,
-                    value,
-                    tuple(headers),
-                )
-            )
+            headers: tuple = ()
+            if with_headers:
+                count, pos = read_varint(buf, pos)
+                decoded = []
+                for _ in range(count):
+                    n, pos = read_varint(buf, pos)
+                    h_key = bytes(buf[pos : pos + n]).decode()
+                    pos += n
+                    n, pos = read_varint(buf, pos)
+                    h_value = None if n < 0 else bytes(buf[pos : pos + n])
+                    pos += max(n, 0)
+                    decoded.append((h_key, h_value))
+                headers = tuple(decoded)
+                if pos != record_end:
+                    raise CorruptRecordError("record length does not match its fields")
+            pos = record_end
+            yield offset_delta, ts_delta, key, value, headers
     except (IndexError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"malformed record: {e}") from None
-    return out
+
+
+def decode_records(batch, position: int = 0) -> list[Record]:
+    """Decode (and decompress) the records of the batch at position; the CRC is not re-checked."""
+    header, buf = _records_section(batch, position)
+    log_append = header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+    base_offset, base_timestamp = header.base_offset, header.base_timestamp
+    return [
+        Record(base_offset + offset_delta,
+               header.max_timestamp if log_append else base_timestamp + ts_delta,
+               key, value, headers)
+        for offset_delta, ts_delta, key, value, headers in _iter_records(header, buf, True)
+    ]
+
+
+def iter_key_values(batch, position: int = 0) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of each record of the batch at position, headers skipped: the lean
+    path for loading a compacted topic such as __consumer_offsets (millions of records), with
+    one-byte varints read inline and uncompressed records sliced straight from `batch`."""
+    header = read_header(batch, position)
+    if header.attributes & _COMPRESSION_MASK or not isinstance(batch, bytes):
+        header, buf = _records_section(batch, position)
+        buf, pos = bytes(buf), 0
+    else:
+        _records_section(batch, position)  # the same checks as every other reader
+        buf, pos = batch, position + BATCH_OVERHEAD
+    base_offset = header.base_offset
+    read_varint = _read_varint
+    size = len(buf)
+    try:
+        for _ in range(header.records_count):
+            length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            if length < 0 or record_end > size:
+                raise CorruptRecordError("record extends past the batch")
+            pos += 1  # attributes
+            pos = pos + 1 if buf[pos] < 0x80 else read_varint(buf, pos)[1]  # timestamp delta
+            b = buf[pos]
+            if b < 0x80:
+                offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                offset_delta, pos = read_varint(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                n, pos = read_varint(buf, pos)
+            key = None if n < 0 else buf[pos : pos + n]
+            pos += max(n, 0)
+            b = buf[pos]
+            if b < 0x80:
+                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                n, pos = read_varint(buf, pos)
+            value = None if n < 0 else buf[pos : pos + n]
+            if pos + max(n, 0) > record_end:
+                raise CorruptRecordError("record fields extend past its length")
+            pos = record_end
+            yield base_offset + offset_delta, key, value
+    except IndexError as e:
+        raise CorruptRecordError(f"malformed record: {e}") from None

@@ -295,6 +295,22 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
 
     Raises ValueError on malformed bytes (truncated, bad lengths, trailing bytes).
     """
+    # Fast path for the offset commit key that fills the topic (loading reads millions of them);
+    # anything unusual falls through to the checked reader below.
+    size = len(data)
+    if size >= 10 and data[0] == 0 and data[1] <= 1:
+        topic_at = 4 + ((data[2] << 8) | data[3])
+        if data[2] < 0x80 and topic_at + 2 <= size and data[topic_at] < 0x80:
+            partition_at = topic_at + 2 + ((data[topic_at] << 8) | data[topic_at + 1])
+            if partition_at + 4 == size:
+                try:
+                    return OffsetCommitKey(
+                        data[4:topic_at].decode(),
+                        data[topic_at + 2 : partition_at].decode(),
+                        int.from_bytes(data[partition_at:], "big", signed=True),
+                    )
+                except UnicodeDecodeError:
+                    pass
     r = _Reader(data, "__consumer_offsets key")
     version = r.int16()
     if version in (0, 1):
@@ -335,8 +351,22 @@ def encode_offset_commit_value(value: OffsetCommitValue, *, version: int | None 
     return bytes(w.out)
 
 
+_V3_VALUE_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
+_INT64 = struct.Struct(">q")
+
+
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     """Decode versions 0..4; fields a version lacks take their defaults (-1), null metadata is ""."""
+    # Fast path for version 3, what Kafka and tidemark write; the checked reader handles the rest.
+    if len(data) >= 24 and data[0] == 0 and data[1] == 3:
+        _, offset, leader_epoch, metadata_length = _V3_VALUE_HEAD.unpack_from(data)
+        if metadata_length >= 0 and 24 + metadata_length == len(data):
+            try:
+                metadata = data[16 : 16 + metadata_length].decode()
+            except UnicodeDecodeError:
+                pass
+            else:
+                return OffsetCommitValue(offset, leader_epoch, metadata, _INT64.unpack_from(data, 16 + metadata_length)[0])
     r = _Reader(data, "offset commit value")
     version = r.int16()
     if not 0 <= version <= _MAX_VALUE_VERSION:

@@ -132,11 +132,8 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
             raise MalformedRequest(
                 f"cannot decode api_key={api_key} v{api_version}: {type(e).__name__}: {e}"
             ) from e
-        if offset + size != len(frame):
-            raise MalformedRequest(
-                f"api_key={api_key} v{api_version}: "
-                f"{len(frame) - offset - size} trailing bytes after the body"
-            )
+        # Bytes after the body are ignored, as Kafka's parser does: librdkafka's AdminClient
+        # sends Metadata v13 with three of them, and refusing would cut it off.
         return Request(
             api_key,
             api_version,
