@@ -254,6 +254,7 @@ def run_fetches(bootstrap: str, topic: str, group: str, partitions: list[int], s
 class ClientResults:
     many: Latencies | None = None  # (a)
     batched: Latencies | None = None  # (b)
+    batched_concurrent: Latencies | None = None  # (b) with --batch-clients clients at once
     paced: Latencies | None = None  # (c)
     fetch_one: Latencies | None = None  # (d)
     fetch_many: Latencies | None = None  # (d)
@@ -291,6 +292,15 @@ def run_client_cases(target, args, profiler: Profiler | None) -> ClientResults:
     check_committed(target.bootstrap, batch_topic, batch_group, last)
     console.print(f"  {target.name:8} (b) {args.batch_partitions} partitions/commit: "
                   f"{results.batched.items_per_s:,.0f} partition offsets/s ({results.batched.ops_per_s:,.0f} commits/s)")
+
+    # (b) again with several such clients at once: group commit shares each fsync between them
+    wide_topic = topic("batch-wide", args.batch_partitions * args.batch_clients)
+    wide_group = f"bench-batch-wide-{tag}"
+    sets = [list(range(i * args.batch_partitions, (i + 1) * args.batch_partitions)) for i in range(args.batch_clients)]
+    results.batched_concurrent, last = run_clients(target.bootstrap, wide_topic, wide_group, sets, seconds)
+    check_committed(target.bootstrap, wide_topic, wide_group, last)
+    console.print(f"  {target.name:8} (b) {args.batch_clients} clients x {args.batch_partitions} partitions/commit: "
+                  f"{results.batched_concurrent.items_per_s:,.0f} partition offsets/s")
 
     # (c) paced single-partition commits
     paced_topic, paced_group = topic("paced", args.paced_clients), f"bench-paced-{tag}"
@@ -482,6 +492,9 @@ def results_table(client: dict[str, ClientResults], load: LoadResult | None, mem
             lambda r: r.batched.items_per_s, count, goal_value=True)
         row("b", "", "commit p50 ms", lambda r: r.batched.p(0.5), _ms)
         row("b", "", "commit p99 ms", lambda r: r.batched.p(0.99), _ms)
+        row("b", f"(b) {args.batch_clients} clients x {args.batch_partitions} partitions", "partition offsets/s",
+            lambda r: r.batched_concurrent.items_per_s, count, goal_value=True)
+        row("b", "", "commit p99 ms", lambda r: r.batched_concurrent.p(0.99), _ms)
         table.add_section()
         row("c", f"(c) paced {args.paced_rate:,.0f}/s, 1 partition", "achieved commits/s",
             lambda r: r.paced.ops_per_s, count)
@@ -514,6 +527,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each commit case (default 5)")
     parser.add_argument("--clients", type=int, default=20, help="(a) clients, one partition each (default 20)")
     parser.add_argument("--batch-partitions", type=int, default=100, help="(b)/(d) partitions per request")
+    parser.add_argument("--batch-clients", type=int, default=8,
+                        help="(b) clients committing --batch-partitions each, at once (default 8)")
     parser.add_argument("--paced-rate", type=float, default=1000.0, help="(c) commits/s in total (default 1000)")
     parser.add_argument("--paced-clients", type=int, default=10, help="(c) clients sharing the schedule")
     parser.add_argument("--load-records", type=int, default=1_000_000, help="(e) records in the offsets partition")
@@ -533,7 +548,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     if set(args.targets) - {"tidemark", "mock"} or args.skip - {"clients", "load", "memory"}:
         parser.error("--targets takes tidemark and/or mock; --skip takes clients, load, memory")
-    if min(args.seconds, args.clients, args.batch_partitions, args.paced_rate, args.paced_clients,
+    if min(args.seconds, args.clients, args.batch_partitions, args.batch_clients, args.paced_rate, args.paced_clients,
            args.load_records, args.memory_groups, args.memory_partitions) <= 0:
         parser.error("counts, rates and durations must be positive")
     return args

@@ -183,7 +183,7 @@ class ShardRuntime:
             return
         now = now_ms()
         for offset, record in enumerate(result.records, start=first_offset):
-            self.shard.replay(offset, record.key, record.value, loading=False, now_ms=now)
+            self.shard.replay(offset, record.key, record.value, loading=False, now_ms=now, decoded=record.decoded)
         self.runtime.release(result)
         future.set_result(result)
 

@@ -12,6 +12,9 @@ class OffsetsRecord:
 
     key: bytes
     value: bytes | None
+    # The decoded key and value when the shard built them, so replaying its own committed
+    # records need not decode what it just encoded. Always the same content as the bytes.
+    decoded: tuple[Any, Any] | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -127,10 +127,8 @@ class CoordinatorShard:
                         commit_timestamp=now_ms,
                         expire_timestamp=expire_timestamp,
                     )
-                    records.append(OffsetsRecord(
-                        encode_key(OffsetCommitKey(request.group_id, name, p.partition_index)),
-                        encode_offset_commit_value(value),
-                    ))
+                    key = OffsetCommitKey(request.group_id, name, p.partition_index)
+                    records.append(OffsetsRecord(encode_key(key), encode_offset_commit_value(value), (key, value)))
                     committed.append((name, p.partition_index))
                 partitions.append({"partition_index": p.partition_index, "error_code": code})
             topics.append({"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions})
@@ -235,18 +233,20 @@ class CoordinatorShard:
     # -- replay -------------------------------------------------------------------------------
 
     def replay(self, log_offset: int, key_bytes: bytes | None, value_bytes: bytes | None, *,
-               loading: bool, now_ms: int) -> None:
+               loading: bool, now_ms: int, decoded: tuple[Any, Any] | None = None) -> None:
         """Apply one committed record. Offset records always; group records only while loading
-        (in normal operation the in-memory group already is what its record describes)."""
+        (in normal operation the in-memory group already is what its record describes).
+        `decoded` is the record's (key, value) already decoded, when the caller has it."""
         if key_bytes is None:
             return
-        key = decode_key(key_bytes)
+        key = decoded[0] if decoded else decode_key(key_bytes)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
             if value_bytes is None:
                 self.offsets.replay_tombstone(log_offset, key.group, tp)
             else:
-                self.offsets.replay_commit(log_offset, key.group, tp, decode_offset_commit_value(value_bytes))
+                value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
+                self.offsets.replay_commit(log_offset, key.group, tp, value)
             if not loading:
                 self.offsets.remove_pending(key.group, [tp])
             if loading and key.group not in self.groups and value_bytes is not None:
