@@ -29,6 +29,7 @@ test: install system-deps
 
 bench: install
 	$(BIN)/python -m bench.produce_fetch
+	$(BIN)/python -m bench.offsets
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
