@@ -87,6 +87,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         process.kill()
 
 
+# Consumer-group tests: rebalances without the 3 s initial delay, a smaller offsets topic.
+GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "200", "offsets.topic.num.partitions": "10"}
+
+
+@pytest.fixture(scope="module")
+def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker per test module, set up for fast consumer-group tests."""
+    process = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", GROUP_SETTINGS).start()
+    yield process
+    process.kill()
+
+
 @pytest.fixture
 def make_broker(tmp_path: Path) -> Iterator:
     """A factory for brokers a test controls itself (restarts, crashes, custom settings)."""

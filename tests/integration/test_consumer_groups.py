@@ -8,12 +8,11 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from tests.conftest import BrokerProcess
+from tests.conftest import GROUP_SETTINGS
 from tests.integration.clients import create_topic, produce_all
 
 PARTITIONS = 6
 PER_PARTITION = 1000
-GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "200", "offsets.topic.num.partitions": "10"}
 
 
 def _consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
@@ -55,13 +54,6 @@ def _consume_some(consumer: Consumer, seen: dict, limit: int, timeout_s: float =
         if messages:
             consumer.commit(asynchronous=False)
     return got
-
-
-@pytest.fixture(scope="module")
-def group_broker(tmp_path_factory):
-    process = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", GROUP_SETTINGS).start()
-    yield process
-    process.kill()
 
 
 def test_three_consumers_rebalance_and_resume_from_commits(group_broker):

@@ -5,25 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from tests.conftest import BrokerProcess
 from tests.integration.clients import create_topic, produce_all
 
-SETTINGS = {"group.initial.rebalance.delay.ms": "100", "offsets.topic.num.partitions": "10"}
-
-
-@pytest.fixture(scope="module")
-def broker_with_groups(tmp_path_factory):
-    process = BrokerProcess(tmp_path_factory.mktemp("pyclients") / "data", SETTINGS).start()
-    yield process
-    process.kill()
-
-
-def test_kafka_python_group_consumer_and_admin(broker_with_groups):
-    bootstrap = broker_with_groups.bootstrap
+def test_kafka_python_group_consumer_and_admin(group_broker):
+    bootstrap = group_broker.bootstrap
     create_topic(bootstrap, "kp-group", 2)
     produce_all(bootstrap, "kp-group", [(i % 2, None, b"g%d" % i) for i in range(200)])
 
@@ -56,11 +44,11 @@ def test_kafka_python_group_consumer_and_admin(broker_with_groups):
     admin.close()
 
 
-def test_aiokafka_commit_and_committed(broker_with_groups):
+def test_aiokafka_commit_and_committed(group_broker):
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition as AioTopicPartition
 
-    bootstrap = broker_with_groups.bootstrap
+    bootstrap = group_broker.bootstrap
     create_topic(bootstrap, "aio-commits", 1)
 
     async def scenario() -> tuple[int | None, int | None]:
@@ -79,8 +67,8 @@ def test_aiokafka_commit_and_committed(broker_with_groups):
     assert (before, after) == (None, 33)
 
 
-def test_kafka_python_commit_with_metadata(broker_with_groups):
-    bootstrap = broker_with_groups.bootstrap
+def test_kafka_python_commit_with_metadata(group_broker):
+    bootstrap = group_broker.bootstrap
     create_topic(bootstrap, "kp-meta", 1)
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="kp-meta-group", enable_auto_commit=False,
                              request_timeout_ms=20000)

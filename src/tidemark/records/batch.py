@@ -339,9 +339,8 @@ def _records_section(batch, position: int) -> tuple[BatchHeader, memoryview | by
     return header, decompress(codec, section) if codec else section
 
 
-def _iter_records(header: BatchHeader, buf, with_headers: bool) -> Iterator[tuple]:
-    """(offset_delta, timestamp_delta, key, value, headers) of each record; headers are skipped
-    (an empty tuple) unless asked for. One-byte varints, the common case, are read inline."""
+def _iter_records(header: BatchHeader, buf) -> Iterator[tuple]:
+    """(offset_delta, timestamp_delta, key, value, headers) of each record, fully checked."""
     read_varint = _read_varint
     pos = 0
     try:
@@ -352,34 +351,26 @@ def _iter_records(header: BatchHeader, buf, with_headers: bool) -> Iterator[tupl
                 raise CorruptRecordError("record extends past the batch")
             pos += 1  # attributes
             ts_delta, pos = read_varint(buf, pos)
-            b = buf[pos]
-            if b < 0x80:
-                offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                offset_delta, pos = read_varint(buf, pos)
+            offset_delta, pos = read_varint(buf, pos)
             n, pos = read_varint(buf, pos)
             key = None if n < 0 else bytes(buf[pos : pos + n])
             pos += max(n, 0)
             n, pos = read_varint(buf, pos)
             value = None if n < 0 else bytes(buf[pos : pos + n])
             pos += max(n, 0)
-            headers: tuple = ()
-            if with_headers:
-                count, pos = read_varint(buf, pos)
-                decoded = []
-                for _ in range(count):
-                    n, pos = read_varint(buf, pos)
-                    h_key = bytes(buf[pos : pos + n]).decode()
-                    pos += n
-                    n, pos = read_varint(buf, pos)
-                    h_value = None if n < 0 else bytes(buf[pos : pos + n])
-                    pos += max(n, 0)
-                    decoded.append((h_key, h_value))
-                headers = tuple(decoded)
-                if pos != record_end:
-                    raise CorruptRecordError("record length does not match its fields")
-            pos = record_end
-            yield offset_delta, ts_delta, key, value, headers
+            count, pos = read_varint(buf, pos)
+            headers = []
+            for _ in range(count):
+                n, pos = read_varint(buf, pos)
+                h_key = bytes(buf[pos : pos + n]).decode()
+                pos += n
+                n, pos = read_varint(buf, pos)
+                h_value = None if n < 0 else bytes(buf[pos : pos + n])
+                pos += max(n, 0)
+                headers.append((h_key, h_value))
+            if pos != record_end:
+                raise CorruptRecordError("record length does not match its fields")
+            yield offset_delta, ts_delta, key, value, tuple(headers)
     except (IndexError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"malformed record: {e}") from None
 
@@ -393,7 +384,7 @@ def decode_records(batch, position: int = 0) -> list[Record]:
         Record(base_offset + offset_delta,
                header.max_timestamp if log_append else base_timestamp + ts_delta,
                key, value, headers)
-        for offset_delta, ts_delta, key, value, headers in _iter_records(header, buf, True)
+        for offset_delta, ts_delta, key, value, headers in _iter_records(header, buf)
     ]
 
 
