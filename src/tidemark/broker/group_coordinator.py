@@ -206,7 +206,15 @@ class ShardRuntime:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._queue.put_nowait((lambda shard, now: shard.membership.poll(now), asyncio.get_running_loop().create_future()))
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_consume_result)
+        self._queue.put_nowait((lambda shard, now: shard.membership.poll(now), future))
+
+
+def _consume_result(future: asyncio.Future[Result]) -> None:
+    """For events nobody awaits (timers): their failures are already logged by the shard loop."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _append_error(exc: BaseException) -> ErrorCode:
@@ -233,6 +241,7 @@ class GroupCoordinator:
         self.shards: dict[int, ShardRuntime] = {}
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}  # request token -> its response
+        self._expiry_task: asyncio.Task[None] | None = None
         self.shard_config = CoordinatorConfig(
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
             group=GroupConfig(
@@ -249,9 +258,23 @@ class GroupCoordinator:
         return topic.partitions if topic else self.config["offsets.topic.num.partitions"]
 
     def start(self) -> None:
-        """Load every offsets partition that exists (asynchronously: requests see LOAD_IN_PROGRESS)."""
+        """Load every offsets partition that exists (asynchronously: requests see LOAD_IN_PROGRESS),
+        and start the periodic offsets retention check."""
         if self.replicas.topic(OFFSETS_TOPIC) is not None:
             self._start_shards()
+        self._expiry_task = asyncio.get_running_loop().create_task(self._expire_periodically(), name="offsets-expiry")
+
+    async def _expire_periodically(self) -> None:
+        """Every offsets.retention.check.interval.ms, an expiry event on each loaded shard's queue
+        (an event like any other: the timer never touches shard state itself)."""
+        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        retention_ms = self.config["offsets.retention.minutes"] * 60_000
+        while True:
+            await asyncio.sleep(interval)
+            for runtime in list(self.shards.values()):
+                if runtime.state is LoadState.ACTIVE:
+                    runtime.submit(lambda shard, now: shard.expire_offsets(now, retention_ms)).add_done_callback(
+                        _consume_result)
 
     def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` on first use, as Kafka does, and start its shards."""
@@ -276,6 +299,9 @@ class GroupCoordinator:
             runtime.start()
 
     async def stop(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            await asyncio.gather(self._expiry_task, return_exceptions=True)
         await asyncio.gather(*(shard.stop() for shard in self.shards.values()))
         for future in self._waiting.values():
             if not future.done():

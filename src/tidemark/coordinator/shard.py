@@ -230,6 +230,49 @@ class CoordinatorShard:
         result.on_append_failure = lambda code: {token: {"error_code": code, "throttle_time": 0, "topics": []}}
         return result
 
+    # -- expiration (KIP-211) -----------------------------------------------------------------
+
+    def _expiration_base(self, group: Group | None, topic: str, commit_timestamp: int) -> int | None:
+        """When an offset's retention starts counting, or None while it must be kept (KIP-211)."""
+        if group is None or not group.protocol_type:
+            return commit_timestamp  # standalone consumers (assign() + commit): from each commit
+        if group.state is GroupState.EMPTY:
+            # A consumer group nobody is in: from when it became Empty (commit time if unknown).
+            return group.state_timestamp_ms if group.state_timestamp_ms is not None else commit_timestamp
+        if group.state is GroupState.STABLE and group.protocol_type == "consumer":
+            subscribed = group.subscribed_topics()
+            if subscribed is not None and topic not in subscribed:
+                return commit_timestamp  # a topic the live group no longer consumes
+        return None  # rebalancing, or subscriptions unknown: keep everything (KAFKA-4682)
+
+    def expire_offsets(self, now_ms: int, retention_ms: int) -> Result:
+        """The periodic offsets retention check: tombstones for expired offsets, and Dead plus a
+        group tombstone for an Empty group left without offsets."""
+        result = Result()
+        for group_id in set(self.groups) | set(self.offsets.groups()):
+            group = self.groups.get(group_id)
+            committed = self.offsets.group_offsets(group_id)
+            expired = []
+            for (topic, partition), entry in committed.items():
+                if self.offsets.is_pending(group_id, (topic, partition)):
+                    continue  # a commit in flight decides this offset's fate
+                if entry.expire_timestamp >= 0:  # an explicit retention (OffsetCommit v2-v4)
+                    if now_ms >= entry.expire_timestamp:
+                        expired.append((topic, partition))
+                    continue
+                base = self._expiration_base(group, topic, entry.commit_timestamp)
+                if base is not None and now_ms - base >= retention_ms:
+                    expired.append((topic, partition))
+            result.records += self._offset_tombstones(group_id, sorted(expired))
+            left = len(committed) - len(expired)
+            if group is not None and group.state is GroupState.EMPTY and left == 0 \
+                    and not self.offsets.has_pending(group_id):
+                result.records.append(OffsetsRecord(encode_key(GroupMetadataKey(group_id)), None))
+                result.responses.update(self.membership.remove_group(group_id, now_ms).responses)
+            if expired:
+                log.info("offsets_expired", partition=self.partition_index, group=group_id, offsets=len(expired))
+        return result
+
     # -- replay -------------------------------------------------------------------------------
 
     def replay(self, log_offset: int, key_bytes: bytes | None, value_bytes: bytes | None, *,
