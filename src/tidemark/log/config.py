@@ -16,7 +16,14 @@ class LogConfig:
     max_message_bytes: int = 1048588  # message.max.bytes
     cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type: or "LogAppendTime"
+    delete_retention_ms: int = 86400000  # delete.retention.ms (log.cleaner.delete.retention.ms)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio (log.cleaner.min.cleanable.ratio)
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms (log.cleaner.min.compaction.lag.ms)
 
     @property
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compact_enabled(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")

@@ -29,8 +29,14 @@ from .errors import LogOfflineError, OffsetOutOfRangeError
 from .producer_state import ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 
-# Files Kafka leaves behind mid-operation; tidemark never needs them back.
-_TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
+# Kafka's file suffixes for segments mid-operation (see Log.replace_segments).
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+_TEMP_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
+# Kafka's file.delete.delay.ms: how long a replaced segment's descriptors stay open for readers
+# that picked it up just before the swap.
+FILE_DELETE_DELAY_S = 60.0
 
 
 _logger = structlog.get_logger("tidemark.log")
@@ -38,6 +44,18 @@ _logger = structlog.get_logger("tidemark.log")
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _base_offset(seg: LogSegment) -> int:
+    return seg.base_offset
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class AppendInfo(NamedTuple):
@@ -64,6 +82,9 @@ class Log:
         self._lock = threading.Lock()
         self._dir_dirty = False  # segment files created since the last directory fsync
         self._closed = False
+        self._retired: list[tuple[float, LogSegment]] = []  # (when, segment) replaced by the cleaner
+        # Test hook: called with each step name of replace_segments (raise to simulate a crash).
+        self.swap_hook: Any = None
 
     # -- opening and recovery ---------------------------------------------------------------
 
@@ -84,6 +105,7 @@ class Log:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         log = cls(directory, config)
+        log._complete_swaps()
         bases = []
         for path in directory.iterdir():
             if path.name.endswith(_TEMP_SUFFIXES):
@@ -134,13 +156,54 @@ class Log:
             log.flush()  # what recovery kept (and cut) is now durable
         return log
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
+    def _complete_swaps(self) -> None:
+        """Kafka's recovery of an interrupted cleaner swap: ".cleaned" and ".deleted" files are
+        dropped (a ".cleaned" segment was never committed to); a "<base>.log.swap" was complete
+        and fsynced before it got that name, so it replaces every segment whose base offset lies
+        in [base, its next offset) and takes its final name. (A cleaned segment always ends
+        where the segments it replaces ended: the cleaner keeps the last batch of a group.)"""
+        directory = self.directory
+        swaps = []
+        for path in directory.iterdir():
+            if path.name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)):
+                path.unlink(missing_ok=True)
+            elif path.name.endswith(LOG_SUFFIX + SWAP_SUFFIX) and path.name.split(".")[0].isdigit():
+                swaps.append(path)
+        for path in sorted(swaps):
+            base = int(path.name.split(".")[0])
+            seg = self._new_segment(base, suffix=SWAP_SUFFIX)
+            try:
+                seg.load(validate=True, active=False)
+                seg.fsync()
+                for other in list(directory.iterdir()):
+                    if other.suffix == LOG_SUFFIX and other.stem.isdigit() and base <= int(other.stem) < seg.next_offset:
+                        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                            (directory / (other.stem + suffix)).unlink(missing_ok=True)
+                seg.change_suffix("")
+            finally:
+                seg.close()
+            _logger.info("cleaner_swap_completed", log=directory.name, base_offset=base, next_offset=seg.next_offset)
+        for path in directory.iterdir():  # index .swap files whose .log had already been renamed
+            if path.name.endswith(SWAP_SUFFIX):
+                path.unlink(missing_ok=True)
+        if swaps:
+            _fsync_directory(directory)
+
+    def _new_segment(self, base_offset: int, *, suffix: str = "") -> LogSegment:
         return LogSegment(
             self.directory,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             index_max_bytes=self.config.segment_index_bytes,
+            suffix=suffix,
         )
+
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
+        """An empty "<base>.log.cleaned" segment for the cleaner to write into (any leftover
+        from an earlier attempt is discarded first)."""
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (self.directory / (f"{base_offset:020d}" + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
+        return self._new_segment(base_offset, suffix=CLEANED_SUFFIX)
 
     def _add_segment(self, seg: LogSegment) -> None:
         self._segments.append(seg)
@@ -253,8 +316,9 @@ class Log:
         bound = end if upper_bound is None else min(upper_bound, end)
         if offset >= bound:
             return b""
-        i = max(0, bisect_right(self._bases, offset) - 1)
-        for seg in self._segments[i:]:
+        segments = self._segments  # one snapshot: the cleaner swaps in a new list, never edits it
+        i = max(0, bisect_right(segments, offset, key=_base_offset) - 1)
+        for seg in segments[i:]:
             found = seg.find(offset)
             if found is None:
                 continue  # offset lies past this segment's batches (a gap): try the next one
@@ -376,8 +440,10 @@ class Log:
         if not doomed:
             return 0
         with self._lock:
-            del self._segments[: len(doomed)]
-            del self._bases[: len(doomed)]
+            if any(a is not b for a, b in zip(self._segments, doomed)):
+                return 0  # the cleaner swapped segments meanwhile: decide again next time
+            self._segments = self._segments[len(doomed):]
+            self._bases = self._bases[len(doomed):]
             self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
             self._recovery_point = max(self._recovery_point, self.log_start_offset)
             for seg in doomed:
@@ -391,6 +457,67 @@ class Log:
         if seg.max_timestamp >= 0:
             return seg.max_timestamp
         return int(os.fstat(seg.fd).st_mtime * 1000)
+
+    # -- compaction -------------------------------------------------------------------------
+
+    def cleaning_snapshot(self) -> tuple[list[tuple[LogSegment, int]], int, int]:
+        """For the cleaner: the non-active segments, each with a duplicated descriptor (valid
+        whatever happens to the segment meanwhile; the caller closes them), the active
+        segment's base offset and the high watermark, all taken together under the lock."""
+        with self._lock:
+            if self._closed:
+                raise LogOfflineError(f"{self.directory.name} is closed")
+            segments = self._segments
+            return [(seg, os.dup(seg.fd)) for seg in segments[:-1]], segments[-1].base_offset, self.high_watermark
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
+        """Swap the cleaner's `new` (".cleaned", complete and fsynced) in for the consecutive
+        segments `old`, crash-safely, as Kafka's replaceSegments: rename it to ".swap" (the
+        commit point: recovery completes the swap from here on), rename the old segments'
+        files to ".deleted", give the new one its final names, then fsync the directory.
+        Readers that picked up an old segment keep its descriptors (closed after
+        FILE_DELETE_DELAY_S); the files themselves are unlinked at once. Returns False, with
+        nothing changed, if the old segments are no longer all in the log (retention deleted
+        some meanwhile) or the log is closed; the caller then deletes `new`."""
+        hook = self.swap_hook or (lambda step: None)
+        with self._lock:
+            segments = self._segments
+            if self._closed or self.offline is not None or not old:
+                return False
+            try:
+                i = next(n for n, seg in enumerate(segments) if seg is old[0])
+            except StopIteration:
+                return False
+            if len(segments) - 1 < i + len(old) or any(a is not b for a, b in zip(segments[i:], old)):
+                return False  # gone, changed, or reaching the active segment
+            hook("cleaned")
+            new.change_suffix(SWAP_SUFFIX)
+            _fsync_directory(self.directory)
+            hook("swap")
+            for seg in old:
+                seg.change_suffix(DELETED_SUFFIX)
+            hook("deleted")
+            new.change_suffix("")
+            _fsync_directory(self.directory)
+            hook("renamed")
+            self._segments = segments[:i] + [new] + segments[i + len(old):]
+            self._bases = [seg.base_offset for seg in self._segments]
+            for seg in old:
+                for path in seg.files:
+                    path.unlink(missing_ok=True)
+            now = time.monotonic()
+            self._retired.extend((now, seg) for seg in old)
+            self._close_retired(now - FILE_DELETE_DELAY_S)
+        return True
+
+    def _close_retired(self, before: float) -> None:
+        keep = []
+        for when, seg in self._retired:
+            if when <= before:
+                seg.close()
+            else:
+                keep.append((when, seg))
+        self._retired = keep
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -407,6 +534,7 @@ class Log:
             self._closed = True
             for seg in self._segments:
                 seg.close()
+            self._close_retired(float("inf"))
 
     def delete(self) -> None:
         self.close(flush=False)

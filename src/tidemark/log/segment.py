@@ -36,15 +36,20 @@ def _pread_exact(fd: int, n: int, position: int) -> bytes:
 
 
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int):
+    def __init__(
+        self, directory: Path, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int, suffix: str = ""
+    ):
+        """suffix names the files of a segment still being built or swapped in by the cleaner
+        (".cleaned", ".swap"), as Kafka does: "<base>.log.cleaned" and so on."""
         self.base_offset = base_offset
+        self.suffix = suffix
         name = segment_name(base_offset)
-        self.log_path = directory / (name + LOG_SUFFIX)
+        self.log_path = directory / (name + LOG_SUFFIX + suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.flushed_size = self.size
-        self.offset_index = OffsetIndex(directory / (name + INDEX_SUFFIX), base_offset, index_max_bytes)
-        self.time_index = TimeIndex(directory / (name + TIME_INDEX_SUFFIX), base_offset, index_max_bytes)
+        self.offset_index = OffsetIndex(directory / (name + INDEX_SUFFIX + suffix), base_offset, index_max_bytes)
+        self.time_index = TimeIndex(directory / (name + TIME_INDEX_SUFFIX + suffix), base_offset, index_max_bytes)
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset  # one past the last offset in the segment
         self.max_timestamp = -1  # largest batch max_timestamp (Kafka's largestTimestamp)
@@ -207,6 +212,31 @@ class LogSegment:
     @property
     def files(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    @property
+    def last_modified_ms(self) -> int:
+        """The .log file's modification time (Kafka's LogSegment.lastModified)."""
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the segment's files to end in `suffix` ("" for the final names): the indexes
+        first, the .log last, so a "<base>.log.swap" on disk implies its indexes were renamed
+        too (or are rebuilt from it). Open descriptors keep working across renames."""
+        for holder in (self.offset_index, self.time_index):
+            new = holder.path.with_name(holder.path.name[: len(holder.path.name) - len(self.suffix)] + suffix)
+            os.replace(holder.path, new)
+            holder.path = new
+        new = self.log_path.with_name(self.log_path.name[: len(self.log_path.name) - len(self.suffix)] + suffix)
+        os.replace(self.log_path, new)
+        self.log_path = new
+        self.suffix = suffix
+
+    def fsync(self) -> None:
+        """fsync the .log and both indexes."""
+        for fd in (self.fd, self.offset_index.fd, self.time_index.fd):
+            os.fsync(fd)
+        self.flushed_size = self.size
+        self.offset_index.dirty = self.time_index.dirty = False
 
     def close(self) -> None:
         if self.fd >= 0:
