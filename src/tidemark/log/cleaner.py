@@ -1,0 +1,464 @@
+"""Log compaction after Kafka's LogCleaner: the Cleaner (one cleaning of one log), the
+LogCleanerManager (which log is dirtiest, the cleaner-offset-checkpoint file) and an I/O
+Throttler.
+
+A compacted log is split at the first dirty offset (the checkpoint) into a clean head and a
+dirty tail; the tail ends at the first uncleanable offset: the active segment's base offset,
+or earlier where a segment is still within min.compaction.lag.ms or reaches past the high
+watermark. A cleaning builds a key -> last offset map over the dirty part, then recopies every
+segment below that end, in groups of consecutive segments that fit into one segment, keeping a
+record only if no later offset has its key and dropping tombstones whose segment was last
+modified more than delete.retention.ms ago. Each group's ".cleaned" segment is swapped in with
+Log.replace_segments.
+
+Rewritten batches, as Kafka does for magic 2: each keeps its base offset, last offset delta,
+base timestamp, partition leader epoch, attributes and producer id/epoch/base sequence, so
+every kept record keeps its offset (and its bytes: offset and timestamp deltas are unchanged)
+and the batch keeps its place in its producer's sequence; only the records count, the max
+timestamp (recomputed over the kept records, CreateTime) and the CRC change. Compressed
+batches are decompressed and recompressed with the same codec. A batch that loses every record
+is dropped, except (kept as an empty batch, records count 0, no compression) the last batch of
+each group, so a cleaned segment ends exactly where the segments it replaces ended (which is
+what crash recovery relies on to know which segments a ".swap" replaces), and the latest batch
+of each producer the log knows, so its sequence state survives a reload. Records without a key
+are dropped (Kafka refuses them on compacted topics); control batches are kept as they are.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+from crc32c import crc32c
+
+from tidemark.records import BatchHeader, iter_key_values, read_header
+from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH
+from tidemark.records.compression import compress, decompress
+
+from .log import CLEANED_SUFFIX, Log
+from .manager import TopicPartition, read_checkpoint, write_checkpoint
+from .segment import LogSegment
+
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+# log.cleaner.dedupe.buffer.size (128 MiB) at Kafka's 24 bytes per entry (MD5 + offset) and
+# log.cleaner.io.buffer.load.factor 0.9: the keys one cleaning maps.
+DEFAULT_MAX_MAP_ENTRIES = int(134217728 // 24 * 0.9)
+_READ_CHUNK = 1 << 20
+_WRITE_CHUNK = 1 << 20
+_INT32_MAX = 0x7FFFFFFF
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21
+_COMPRESSION_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+
+_logger = structlog.get_logger("tidemark.log.cleaner")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Throttler:
+    """Kafka's Throttler for log.cleaner.io.max.bytes.per.second: callers report the bytes they
+    read or wrote; once they run ahead of the rate, they sleep until they are back on it."""
+
+    def __init__(self, bytes_per_second: float = math.inf, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, check_interval_s: float = 0.1):
+        self.rate = bytes_per_second
+        self.clock, self.sleep = clock, sleep
+        self.check_interval_s = check_interval_s
+        self._start = clock()
+        self._observed = 0.0
+        self.throttled_s = 0.0
+
+    def maybe_throttle(self, nbytes: int) -> None:
+        if self.rate == math.inf or self.rate <= 0:
+            return
+        self._observed += nbytes
+        elapsed = self.clock() - self._start
+        if elapsed < self.check_interval_s:
+            return
+        needed = self._observed / self.rate
+        if needed > elapsed:
+            self.sleep(needed - elapsed)
+            self.throttled_s += needed - elapsed
+        self._start, self._observed = self.clock(), 0.0
+
+
+@dataclass
+class CleanerStats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    map_records: int = 0
+    map_bytes: int = 0
+    segments_read: int = 0
+    segments_written: int = 0
+    start: float = field(default_factory=time.monotonic)
+    end: float = 0.0
+
+    @property
+    def elapsed_s(self) -> float:
+        return (self.end or time.monotonic()) - self.start
+
+
+@dataclass
+class LogToClean:
+    """Kafka's LogToClean: a log's clean and dirty byte counts and cleanable range."""
+
+    tp: TopicPartition
+    log: Log
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    dirty_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.dirty_bytes
+
+    @property
+    def dirty_ratio(self) -> float:
+        return self.dirty_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def first_uncleanable_offset(segments: list[LogSegment], active_base: int, high_watermark: int,
+                             min_compaction_lag_ms: int, now_ms: int) -> int:
+    """The active segment's base offset, or the base of the first segment reaching past the
+    high watermark or holding a record newer than min.compaction.lag.ms."""
+    for seg in segments:
+        if seg.next_offset > high_watermark:
+            return seg.base_offset
+        if min_compaction_lag_ms > 0:
+            newest = seg.max_timestamp if seg.max_timestamp >= 0 else seg.last_modified_ms
+            if newest > now_ms - min_compaction_lag_ms:
+                return seg.base_offset
+    return active_base
+
+
+def log_to_clean(tp: TopicPartition, log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
+    """Where the log's dirty part starts and ends, and how dirty it is. A checkpoint below the
+    log start offset (retention moved on) or past the end (a recreated log) is reset to the
+    log start offset, as Kafka does."""
+    segments = log.segments
+    first_dirty = checkpoint if checkpoint is not None else log.log_start_offset
+    if first_dirty < log.log_start_offset or first_dirty > log.log_end_offset:
+        first_dirty = log.log_start_offset
+    end = first_uncleanable_offset(segments[:-1], segments[-1].base_offset, log.high_watermark,
+                                   log.config.min_compaction_lag_ms, now_ms)
+    end = max(end, first_dirty)
+    clean = sum(s.size for s in segments if s.base_offset < first_dirty)
+    dirty = sum(s.size for s in segments if s.next_offset > first_dirty and s.base_offset < end)
+    return LogToClean(tp, log, first_dirty, end, clean, dirty)
+
+
+# -- reading raw batches and records ----------------------------------------------------------
+
+
+def _iter_raw_batches(fd: int, size: int, start: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
+    """(header, whole batch bytes) of each batch of a segment file read through fd."""
+    pos = start
+    buf = b""
+    buf_start = 0
+    while size - pos >= BATCH_OVERHEAD:
+        rel = pos - buf_start
+        if rel + BATCH_OVERHEAD > len(buf):
+            buf_start, buf, rel = pos, _pread(fd, min(_READ_CHUNK, size - pos), pos), 0
+        h = read_header(buf, rel)
+        n = h.batch_length + LOG_OVERHEAD
+        if h.batch_length < MIN_BATCH_LENGTH or pos + n > size:
+            return
+        if rel + n > len(buf):
+            buf_start, buf, rel = pos, _pread(fd, max(_READ_CHUNK, n), pos), 0
+        yield h, buf[rel: rel + n]
+        pos += n
+
+
+def _pread(fd: int, n: int, position: int) -> bytes:
+    data = os.pread(fd, n, position)
+    while len(data) < n:
+        more = os.pread(fd, n - len(data), position + len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    z = b & 0x7F
+    shift = 7
+    while True:
+        pos += 1
+        b = buf[pos]
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), pos + 1
+        shift += 7
+
+
+def _iter_raw_records(buf, count: int) -> Iterator[tuple[int, int, bytes | None, bool, int, int]]:
+    """(offset delta, timestamp delta, key, is tombstone, start, end) of each record in a
+    records section; start:end are the record's bytes, length prefix included."""
+    pos = 0
+    for _ in range(count):
+        start = pos
+        length, pos = _varint(buf, pos)
+        end = pos + length
+        pos += 1  # attributes
+        ts_delta, pos = _varint(buf, pos)
+        offset_delta, pos = _varint(buf, pos)
+        n, pos = _varint(buf, pos)
+        key = None if n < 0 else bytes(buf[pos: pos + n])
+        pos += max(n, 0)
+        n, _ = _varint(buf, pos)
+        yield offset_delta, ts_delta, key, n < 0, start, end
+        pos = end
+
+
+def _build(h: BatchHeader, attributes: int, count: int, max_ts: int, payload: bytes) -> bytes:
+    out = bytearray(_HEADER.pack(h.base_offset, BATCH_OVERHEAD - LOG_OVERHEAD + len(payload), h.partition_leader_epoch,
+                                 h.magic, 0, attributes, h.last_offset_delta, h.base_timestamp, max_ts,
+                                 h.producer_id, h.producer_epoch, h.base_sequence, count))
+    out += payload
+    struct.pack_into(">I", out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    return bytes(out)
+
+
+# -- the cleaner ------------------------------------------------------------------------------
+
+
+class Cleaner:
+    """Kafka's Cleaner: cleans one log at a time (call clean() from a worker thread)."""
+
+    def __init__(self, *, throttler: Throttler | None = None, max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
+                 clock: Callable[[], int] = _now_ms):
+        self.throttler = throttler or Throttler()
+        self.max_map_entries = max_map_entries
+        self.clock = clock
+        self.abort = threading.Event()  # set to stop a cleaning between batches
+
+    def clean(self, log: Log, first_dirty_offset: int) -> tuple[int, CleanerStats]:
+        """Clean the log from its start up to its first uncleanable offset (mapping keys from
+        first_dirty_offset on). Returns the offset to checkpoint as the next first dirty
+        offset, and the statistics of the run."""
+        stats = CleanerStats()
+        now = self.clock()
+        snapshot, active_base, hw = log.cleaning_snapshot()
+        try:
+            segments = [seg for seg, _ in snapshot]
+            fds = {id(seg): fd for seg, fd in snapshot}
+            end = first_uncleanable_offset(segments, active_base, hw, log.config.min_compaction_lag_ms, now)
+            segments = [seg for seg in segments if seg.next_offset <= end and seg.next_offset > log.log_start_offset]
+            first_dirty = max(first_dirty_offset, log.log_start_offset)
+            if not segments or first_dirty >= end:
+                return first_dirty_offset, stats
+            offset_map, end = self._build_offset_map(segments, fds, first_dirty, end, stats)
+            segments = [seg for seg in segments if seg.next_offset <= end]
+            producers = {pid: entry.batches[-1].last_offset
+                         for pid, entry in dict(log.producer_state.producers).items() if entry.batches}
+            horizon = now - log.config.delete_retention_ms
+            for group in self._group_segments(segments, log.config.segment_bytes):
+                if self.abort.is_set() or not self._clean_group(log, group, fds, offset_map, producers, horizon,
+                                                                now, stats):
+                    _logger.info("cleaning_stopped", log=log.directory.name, at=group[0].base_offset,
+                                 aborted=self.abort.is_set())
+                    end = max(first_dirty_offset, group[0].base_offset)
+                    break
+            return end, stats
+        finally:
+            for _, fd in snapshot:
+                os.close(fd)
+            stats.end = time.monotonic()
+
+    def _build_offset_map(self, segments: list[LogSegment], fds: dict[int, int], first_dirty: int, end: int,
+                          stats: CleanerStats) -> tuple[dict[bytes, int], int]:
+        """key -> last offset over [first_dirty, end), whole segments at a time; if the map
+        fills up, the cleaning ends after the segment that filled it."""
+        offset_map: dict[bytes, int] = {}
+        for i, seg in enumerate(segments):
+            if seg.next_offset <= first_dirty:
+                continue
+            for h, data in _iter_raw_batches(fds[id(seg)], seg.size):
+                self.throttler.maybe_throttle(len(data))
+                stats.map_bytes += len(data)
+                if h.is_control or h.base_offset + h.last_offset_delta < first_dirty:
+                    continue
+                for offset, key, _ in iter_key_values(data):
+                    if key is not None and offset >= first_dirty:
+                        offset_map[bytes(key)] = offset
+                        stats.map_records += 1
+            if len(offset_map) >= self.max_map_entries and i + 1 < len(segments):
+                end = segments[i + 1].base_offset
+                break
+        return offset_map, end
+
+    @staticmethod
+    def _group_segments(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
+        """Consecutive segments whose files add up to at most one segment (Kafka's
+        groupSegmentsBySize), with relative offsets within int32."""
+        groups: list[list[LogSegment]] = []
+        for seg in segments:
+            group = groups[-1] if groups else None
+            if (group and sum(s.size for s in group) + seg.size <= max_bytes
+                    and seg.next_offset - 1 - group[0].base_offset <= _INT32_MAX):
+                group.append(seg)
+            else:
+                groups.append([seg])
+        return groups
+
+    def _clean_group(self, log: Log, group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
+                     producers: dict[int, int], horizon: int, now: int, stats: CleanerStats) -> bool:
+        cleaned = log.new_cleaned_segment(group[0].base_offset)
+        try:
+            buf = bytearray()
+            headers: list[tuple[int, BatchHeader]] = []
+            last_modified = 0
+            for n, seg in enumerate(group):
+                retain_deletes = seg.last_modified_ms > horizon
+                last_modified = max(last_modified, seg.last_modified_ms)
+                batches = list(_iter_raw_batches(fds[id(seg)], seg.size))
+                for b, (h, data) in enumerate(batches):
+                    if self.abort.is_set():
+                        raise _Aborted
+                    stats.bytes_read += len(data)
+                    must_keep = (n == len(group) - 1 and b == len(batches) - 1) or (
+                        h.producer_id >= 0 and producers.get(h.producer_id) == h.base_offset + h.last_offset_delta)
+                    out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep, stats)
+                    if out is not None:
+                        headers.append((len(buf), read_header(out)))
+                        buf += out
+                    if len(buf) >= _WRITE_CHUNK:
+                        self._write(cleaned, buf, headers, now, stats)
+                        buf, headers = bytearray(), []
+                    self.throttler.maybe_throttle(len(data) + (len(out) if out is not None else 0))
+                stats.segments_read += 1
+            if buf:
+                self._write(cleaned, buf, headers, now, stats)
+            cleaned.on_roll()
+            cleaned.fsync()
+            # Kafka keeps the replaced segments' last modified time: it is what tombstone
+            # retention counts from.
+            os.utime(cleaned.log_path, ns=(last_modified * 1_000_000, last_modified * 1_000_000))
+            if not log.replace_segments(group, cleaned):
+                cleaned.delete()
+                return False
+            stats.segments_written += 1
+            return True
+        except _Aborted:
+            cleaned.delete()
+            return False
+        except BaseException:
+            if cleaned.suffix == CLEANED_SUFFIX:
+                cleaned.delete()
+            else:
+                cleaned.close()  # mid-swap: the files are recovery's now
+            raise
+
+    @staticmethod
+    def _write(cleaned: LogSegment, buf: bytearray, headers: list[tuple[int, BatchHeader]], now: int,
+               stats: CleanerStats) -> None:
+        cleaned.append(buf, headers, now)
+        stats.bytes_written += len(buf)
+
+    @staticmethod
+    def _filter_batch(h: BatchHeader, data: bytes, offset_map: dict[bytes, int], retain_deletes: bool,
+                      must_keep: bool, stats: CleanerStats) -> bytes | None:
+        """The batch with only the records to keep: itself if all are kept, None if none."""
+        if h.is_control:
+            return data
+        codec = h.attributes & _COMPRESSION_MASK
+        section = decompress(codec, memoryview(data)[BATCH_OVERHEAD:]) if codec else data[BATCH_OVERHEAD:]
+        base = h.base_offset
+        kept: list[tuple[int, int]] = []
+        max_ts = -1
+        count = 0
+        get = offset_map.get
+        for offset_delta, ts_delta, key, tombstone, start, end in _iter_raw_records(section, h.records_count):
+            count += 1
+            if key is None or get(key, -1) > base + offset_delta or (tombstone and not retain_deletes):
+                continue
+            kept.append((start, end))
+            if ts_delta > max_ts:
+                max_ts = ts_delta
+        stats.records_read += count
+        stats.records_written += len(kept)
+        if len(kept) == count:
+            return data
+        log_append = h.attributes & _TIMESTAMP_TYPE_BIT
+        if not kept:
+            if not must_keep:
+                return None
+            return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"")
+        payload = b"".join(section[s:e] for s, e in kept)
+        if codec:
+            payload = compress(codec, bytes(payload))
+        return _build(h, h.attributes, len(kept), h.max_timestamp if log_append else h.base_timestamp + max_ts,
+                      bytes(payload))
+
+
+class _Aborted(Exception):
+    pass
+
+
+# -- choosing what to clean -------------------------------------------------------------------
+
+
+class LogCleanerManager:
+    """Kafka's LogCleanerManager: the first dirty offset of every compacted log, kept in the
+    data directory's cleaner-offset-checkpoint file, and the choice of the dirtiest log."""
+
+    def __init__(self, data_dir: Path, logs: Callable[[], dict[TopicPartition, Log]]):
+        self.path = Path(data_dir) / CLEANER_OFFSET_CHECKPOINT
+        self.logs = logs
+        try:
+            self.checkpoints = read_checkpoint(self.path)
+        except ValueError:
+            _logger.warning("cleaner_checkpoint_unreadable", file=self.path.name)
+            self.checkpoints = {}
+        self.in_progress: set[TopicPartition] = set()
+
+    def compacted_logs(self) -> dict[TopicPartition, Log]:
+        return {tp: log for tp, log in self.logs().items() if log.config.compact_enabled and log.offline is None}
+
+    def dirtiness(self, now_ms: int) -> list[LogToClean]:
+        return [log_to_clean(tp, log, self.checkpoints.get(tp), now_ms) for tp, log in self.compacted_logs().items()]
+
+    def grab_filthiest_log(self, now_ms: int) -> LogToClean | None:
+        """The dirtiest compacted log at or above its min.cleanable.dirty.ratio, if any."""
+        best = None
+        for candidate in self.dirtiness(now_ms):
+            if candidate.tp in self.in_progress or candidate.dirty_bytes == 0:
+                continue
+            if candidate.dirty_ratio < candidate.log.config.min_cleanable_dirty_ratio:
+                continue
+            if best is None or candidate.dirty_ratio > best.dirty_ratio:
+                best = candidate
+        if best is not None:
+            self.in_progress.add(best.tp)
+        return best
+
+    def done_cleaning(self, tp: TopicPartition, end_offset: int | None) -> None:
+        """Record the next first dirty offset (None: the cleaning failed) and write the
+        checkpoint file, for the logs that still exist."""
+        self.in_progress.discard(tp)
+        if end_offset is not None:
+            self.checkpoints[tp] = end_offset
+        self.write()
+
+    def write(self) -> None:
+        live = self.logs()
+        self.checkpoints = {tp: o for tp, o in self.checkpoints.items() if tp in live}
+        write_checkpoint(self.path, self.checkpoints)
