@@ -1,4 +1,4 @@
-"""`tidemark groups list|describe` against a real broker, over the Kafka protocol (confluent-kafka)."""
+"""`tidemark groups list|describe|delete|delete-offsets` against a real broker, over the Kafka protocol."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.conftest import BrokerProcess, free_port
 from tests.integration.clients import create_topic, produce_all
@@ -198,3 +199,99 @@ def test_format_table_aligns_and_dashes_unknowns() -> None:
         "xyz  -",
         "1    22",
     ]
+
+
+# -- delete and delete-offsets (new groups only: "live" and "idle" stay for the tests above) ----
+
+
+def committed_offsets(bootstrap: str, group: str) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)
+    result = futures[group].result(timeout=15)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == TOPIC and tp.offset >= 0}
+
+
+def test_delete_refused_with_members_then_succeeds_after_close(broker: BrokerProcess) -> None:
+    consumer = start_consumer(broker.bootstrap, "doomed", "client-doomed")
+    try:
+        refused = run("delete", "doomed", "--bootstrap-server", broker.bootstrap)
+        assert refused.exit_code == 1
+        assert refused.stderr.splitlines() == [
+            "Error: Deletion of some consumer groups failed:",
+            "* Group 'doomed' could not be deleted due to: NON_EMPTY_GROUP",
+        ]
+        assert refused.stdout == ""
+        assert committed_offsets(broker.bootstrap, "doomed") == COMMITS
+    finally:
+        consumer.close()
+
+    deleted = run("delete", "doomed", "--bootstrap-server", broker.bootstrap)
+    assert deleted.exit_code == 0, deleted.output
+    assert deleted.stdout == "Deletion of requested consumer groups ('doomed') was successful.\n"
+    assert committed_offsets(broker.bootstrap, "doomed") == {}
+    gone = run("describe", "doomed", "--bootstrap-server", broker.bootstrap)
+    assert gone.exit_code == 1 and "does not exist" in gone.stderr
+
+
+def test_delete_several_groups_reports_each(broker: BrokerProcess) -> None:
+    for group in ("spent-a", "spent-b"):
+        start_consumer(broker.bootstrap, group, f"client-{group}").close()
+    both = run("delete", "spent-a", "spent-b", "--bootstrap-server", broker.bootstrap)
+    assert both.exit_code == 0, both.output
+    assert both.stdout == "Deletion of requested consumer groups ('spent-a', 'spent-b') was successful.\n"
+
+    start_consumer(broker.bootstrap, "spent-c", "client-spent-c").close()
+    mixed = run("delete", "spent-c", "never-was", "--bootstrap-server", broker.bootstrap)
+    assert mixed.exit_code == 1
+    assert mixed.stderr.splitlines() == [
+        "Error: Deletion of some consumer groups failed:",
+        "* Group 'never-was' could not be deleted due to: GROUP_ID_NOT_FOUND",
+    ]
+    assert mixed.stdout == "These consumer groups were deleted successfully: 'spent-c'\n"
+
+
+def test_delete_offsets_refused_for_a_subscribed_topic_then_succeeds_when_empty(broker: BrokerProcess) -> None:
+    consumer = start_consumer(broker.bootstrap, "pruned", "client-pruned")
+    try:
+        refused = run("delete-offsets", "pruned", "--topic", TOPIC, "--topic", "no-such-topic",
+                      "--bootstrap-server", broker.bootstrap)
+        assert refused.exit_code == 1
+        assert refused.stderr.strip() == "Error: Encountered some partition level error(s), see the follow-up details:"
+        assert table(refused.stdout) == [
+            ["TOPIC", "PARTITION", "STATUS"],
+            ["no-such-topic", "Not", "Provided", "Error:", "UNKNOWN_TOPIC_OR_PARTITION"],
+            [TOPIC, "0", "Error:", "GROUP_SUBSCRIBED_TO_TOPIC"],
+            [TOPIC, "1", "Error:", "GROUP_SUBSCRIBED_TO_TOPIC"],
+            [TOPIC, "2", "Error:", "GROUP_SUBSCRIBED_TO_TOPIC"],
+        ]
+        assert committed_offsets(broker.bootstrap, "pruned") == COMMITS
+    finally:
+        consumer.close()
+
+    one = run("delete-offsets", "pruned", "--topic", f"{TOPIC}:1", "--bootstrap-server", broker.bootstrap)
+    assert one.exit_code == 0, one.output
+    assert one.stdout.splitlines()[0] == f"Request succeeded for deleting offsets with topic {TOPIC}:1 group pruned"
+    assert table(one.stdout)[1:] == [["TOPIC", "PARTITION", "STATUS"], [TOPIC, "1", "Successful"]]
+    assert committed_offsets(broker.bootstrap, "pruned") == {0: COMMITS[0]}
+
+    rest = run("delete-offsets", "pruned", "--topic", TOPIC, "--bootstrap-server", broker.bootstrap)
+    assert rest.exit_code == 0, rest.output
+    assert table(rest.stdout)[-3:] == [[TOPIC, str(p), "Successful"] for p in range(3)]
+    assert committed_offsets(broker.bootstrap, "pruned") == {}
+
+
+def test_delete_offsets_of_an_unknown_group(broker: BrokerProcess) -> None:
+    result = run("delete-offsets", "no-such-group", "--topic", TOPIC, "--bootstrap-server", broker.bootstrap)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "Consumer group 'no-such-group' does not exist."
+    assert result.stdout == ""
+
+
+def test_delete_and_delete_offsets_fail_fast_when_unreachable() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    for args in (["delete", "any"], ["delete-offsets", "any", "--topic", "t:0"]):
+        started = time.monotonic()
+        result = run(*args, "--bootstrap-server", address)
+        assert time.monotonic() - started < 5
+        assert result.exit_code == 1
+        assert "cannot reach" in result.stderr and address in result.stderr, result.stderr
