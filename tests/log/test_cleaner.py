@@ -289,3 +289,37 @@ def test_large_offsets_like_log(tmp_path, capsys):
                   f"{log.size_in_bytes} bytes left in {len(log.segments)} segments")
     finally:
         log.close()
+
+
+def test_broker_log_cleaner_task(tmp_path):
+    import asyncio
+
+    from tidemark.broker import log_cleaner as broker_cleaner
+
+    manager = LogManager(tmp_path, compact_config())
+    manager.open()
+    log = manager.get_or_create("__consumer_offsets", 0)
+    for i in range(200):
+        write(log, [(b"k%d" % (i % 4), b"v%d" % i)])
+    want = latest(read_all(log))
+    settings_ = {"log.cleaner.backoff.ms": 10, "log.cleaner.io.max.bytes.per.second": "unlimited"}
+
+    async def main():
+        task = broker_cleaner.LogCleaner(manager, settings_)
+        assert await task.clean_once() is True
+        assert await task.clean_once() is False  # nothing dirty enough any more
+        task.start()
+        for i in range(200, 400):
+            write(log, [(b"k%d" % (i % 4), b"v%d" % i)])
+            want[b"k%d" % (i % 4)] = b"v%d" % i
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.1)
+        await task.stop()
+
+    before = broker_cleaner.SEGMENTS_CLEANED._value.get()
+    asyncio.run(main())
+    assert broker_cleaner.SEGMENTS_CLEANED._value.get() > before
+    assert latest(read_all(log)) == want
+    assert broker_cleaner.DIRTY_RATIO.labels("__consumer_offsets", "0")._value.get() < 0.5
+    assert ("__consumer_offsets", 0) in read_checkpoint(tmp_path / "cleaner-offset-checkpoint")
+    manager.close()
