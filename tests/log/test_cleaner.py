@@ -302,7 +302,9 @@ def test_broker_log_cleaner_task(tmp_path):
     for i in range(200):
         write(log, [(b"k%d" % (i % 4), b"v%d" % i)])
     want = latest(read_all(log))
-    settings_ = {"log.cleaner.backoff.ms": 10, "log.cleaner.io.max.bytes.per.second": "unlimited"}
+    from tidemark.broker.config import BrokerConfig
+
+    settings_ = BrokerConfig({"log.cleaner.backoff.ms": "10"})
 
     async def main():
         task = broker_cleaner.LogCleaner(manager, settings_)

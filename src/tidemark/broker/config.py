@@ -57,6 +57,20 @@ def _int(name: str, default: int, minimum: int | None = None, doc: str = "") -> 
     return Setting(name, default, _parse_int, minimum, doc)
 
 
+def _parse_ratio(text: str) -> float:
+    value = float(text.strip())
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("expected a ratio between 0 and 1")
+    return value
+
+
+def _parse_rate(text: str) -> float:
+    value = float(text.strip())
+    if value <= 0:
+        raise ValueError("expected a positive number of bytes per second")
+    return value
+
+
 # Broker-level settings tidemark understands, with Kafka's defaults.
 BROKER_SETTINGS: dict[str, Setting] = {
     s.name: s
@@ -95,6 +109,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("offsets.commit.timeout.ms", 5000, 1),
         _int("offsets.load.buffer.size", 5242880, 1),
         _int("offset.metadata.max.bytes", 4096, 0),
+        # The log cleaner (compaction of cleanup.policy=compact topics).
+        Setting("log.cleaner.enable", True, _parse_bool),
+        _int("log.cleaner.backoff.ms", 15000, 0),
+        Setting("log.cleaner.min.cleanable.ratio", 0.5, _parse_ratio),
+        _int("log.cleaner.delete.retention.ms", 86400000, 0),
+        Setting("log.cleaner.io.max.bytes.per.second", float("inf"), _parse_rate),
+        _int("log.cleaner.min.compaction.lag.ms", 0, 0),
         # Consumer groups.
         _int("group.min.session.timeout.ms", 6000, 0),
         _int("group.max.session.timeout.ms", 1800000, 0),
@@ -115,6 +136,9 @@ TOPIC_SETTINGS: dict[str, tuple[str, str | None]] = {
     "segment.index.bytes": ("log.index.size.max.bytes", "segment_index_bytes"),
     "max.message.bytes": ("message.max.bytes", "max_message_bytes"),
     "message.timestamp.type": ("log.message.timestamp.type", "message_timestamp_type"),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms", "delete_retention_ms"),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", "min_cleanable_dirty_ratio"),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms"),
     "flush.messages": ("log.flush.interval.messages", None),
     "flush.ms": ("log.flush.interval.ms", None),
 }
@@ -122,12 +146,12 @@ TOPIC_SETTINGS: dict[str, tuple[str, str | None]] = {
 # Kafka's other topic-level settings: accepted and kept with the topic (admin tools, Streams
 # and Connect send them), not acted on by a single broker.
 STORED_TOPIC_SETTINGS = frozenset({
-    "compression.type", "delete.retention.ms", "file.delete.delay.ms",
+    "compression.type", "file.delete.delay.ms",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
     "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms",
-    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
+    "min.insync.replicas", "preallocate",
     "remote.storage.enable", "segment.jitter.ms", "unclean.leader.election.enable",
 })
 

@@ -5,7 +5,6 @@ log's lock; only each segment swap takes it, so produce, fetch, flush and retent
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,23 +30,14 @@ DIRTY_RATIO = Gauge("tidemark_log_cleaner_dirty_ratio", "Dirty bytes / cleanable
 MAX_DIRTY_PERCENT = Gauge("tidemark_log_cleaner_max_dirty_percent", "Largest dirty ratio of any compacted log (%)")
 
 
-def _setting(config: Any, name: str, default: Any) -> Any:
-    try:
-        value = config[name]
-    except (KeyError, TypeError):
-        return default
-    return default if value is None else value
-
-
 class LogCleaner:
     """Owns the cleaner task. config: the broker settings (log.cleaner.*), by name."""
 
     def __init__(self, logs: LogManager, config: Any, *, clock: Callable[[], int] | None = None):
         self.logs = logs
-        self.enabled = bool(_setting(config, "log.cleaner.enable", True))
-        self.backoff_s = _setting(config, "log.cleaner.backoff.ms", 15000) / 1000
-        rate = _setting(config, "log.cleaner.io.max.bytes.per.second", math.inf)
-        rate = float(rate) if isinstance(rate, (int, float)) else math.inf  # "unlimited"
+        self.enabled = config["log.cleaner.enable"]
+        self.backoff_s = config["log.cleaner.backoff.ms"] / 1000
+        rate = config["log.cleaner.io.max.bytes.per.second"]  # inf: unlimited, Kafka's default
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.manager = LogCleanerManager(logs.data_dir, logs.logs)
         self.cleaner = Cleaner(throttler=Throttler(rate), clock=self.clock)

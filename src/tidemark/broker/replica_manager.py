@@ -20,6 +20,7 @@ from tidemark.broker import metrics
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.errors import PartitionDeletedError
 from tidemark.broker.flusher import Flusher
+from tidemark.broker.log_cleaner import LogCleaner
 from tidemark.broker.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
 from tidemark.log.config import LogConfig
@@ -41,6 +42,7 @@ class ReplicaManager:
         self.data_dir = data_dir
         self.metadata = EmbeddedMetadata(data_dir, config.node_id)
         self.logs = LogManager(data_dir, self.config.log_config({}))
+        self.log_cleaner = LogCleaner(self.logs, config)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.flusher = Flusher()
         self._tasks: list[asyncio.Task[None]] = []
@@ -68,6 +70,7 @@ class ReplicaManager:
 
     def start(self) -> None:
         self.flusher.start()
+        self.log_cleaner.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self.config["log.retention.check.interval.ms"] / 1000, self.enforce_retention)),
@@ -78,6 +81,7 @@ class ReplicaManager:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.log_cleaner.stop()
         await self.flusher.stop()
         self.logs.close()
 
