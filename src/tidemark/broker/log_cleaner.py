@@ -82,6 +82,8 @@ class LogCleaner:
             return False
         end = None
         stats = CleanerStats()
+        log.info("log_cleaning_started", topic=target.tp[0], partition=target.tp[1],
+                 dirty_ratio=round(target.dirty_ratio, 3), first_dirty_offset=target.first_dirty_offset)
         try:
             end, stats = await asyncio.to_thread(self.cleaner.clean, target.log, target.first_dirty_offset)
             RUNS.labels("ok").inc()
