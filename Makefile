@@ -30,6 +30,7 @@ test: install system-deps
 bench: install
 	$(BIN)/python -m bench.produce_fetch
 	$(BIN)/python -m bench.offsets
+	$(BIN)/python -m bench.cleaner
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

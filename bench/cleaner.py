@@ -1,0 +1,433 @@
+"""Log cleaner on a dirty `__consumer_offsets` partition: cleaning throughput, load time before and
+after cleaning, and commit latency while the broker's cleaner runs.
+
+    python -m bench.cleaner [--records N] [--keys K] [--seconds S] [--quick]
+
+Steps, all in one run (tidemark brokers as child processes, temporary data dirs,
+offsets.topic.segment.bytes=--segment-bytes so the partition spans several segments):
+  (1) --records offset commit records over --keys keys of one group, written straight into one
+      offsets partition with tidemark.log.Log while the broker is down (the last record per key wins).
+  (2) the broker restarted with log.cleaner.enable=false; its `offsets_partition_loaded` log line
+      gives the load time and records/s of the dirty partition.
+  (3) the partition cleaned in this process with tidemark.log.cleaner.Cleaner (everything below the
+      active segment, as the broker's cleaner would): MB/s (segment bytes recopied from) and
+      records/s, timed around Cleaner.clean().
+  (4) the broker restarted again (cleaner disabled): load time of the cleaned partition.
+  (5) a second data dir: a larger dirty partition of another group, made cleanable only after a
+      while through log.cleaner.min.compaction.lag.ms (its records carry the write time), under a
+      broker with the cleaner on (log.cleaner.backoff.ms=100). Single-partition commits paced at
+      --paced-rate commits/s by a fixed schedule (bench.offsets' case (c), latency from the slot
+      time) run for --seconds before that partition becomes cleanable (cleaner idle) and again while
+      it is being cleaned; p50/p99 of both and the ratio. The broker's `log_cleaned` line must show
+      that the cleaning started before the second window and ended after it, and the first before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from rich.table import Table
+
+from bench.offsets import FIND_COORDINATOR, LOAD_BATCH, OFFSETS_PARTITIONS, TIDEMARK_SETTINGS, Latencies, run_clients
+from bench.produce_fetch import BenchError, BrokerProcess, TidemarkTarget, console, out
+from tests.integration.raw import RawClient
+from tidemark.coordinator.partitioner import partition_for
+from tidemark.log import Log, LogConfig
+from tidemark.log.cleaner import Cleaner, CleanerStats
+from tidemark.records import build_batch
+from tidemark.records.offsets_schema import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    encode_key,
+    encode_offset_commit_value,
+)
+
+MB = 1_000_000
+CLEANER_BACKOFF_MS = 100
+MAX_BIG_FACTOR = 20  # (5)'s partition holds at most this many times --records
+P99_RATIO_GOAL = 1.5
+EVENT_POLL_S = 0.1
+
+
+def settings(segment_bytes: int, **extra: str) -> dict[str, str]:
+    return {**TIDEMARK_SETTINGS, "offsets.topic.segment.bytes": str(segment_bytes), **extra}
+
+
+# --------------------------------------------------------------------------------------- helpers
+
+
+class BrokerLog:
+    """Reads the JSON log lines a broker wrote since this object was made."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.path = broker.log_path
+        self.start = self.path.stat().st_size if self.path.exists() else 0
+
+    def events(self, name: str) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as handle:
+            handle.seek(self.start)
+            lines = handle.read().splitlines()
+        found = []
+        for raw in lines:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(raw)
+                if isinstance(entry, dict) and entry.get("event") == name:
+                    found.append(entry)
+        return found
+
+    def wait_for(self, name: str, timeout: float, **match) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            for entry in self.events(name):
+                if all(entry.get(key) == value for key, value in match.items()):
+                    return entry
+            if time.monotonic() > deadline:
+                raise BenchError(f"no {name} {match} in the broker log within {timeout:.0f} s")
+            time.sleep(EVENT_POLL_S)
+
+
+def stop_cleanly(broker: BrokerProcess) -> None:
+    try:
+        if broker.stop(timeout=120) != 0:
+            raise BenchError(f"broker did not stop cleanly:\n{broker.log_text()[-2000:]}")
+    finally:
+        broker.kill()
+
+
+def create_offsets_topic(data_dir: Path, broker_settings: dict[str, str], group: str) -> None:
+    """Start a broker once so it creates `__consumer_offsets` with these settings, then stop it."""
+    broker = BrokerProcess(data_dir, broker_settings).start()
+    try:
+        with RawClient(broker.bootstrap) as client:
+            client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+    finally:
+        stop_cleanly(broker)
+
+
+def offsets_log(data_dir: Path, group: str, segment_bytes: int) -> Log:
+    return Log.open(data_dir / f"__consumer_offsets-{partition_for(group, OFFSETS_PARTITIONS)}",
+                    LogConfig(segment_bytes=segment_bytes, cleanup_policy="compact"), clean_shutdown=True)
+
+
+@dataclass
+class Partition:
+    records: int
+    bytes: int
+    segments: int
+    write_seconds: float
+
+
+def write_dirty(data_dir: Path, group: str, records: int, keys: int, segment_bytes: int, timestamp_ms: int) -> Partition:
+    """`records` offset commits over `keys` partitions of `group`, appended to its offsets partition."""
+    started = time.perf_counter()
+    log = offsets_log(data_dir, group, segment_bytes)
+    try:
+        if log.log_end_offset != 0:
+            raise BenchError(f"offsets partition of {group} is not empty ({log.log_end_offset} records)")
+        encoded = [encode_key(OffsetCommitKey(group, "dirty", p)) for p in range(keys)]
+        for start in range(0, records, LOAD_BATCH):
+            log.append(build_batch([
+                (encoded[i % keys], encode_offset_commit_value(OffsetCommitValue(offset=i, commit_timestamp=timestamp_ms)),
+                 (), timestamp_ms)
+                for i in range(start, min(records, start + LOAD_BATCH))]), now_ms=timestamp_ms)
+        return Partition(records, log.size_in_bytes, len(log.segments), time.perf_counter() - started)
+    finally:
+        log.close()
+
+
+@dataclass
+class Load:
+    records: int
+    seconds: float
+    bytes: int
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / MB / self.seconds if self.seconds > 0 else math.inf
+
+
+def measure_load(data_dir: Path, broker_settings: dict[str, str], group: str, expected: int, size: int,
+                 timeout: float) -> Load:
+    """Start a broker (cleaner off), read how long the group's offsets partition took to load, stop."""
+    index = partition_for(group, OFFSETS_PARTITIONS)
+    broker = BrokerProcess(data_dir, {**broker_settings, "log.cleaner.enable": "false"})
+    lines = BrokerLog(broker)
+    broker.start()
+    try:
+        line = lines.wait_for("offsets_partition_loaded", timeout, partition=index)
+    finally:
+        stop_cleanly(broker)
+    if line["records"] != expected:
+        raise BenchError(f"offsets partition {index} loaded {line['records']} records, expected {expected}")
+    return Load(line["records"], line["seconds"], size)
+
+
+@dataclass
+class Cleaning:
+    stats: CleanerStats
+    seconds: float
+    bytes_after: int
+    segments_after: int
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.stats.bytes_read / MB / self.seconds
+
+    @property
+    def records_per_s(self) -> float:
+        return self.stats.records_read / self.seconds
+
+
+def clean_in_process(data_dir: Path, group: str, segment_bytes: int) -> Cleaning:
+    log = offsets_log(data_dir, group, segment_bytes)
+    try:
+        started = time.perf_counter()
+        _end, stats = Cleaner().clean(log, 0)
+        seconds = time.perf_counter() - started
+        return Cleaning(stats, seconds, log.size_in_bytes, len(log.segments))
+    finally:
+        log.close()
+
+
+# ------------------------------------------------------------------------- (5) commits vs cleaning
+
+
+class CleanerTarget(TidemarkTarget):
+    """TidemarkTarget on an existing data dir with the given settings."""
+
+    def __init__(self, data_dir: Path, broker_settings: dict[str, str]) -> None:
+        self.broker = BrokerProcess(data_dir, broker_settings)
+        self.lines = BrokerLog(self.broker)
+        self.broker.start()
+        self.bootstrap = self.broker.bootstrap
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+
+
+def group_not_on(name: str, taken: set[int]) -> str:
+    """`name`, or `name-N` for the first N whose offsets partition is not in `taken`."""
+    for n in range(OFFSETS_PARTITIONS * 10):
+        candidate = name if n == 0 else f"{name}-{n}"
+        if partition_for(candidate, OFFSETS_PARTITIONS) not in taken:
+            return candidate
+    raise BenchError(f"no group name like {name} avoids offsets partitions {sorted(taken)}")
+
+
+@dataclass
+class UnderCleaning:
+    big: Partition
+    idle: Latencies
+    cleaning: Latencies
+    cleaned: dict  # the broker's log_cleaned line
+    clean_started: float  # wall clock
+    clean_ended: float
+    windows: tuple[tuple[float, float], tuple[float, float]]  # wall clock (start, end) of each window
+
+    @property
+    def p99_ratio(self) -> float:
+        return self.cleaning.p(0.99) / self.idle.p(0.99)
+
+    @property
+    def broker_records_per_s(self) -> float:
+        return self.cleaned["records_read"] / self.cleaned["seconds"]
+
+    @property
+    def broker_mb_per_s(self) -> float:
+        return self.cleaned["bytes_read"] / MB / self.cleaned["seconds"]
+
+
+def paced_window(target: CleanerTarget, topic: str, group: str, args) -> tuple[Latencies, tuple[float, float]]:
+    began = time.time()
+    latencies, _ = run_clients(target.bootstrap, topic, group, [[p] for p in range(args.paced_clients)],
+                               args.seconds, paced_rate=args.paced_rate)
+    return latencies, (began, time.time())
+
+
+def run_under_cleaning(tmp: Path, args, big_records: int, load_rate: float) -> UnderCleaning:
+    data_dir = tmp / "commit-data"
+    big_group = "bench-cleaner-big"
+    big_index = partition_for(big_group, OFFSETS_PARTITIONS)
+    idle_group = group_not_on("bench-cleaner-paced-idle", {big_index})
+    busy_group = group_not_on("bench-cleaner-paced-busy", {big_index})
+    base = settings(args.segment_bytes, **{"log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS)})
+    create_offsets_topic(data_dir, base, big_group)
+    written_ms = int(time.time() * 1000)
+    big = write_dirty(data_dir, big_group, big_records, args.keys, args.segment_bytes, written_ms)
+    console.print(f"  (5) wrote {big.records:,} records ({big.bytes / MB:,.0f} MB, {big.segments} segments) "
+                  f"for {big_group} in {big.write_seconds:.1f} s")
+
+    # The big partition becomes cleanable once min.compaction.lag.ms has passed since its records'
+    # timestamps: after its load, the topic, the consumers and the idle window, with margin.
+    expected_load_s = big_records / load_rate
+    clean_at = time.time() + 5 + 2 * expected_load_s + args.seconds + 5
+    lag_ms = int(clean_at * 1000) - written_ms
+    target = CleanerTarget(data_dir, {**base, "log.cleaner.min.compaction.lag.ms": str(lag_ms)})
+    with contextlib.closing(target):
+        target.lines.wait_for("offsets_partition_loaded", 60 + 4 * expected_load_s, partition=big_index)
+        topic = "bench-cleaner-paced"
+        got = target.create_topic(topic, args.paced_clients, 30)
+        if got != args.paced_clients:
+            raise BenchError(f"{topic} has {got} partitions, wanted {args.paced_clients}")
+        if time.time() + args.seconds + 2 > clean_at:
+            raise BenchError("the broker took too long to load; the idle window would overlap the cleaning")
+        if target.lines.events("log_cleaned"):
+            raise BenchError(f"the cleaner ran before the idle window: {target.lines.events('log_cleaned')}")
+        idle, idle_window = paced_window(target, topic, idle_group, args)
+        console.print(f"  (5) cleaner idle: p50 {idle.p(0.5):.2f} ms, p99 {idle.p(0.99):.2f} ms")
+        # Cleanable at clean_at; the cleaner looks every backoff.ms; then give its map a head start.
+        time.sleep(max(0.0, clean_at - time.time()) + CLEANER_BACKOFF_MS / 1000 + 0.5)
+        if target.lines.events("log_cleaned"):
+            raise BenchError("the cleaning was over before the second window; raise --big-factor")
+        cleaning, busy_window = paced_window(target, topic, busy_group, args)
+        console.print(f"  (5) cleaner busy: p50 {cleaning.p(0.5):.2f} ms, p99 {cleaning.p(0.99):.2f} ms")
+        line = target.lines.wait_for("log_cleaned", 120 + 4 * expected_load_s, partition=big_index)
+    ended = datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
+    started = ended - line["seconds"]
+    if not (idle_window[1] <= started <= busy_window[0] and ended >= busy_window[1]):
+        raise BenchError(f"cleaning ran {started:.1f}..{ended:.1f}, windows {idle_window} and {busy_window}: "
+                         "the idle window must end before it starts and the busy window lie within it")
+    return UnderCleaning(big, idle, cleaning, line, started, ended, (idle_window, busy_window))
+
+
+# ------------------------------------------------------------------------------------------ table
+
+
+def _met(ok: bool) -> str:
+    return "[green]yes[/green]" if ok else "[red]no[/red]"
+
+
+def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, after: Load,
+                  commits: UnderCleaning | None, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("step", "left"), ("metric", "left"), ("value", "right"), ("goal", "right"),
+                          ("met", "center")):
+        table.add_column(name, justify=justify)
+    table.add_row(f"(1) dirty partition, {args.keys:,} keys", "records", f"{dirty.records:,}", "", "")
+    table.add_row("", "MB / segments", f"{dirty.bytes / MB:,.1f} / {dirty.segments}", "", "")
+    table.add_section()
+    table.add_row("(2) load before cleaning", "seconds", f"{before.seconds:.2f}", "", "")
+    table.add_row("", "records/s", f"{before.records_per_s:,.0f}", "", "")
+    table.add_row("", "MB/s", f"{before.mb_per_s:,.1f}", "", "")
+    table.add_section()
+    stats = cleaning.stats
+    table.add_row("(3) clean (in-process Cleaner)", "seconds", f"{cleaning.seconds:.2f}", "", "")
+    table.add_row("", "records/s (records recopied from)", f"{cleaning.records_per_s:,.0f}",
+                  f">= {before.records_per_s:,.0f} (load)", _met(cleaning.records_per_s >= before.records_per_s))
+    table.add_row("", "MB/s (segment bytes recopied from)", f"{cleaning.mb_per_s:,.1f}",
+                  f">= {before.mb_per_s:,.1f} (load)", _met(cleaning.mb_per_s >= before.mb_per_s))
+    table.add_row("", "records kept / read", f"{stats.records_written:,} / {stats.records_read:,}", "", "")
+    table.add_row("", "MB / segments after", f"{cleaning.bytes_after / MB:,.1f} / {cleaning.segments_after}", "", "")
+    table.add_section()
+    table.add_row("(4) load after cleaning", "seconds", f"{after.seconds:.2f}", "", "")
+    table.add_row("", "records", f"{after.records:,}", "", "")
+    table.add_row("", "load time before / after", f"{before.seconds / after.seconds:.1f}x", "", "")
+    if commits is not None:
+        table.add_section()
+        table.add_row(f"(5) paced {args.paced_rate:,.0f} commits/s, {args.seconds:g} s", "achieved/s idle / cleaning",
+                      f"{commits.idle.ops_per_s:,.0f} / {commits.cleaning.ops_per_s:,.0f}", "", "")
+        table.add_row("    cleaner idle", "p50 / p99 ms", f"{commits.idle.p(0.5):.2f} / {commits.idle.p(0.99):.2f}", "", "")
+        table.add_row(f"    cleaning {commits.big.records:,} records", "p50 / p99 ms",
+                      f"{commits.cleaning.p(0.5):.2f} / {commits.cleaning.p(0.99):.2f}", "", "")
+        table.add_row("", "p99 cleaning / idle", f"{commits.p99_ratio:.2f}x", f"<= {P99_RATIO_GOAL:g}x",
+                      _met(commits.p99_ratio <= P99_RATIO_GOAL))
+        table.add_row("    broker's cleaner", "records/s / MB/s (log_cleaned)",
+                      f"{commits.broker_records_per_s:,.0f} / {commits.broker_mb_per_s:,.1f}", "", "")
+        table.add_row("", "cleaning seconds", f"{commits.cleaned['seconds']:.2f}", "", "")
+    return table
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.cleaner", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="(1) records in the dirty partition")
+    parser.add_argument("--keys", type=int, default=1_000, help="(1) distinct keys (partitions committed)")
+    parser.add_argument("--segment-bytes", type=int, default=10 * 1024 * 1024, help="offsets.topic.segment.bytes")
+    parser.add_argument("--seconds", type=float, default=5.0, help="(5) length of each commit window (default 5)")
+    parser.add_argument("--paced-rate", type=float, default=500.0, help="(5) commits/s in total (default 500)")
+    parser.add_argument("--paced-clients", type=int, default=5, help="(5) consumers sharing the schedule")
+    parser.add_argument("--big-factor", type=float, default=None,
+                        help="(5) the cleaned partition's size in --records (default: from (3)'s rate, "
+                             f"enough for 3x --seconds + 2 s of cleaning, at most {MAX_BIG_FACTOR})")
+    parser.add_argument("--skip-commits", action="store_true", help="skip (5)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 100,000 records, 1 MiB segments, 2 s windows")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.records = min(args.records, 100_000)
+        args.seconds = min(args.seconds, 2.0)
+        args.segment_bytes = min(args.segment_bytes, 1024 * 1024)  # still several segments
+    if min(args.records, args.keys, args.segment_bytes, args.seconds, args.paced_rate, args.paced_clients) <= 0:
+        parser.error("counts, sizes, rates and durations must be positive")
+    if args.keys > args.records:
+        parser.error("--keys must not exceed --records")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run_started = time.monotonic()
+    group = "bench-cleaner-load"
+    base = settings(args.segment_bytes)
+    load_timeout = 60 + args.records / 10_000
+    commits = None
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-cleaner-") as tmp_name:
+        tmp = Path(tmp_name)
+        data_dir = tmp / "load-data"
+        with console.status(f"(1) writing {args.records:,} offset commit records"):
+            create_offsets_topic(data_dir, {**base, "log.cleaner.enable": "false"}, group)
+            dirty = write_dirty(data_dir, group, args.records, args.keys, args.segment_bytes, int(time.time() * 1000))
+        console.print(f"  (1) {dirty.records:,} records, {dirty.bytes / MB:,.1f} MB in {dirty.segments} segments, "
+                      f"written in {dirty.write_seconds:.1f} s")
+        with console.status("(2) loading the dirty partition"):
+            before = measure_load(data_dir, base, group, dirty.records, dirty.bytes, load_timeout)
+        console.print(f"  (2) loaded in {before.seconds:.2f} s: {before.records_per_s:,.0f} records/s")
+        with console.status("(3) cleaning in-process"):
+            cleaning = clean_in_process(data_dir, group, args.segment_bytes)
+        stats = cleaning.stats
+        if dirty.segments < 2:
+            raise BenchError(f"the dirty partition has {dirty.segments} segment: lower --segment-bytes")
+        if stats.records_read == 0 or stats.records_written > stats.records_read:
+            raise BenchError(f"the cleaner read {stats.records_read} records and kept {stats.records_written}")
+        console.print(f"  (3) cleaned in {cleaning.seconds:.2f} s: {cleaning.records_per_s:,.0f} records/s, "
+                      f"{cleaning.mb_per_s:,.1f} MB/s, kept {stats.records_written:,} of {stats.records_read:,}")
+        with console.status("(4) loading the cleaned partition"):
+            remaining = dirty.records - (stats.records_read - stats.records_written)
+            after = measure_load(data_dir, base, group, remaining, cleaning.bytes_after, load_timeout)
+        console.print(f"  (4) loaded {after.records:,} records in {after.seconds:.2f} s")
+        if not args.skip_commits:
+            factor = args.big_factor
+            if factor is None:
+                # (3)'s rate for 3 windows and 2 s more: the broker's cleaner shares its process.
+                factor = (3 * args.seconds + 2) * cleaning.records_per_s / args.records
+            big_records = max(args.keys, int(args.records * min(MAX_BIG_FACTOR, max(1.0, factor))))
+            with console.status(f"(5) commits with the cleaner idle, then cleaning {big_records:,} records"):
+                commits = run_under_cleaning(tmp, args, big_records, before.records_per_s)
+    title = (f"log cleaner on __consumer_offsets: {args.records:,} records, {args.keys:,} keys, "
+             f"{args.segment_bytes / 2**20:g} MiB segments, {time.monotonic() - run_started:.0f} s total")
+    out.print(results_table(args, dirty, before, cleaning, after, commits, title))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (BenchError, KafkaException, RuntimeError) as error:
+        console.print(f"[red]benchmark failed: {error}")
+        sys.exit(1)
