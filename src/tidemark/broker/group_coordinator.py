@@ -36,6 +36,7 @@ log = structlog.get_logger("tidemark.group_coordinator")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 PROGRESS_INTERVAL_S = 2.0
+LOAD_SLICE_S = 0.01  # longest a load holds the event loop before letting requests through
 
 
 def now_ms() -> int:
@@ -116,6 +117,7 @@ class ShardRuntime:
         latest: dict[bytes, tuple[int, bytes | None]] = {}
         records = 0
         next_progress = started + PROGRESS_INTERVAL_S
+        next_yield = started + LOAD_SLICE_S
         while position < end:
             data = partition_log.read(position, chunk, upper_bound=end)
             if not data:
@@ -127,15 +129,17 @@ class ShardRuntime:
                         latest[key] = (offset, value)
                         records += 1
                 position = header.last_offset + 1
+                if time.perf_counter() >= next_yield:  # loaded partitions keep serving meanwhile
+                    await asyncio.sleep(0)
+                    next_yield = time.perf_counter() + LOAD_SLICE_S
             if time.perf_counter() >= next_progress:  # long loads report how far they are
                 next_progress += PROGRESS_INTERVAL_S
                 log.info("offsets_partition_loading", partition=self.partition.index, records=records,
                          position=position, end=end)
-            await asyncio.sleep(0)  # other partitions load meanwhile; requests get LOAD_IN_PROGRESS
         now = now_ms()
         for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
             self.shard.replay(offset, key, value, loading=True, now_ms=now)
-            if replayed % 100_000 == 0:
+            if replayed % 10_000 == 0:
                 await asyncio.sleep(0)
         seconds = time.perf_counter() - started
         log.info("offsets_partition_loaded", partition=self.partition.index, records=records, keys=len(latest),
