@@ -39,12 +39,12 @@ import structlog
 from crc32c import crc32c
 
 from tidemark.records import BatchHeader, iter_key_values, read_header
-from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH
+from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, read_varint
 from tidemark.records.compression import compress, decompress
 
 from .log import CLEANED_SUFFIX, Log
 from .manager import TopicPartition, read_checkpoint, write_checkpoint
-from .segment import LogSegment
+from .segment import LogSegment, pread_exact
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 # log.cleaner.dedupe.buffer.size (128 MiB) at Kafka's 24 bytes per entry (MD5 + offset) and
@@ -173,40 +173,15 @@ def _iter_raw_batches(fd: int, size: int, start: int = 0) -> Iterator[tuple[Batc
     while size - pos >= BATCH_OVERHEAD:
         rel = pos - buf_start
         if rel + BATCH_OVERHEAD > len(buf):
-            buf_start, buf, rel = pos, _pread(fd, min(_READ_CHUNK, size - pos), pos), 0
+            buf_start, buf, rel = pos, pread_exact(fd, min(_READ_CHUNK, size - pos), pos), 0
         h = read_header(buf, rel)
         n = h.batch_length + LOG_OVERHEAD
         if h.batch_length < MIN_BATCH_LENGTH or pos + n > size:
             return
         if rel + n > len(buf):
-            buf_start, buf, rel = pos, _pread(fd, max(_READ_CHUNK, n), pos), 0
+            buf_start, buf, rel = pos, pread_exact(fd, max(_READ_CHUNK, n), pos), 0
         yield h, buf[rel: rel + n]
         pos += n
-
-
-def _pread(fd: int, n: int, position: int) -> bytes:
-    data = os.pread(fd, n, position)
-    while len(data) < n:
-        more = os.pread(fd, n - len(data), position + len(data))
-        if not more:
-            break
-        data += more
-    return data
-
-
-def _varint(buf, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    z = b & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = buf[pos]
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), pos + 1
-        shift += 7
 
 
 def _iter_raw_records(buf, count: int) -> Iterator[tuple[int, int, bytes | None, bool, int, int]]:
@@ -215,15 +190,15 @@ def _iter_raw_records(buf, count: int) -> Iterator[tuple[int, int, bytes | None,
     pos = 0
     for _ in range(count):
         start = pos
-        length, pos = _varint(buf, pos)
+        length, pos = read_varint(buf, pos)
         end = pos + length
         pos += 1  # attributes
-        ts_delta, pos = _varint(buf, pos)
-        offset_delta, pos = _varint(buf, pos)
-        n, pos = _varint(buf, pos)
+        ts_delta, pos = read_varint(buf, pos)
+        offset_delta, pos = read_varint(buf, pos)
+        n, pos = read_varint(buf, pos)
         key = None if n < 0 else bytes(buf[pos: pos + n])
         pos += max(n, 0)
-        n, _ = _varint(buf, pos)
+        n, _ = read_varint(buf, pos)
         yield offset_delta, ts_delta, key, n < 0, start, end
         pos = end
 

@@ -50,7 +50,7 @@ def _base_offset(seg: LogSegment) -> int:
     return seg.base_offset
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -187,7 +187,7 @@ class Log:
             if path.name.endswith(SWAP_SUFFIX):
                 path.unlink(missing_ok=True)
         if swaps:
-            _fsync_directory(directory)
+            fsync_directory(directory)
 
     def _new_segment(self, base_offset: int, *, suffix: str = "") -> LogSegment:
         return LogSegment(
@@ -492,13 +492,13 @@ class Log:
                 return False  # gone, changed, or reaching the active segment
             hook("cleaned")
             new.change_suffix(SWAP_SUFFIX)
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             hook("swap")
             for seg in old:
                 seg.change_suffix(DELETED_SUFFIX)
             hook("deleted")
             new.change_suffix("")
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             hook("renamed")
             self._segments = segments[:i] + [new] + segments[i + len(old):]
             self._bases = [seg.base_offset for seg in self._segments]

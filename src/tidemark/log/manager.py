@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .config import LogConfig
-from .log import Log
+from .log import Log, fsync_directory
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -56,15 +56,7 @@ def write_checkpoint(path: Path, entries: dict[TopicPartition, int]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(path.parent)
 
 
 class LogManager:
@@ -111,7 +103,7 @@ class LogManager:
         log = self._logs.get((topic, partition))
         if log is None:
             log = Log.open(self.data_dir / f"{topic}-{partition}", config or self.default_config, clean_shutdown=True)
-            _fsync_dir(self.data_dir)
+            fsync_directory(self.data_dir)
             self._logs[(topic, partition)] = log
         return log
 
@@ -142,4 +134,4 @@ class LogManager:
         self.checkpoint()
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         marker.touch()
-        _fsync_dir(self.data_dir)
+        fsync_directory(self.data_dir)

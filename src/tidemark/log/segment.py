@@ -25,7 +25,7 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-def _pread_exact(fd: int, n: int, position: int) -> bytes:
+def pread_exact(fd: int, n: int, position: int) -> bytes:
     data = os.pread(fd, n, position)
     while len(data) < n:  # short reads are legal; loop until n bytes or EOF
         more = os.pread(fd, n - len(data), position + len(data))
@@ -130,13 +130,13 @@ class LogSegment:
         chunk_start = 0
         while end - pos >= BATCH_OVERHEAD:
             if pos + BATCH_OVERHEAD > chunk_start + len(chunk):
-                chunk_start, chunk = pos, _pread_exact(self.fd, min(_SCAN_CHUNK, end - pos), pos)
+                chunk_start, chunk = pos, pread_exact(self.fd, min(_SCAN_CHUNK, end - pos), pos)
             h = read_header(chunk, pos - chunk_start)
             if h.magic != MAGIC or h.batch_length < MIN_BATCH_LENGTH or pos + h.size > end:
                 return
             if validate:
                 if pos + h.size > chunk_start + len(chunk):
-                    chunk_start, chunk = pos, _pread_exact(self.fd, max(_SCAN_CHUNK, h.size), pos)
+                    chunk_start, chunk = pos, pread_exact(self.fd, max(_SCAN_CHUNK, h.size), pos)
                 try:
                     validate_batch(chunk, pos - chunk_start, pos - chunk_start + h.size)
                 except CorruptRecordError:
@@ -184,7 +184,7 @@ class LogSegment:
     # -- reading ----------------------------------------------------------------------------
 
     def read(self, position: int, size: int) -> bytes:
-        return _pread_exact(self.fd, size, position)
+        return pread_exact(self.fd, size, position)
 
     def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """Batch headers from position on (only the 61 header bytes of each are read)."""
@@ -194,7 +194,7 @@ class LogSegment:
         chunk_start = 0
         while end - pos >= BATCH_OVERHEAD:
             if pos + BATCH_OVERHEAD > chunk_start + len(chunk):
-                chunk_start, chunk = pos, _pread_exact(self.fd, min(64 * 1024, end - pos), pos)
+                chunk_start, chunk = pos, pread_exact(self.fd, min(64 * 1024, end - pos), pos)
             h = read_header(chunk, pos - chunk_start)
             yield pos, h
             pos += h.batch_length + LOG_OVERHEAD

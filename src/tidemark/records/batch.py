@@ -224,7 +224,8 @@ def _write_varint(out: bytearray, n: int) -> None:
     out.append(z)
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """A zigzag varint (Kafka's ByteUtils.readVarint) at pos: (value, position after it)."""
     b = buf[pos]
     if b < 0x80:  # one byte: the common case for small lengths and deltas
         return (b >> 1) ^ -(b & 1), pos + 1
@@ -341,7 +342,6 @@ def _records_section(batch, position: int) -> tuple[BatchHeader, memoryview | by
 
 def _iter_records(header: BatchHeader, buf) -> Iterator[tuple]:
     """(offset_delta, timestamp_delta, key, value, headers) of each record, fully checked."""
-    read_varint = _read_varint
     pos = 0
     try:
         for _ in range(header.records_count):
@@ -400,7 +400,6 @@ def iter_key_values(batch, position: int = 0) -> Iterator[tuple[int, bytes | Non
         _records_section(batch, position)  # the same checks as every other reader
         buf, pos = batch, position + BATCH_OVERHEAD
     base_offset = header.base_offset
-    read_varint = _read_varint
     size = len(buf)
     try:
         for _ in range(header.records_count):
