@@ -70,6 +70,7 @@ class ShardRuntime:
         )
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()  # commits awaiting the high watermark
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"coordinator-{self.partition.index}")
@@ -77,9 +78,10 @@ class ShardRuntime:
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in [self._task, *self._in_flight]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*([self._task] if self._task else []), *self._in_flight, return_exceptions=True)
 
     async def _run(self) -> None:
         try:
@@ -173,7 +175,10 @@ class ShardRuntime:
             return
         committed = self.partition.wait_for_high_watermark(info.last_offset + 1)
         timeout = self.runtime.config["offsets.commit.timeout.ms"] / 1000
-        asyncio.get_running_loop().create_task(self._await_commit(result, future, committed, info.first_offset, timeout))
+        task = asyncio.get_running_loop().create_task(
+            self._await_commit(result, future, committed, info.first_offset, timeout))
+        self._in_flight.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._in_flight.discard)
 
     async def _await_commit(self, result: Result, future: asyncio.Future[Result], committed: asyncio.Future[None],
                             first_offset: int, timeout: float) -> None:
