@@ -46,6 +46,7 @@ from tidemark.wire.codec import (
     error_response,
 )
 from tidemark.wire.errors import ProtocolError
+from tidemark.wire.fast_responses import encode_fast
 from tidemark.wire.framing import FrameDecoder
 
 log = structlog.get_logger("tidemark.broker")
@@ -148,6 +149,9 @@ class Broker:
         if result is None:
             return None
         if isinstance(result, dict):
+            frame = encode_fast(request, result)
+            if frame is not None:
+                return frame
             result = build(_response_class(request.api_key, request.api_version), result)
         return encode_response(request, result)
 

@@ -236,6 +236,13 @@ def encode_response(request: Request, body: object) -> bytes:
     return buffer.getvalue()
 
 
+def encode_response_body(request: Request, body: bytes, *, flexible_header: bool) -> bytes:
+    """Frame an already encoded response body: length prefix + response header + body."""
+    header = _I32_PAIR.pack(len(body) + (5 if flexible_header else 4), request.correlation_id)
+    return header + (b"\x00" if flexible_header else b"") + body
+
+
+_I32_PAIR = struct.Struct(">ii")
 _HEADER_V0_TEMPLATE = bytes(8)
 _API_VERSIONS_CACHE: dict[object, bytes] = {}
 _API_VERSIONS_LAST: list = [None, None]

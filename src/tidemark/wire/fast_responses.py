@@ -1,0 +1,95 @@
+"""Hand-written encoders for the response bodies on the offset manager's hot path.
+
+kio's writer is pure Python and walks every nested entity: a 100-partition OffsetCommit response
+took ~490 us to build and encode, about a fifth of a batched commit's broker CPU; these take
+~20 us. Each takes the handler's response dict (Kafka field names, as `wire.build` does) and
+returns exactly the bytes kio would write; tests/wire/test_fast_responses.py holds them to that
+for every version.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from .codec import Request, encode_response_body
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_PARTITION_COMMIT = struct.Struct(">ih")  # partition_index, error_code
+
+OFFSET_COMMIT = 8
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class _Writer:
+    """Kafka's primitive encodings, flexible (compact, tagged) or not."""
+
+    def __init__(self, flexible: bool) -> None:
+        self.flexible = flexible
+        self.out = bytearray()
+
+    def array_length(self, n: int | None) -> None:
+        if self.flexible:
+            self.out += _uvarint(0 if n is None else n + 1)
+        else:
+            self.out += _I32.pack(-1 if n is None else n)
+
+    def string(self, text: str | None) -> None:
+        if text is None:
+            self.out += b"\x00" if self.flexible else _I16.pack(-1)
+            return
+        raw = text.encode()
+        self.out += _uvarint(len(raw) + 1) if self.flexible else _I16.pack(len(raw))
+        self.out += raw
+
+    def tagged_fields(self) -> None:
+        if self.flexible:
+            self.out.append(0)
+
+
+def encode_offset_commit_response(version: int, response: dict[str, Any]) -> bytes:
+    w = _Writer(flexible=version >= 8)
+    if version >= 3:
+        w.out += _I32.pack(response.get("throttle_time", 0))
+    topics = response["topics"]
+    w.array_length(len(topics))
+    for topic in topics:
+        if version >= 10:
+            w.out += topic["topic_id"].bytes
+        else:
+            w.string(topic["name"])
+        partitions = topic["partitions"]
+        w.array_length(len(partitions))
+        for p in partitions:
+            w.out += _PARTITION_COMMIT.pack(p["partition_index"], p["error_code"])
+            w.tagged_fields()
+        w.tagged_fields()
+    w.tagged_fields()
+    return bytes(w.out)
+
+
+# api key -> (versions it encodes, first flexible version, body encoder)
+FAST_ENCODERS: dict[int, tuple[range, int, Callable[[int, dict[str, Any]], bytes]]] = {
+    OFFSET_COMMIT: (range(2, 11), 8, encode_offset_commit_response),
+}
+
+
+def encode_fast(request: Request, response: dict[str, Any]) -> bytes | None:
+    """The whole response frame when a hand-written encoder covers this API and version."""
+    entry = FAST_ENCODERS.get(request.api_key)
+    if entry is None or request.api_version not in entry[0]:
+        return None
+    _, first_flexible, encode = entry
+    return encode_response_body(request, encode(request.api_version, response),
+                                flexible_header=request.api_version >= first_flexible)

@@ -1,0 +1,41 @@
+"""The hand-written response encoders write exactly what kio writes, for every version."""
+
+from __future__ import annotations
+
+import io
+import uuid
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.index import load_response_schema
+from kio.serial import entity_writer
+
+from tidemark.wire.build import build
+from tidemark.wire.codec import Request, encode_response
+from tidemark.wire.fast_responses import FAST_ENCODERS, encode_fast
+
+ERROR_CODES = st.sampled_from([0, 3, 12, 14, 15, 16, 22, 25, 27, 28, 82])
+PARTITIONS = st.lists(st.fixed_dictionaries({"partition_index": st.integers(0, 2**31 - 1),
+                                             "error_code": ERROR_CODES}), max_size=200)
+TOPICS = st.lists(st.fixed_dictionaries({"name": st.text(max_size=140), "topic_id": st.uuids(),
+                                         "partitions": PARTITIONS}), max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(version=st.sampled_from(list(FAST_ENCODERS[8][0])), topics=TOPICS,
+       throttle=st.integers(0, 2**31 - 1), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_offset_commit_response_matches_kio(version, topics, throttle, correlation_id):
+    request = Request(8, version, correlation_id, "c", None, False)
+    response = {"throttle_time": throttle, "topics": topics}
+    expected = encode_response(request, build(load_response_schema(8, version), response))
+    assert encode_fast(request, response) == expected
+
+
+def test_apis_without_a_fast_encoder_are_left_to_kio():
+    assert encode_fast(Request(9, 8, 1, "c", None, False), {"groups": []}) is None
+    assert encode_fast(Request(8, 1, 1, "c", None, False), {"topics": []}) is None
+    body = io.BytesIO()
+    entity_writer(load_response_schema(8, 10))(body, build(load_response_schema(8, 10), {
+        "throttle_time": 0, "topics": [{"topic_id": uuid.UUID(int=7), "partitions": []}]}))
+    assert encode_fast(Request(8, 10, 5, "c", None, False), {
+        "throttle_time": 0, "topics": [{"topic_id": uuid.UUID(int=7), "partitions": []}]}).endswith(body.getvalue())
