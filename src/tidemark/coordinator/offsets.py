@@ -90,6 +90,18 @@ class OffsetStore:
         if not pending:
             del self._pending[group]
 
+    def remove_one_pending(self, group: str, tp: TopicPartition) -> None:
+        """The replay of one committed record: cheaper than remove_pending for the hot path."""
+        pending = self._pending.get(group)
+        if pending is None or tp not in pending:
+            return
+        if pending[tp] > 1:
+            pending[tp] -= 1
+            return
+        del pending[tp]
+        if not pending:
+            del self._pending[group]
+
     def is_pending(self, group: str, tp: TopicPartition) -> bool:
         return tp in self._pending.get(group, ())
 

@@ -291,7 +291,7 @@ class CoordinatorShard:
                 value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
                 self.offsets.replay_commit(log_offset, key.group, tp, value)
             if not loading:
-                self.offsets.remove_pending(key.group, [tp])
+                self.offsets.remove_one_pending(key.group, tp)
             if loading and key.group not in self.groups and value_bytes is not None:
                 self.groups[key.group] = Group(key.group, now_ms)
         elif isinstance(key, GroupMetadataKey):
