@@ -29,6 +29,7 @@ from tidemark.records.offsets_schema import (
     decode_offset_commit_value,
     encode_key,
     encode_offset_commit_value,
+    offset_commit_key_prefix,
 )
 
 log = structlog.get_logger("tidemark.coordinator")
@@ -110,6 +111,7 @@ class CoordinatorShard:
         topics = []
         for topic in request.topics:
             name = topic_names(topic)
+            key_prefix = offset_commit_key_prefix(request.group_id, name) if name is not None else None
             partitions = []
             for p in topic.partitions:
                 code = ErrorCode.none
@@ -128,7 +130,9 @@ class CoordinatorShard:
                         expire_timestamp=expire_timestamp,
                     )
                     key = OffsetCommitKey(request.group_id, name, p.partition_index)
-                    records.append(OffsetsRecord(encode_key(key), encode_offset_commit_value(value), (key, value)))
+                    key_bytes = (key_prefix + p.partition_index.to_bytes(4, "big", signed=True)
+                                 if key_prefix is not None else encode_key(key))
+                    records.append(OffsetsRecord(key_bytes, encode_offset_commit_value(value), (key, value)))
                     committed.append((name, p.partition_index))
                 partitions.append({"partition_index": p.partition_index, "error_code": code})
             topics.append({"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions})

@@ -218,6 +218,9 @@ def set_log_append_time(buf: bytearray, position: int, timestamp_ms: int) -> Non
 
 def _write_varint(out: bytearray, n: int) -> None:
     z = (n << 1) ^ (n >> 63)
+    if z < 0x80:  # one byte: small lengths and deltas, most of every batch
+        out.append(z)
+        return
     while z > 0x7F:
         out.append((z & 0x7F) | 0x80)
         z >>= 7

@@ -285,13 +285,22 @@ def _short_string(text: str) -> bytes | None:
     return len(raw).to_bytes(2, "big") + raw if len(raw) <= 0x7FFF else None
 
 
+def offset_commit_key_prefix(group: str, topic: str) -> bytes | None:
+    """The bytes every offset commit key of (group, topic) starts with; append the partition as a
+    big-endian int32. None when a name is too long for the fast path (use encode_key)."""
+    group_bytes, topic_bytes = _short_string(group), _short_string(topic)
+    if group_bytes is None or topic_bytes is None:
+        return None
+    return _OFFSET_COMMIT_KEY_V1 + group_bytes + topic_bytes
+
+
 def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
     """Encode a key as Kafka writes it: offset commit keys as version 1, group keys as version 2."""
     if isinstance(key, OffsetCommitKey):
-        group, topic = _short_string(key.group), _short_string(key.topic)
-        if group is not None and topic is not None and -(2**31) <= key.partition < 2**31:
+        prefix = offset_commit_key_prefix(key.group, key.topic)
+        if prefix is not None and -(2**31) <= key.partition < 2**31:
             # The hot path of every commit: one concatenation instead of the general writer.
-            return _OFFSET_COMMIT_KEY_V1 + group + topic + key.partition.to_bytes(4, "big", signed=True)
+            return prefix + key.partition.to_bytes(4, "big", signed=True)
         w = _Writer(OFFSET_COMMIT_KEY_VERSION)
         w.string(key.group)
         w.string(key.topic)
