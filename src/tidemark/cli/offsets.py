@@ -15,14 +15,17 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
-from tidemark.records import RecordsError, decode_records, iter_batches
+from tidemark.log.offline import (
+    iter_segment_batches,
+    segment_files,
+    topic_partition_dirs,
+)
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -33,7 +36,6 @@ from tidemark.records.offsets_schema import (
 )
 
 OFFSETS_TOPIC = "__consumer_offsets"
-_PARTITION_DIR = re.compile(re.escape(OFFSETS_TOPIC) + r"-(\d+)")
 _CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
 
 
@@ -92,21 +94,12 @@ def format_control_record(partition: int, offset: int, key: bytes | None) -> str
 
 def dump_segment(partition: int, data: bytes, warn=lambda message: None) -> Iterator[str]:
     """The dump lines of one segment file's bytes (concatenated RecordBatch v2 batches)."""
-    end = 0
-    for pos, header in iter_batches(data, validate=False):
-        end = pos + header.size
-        try:
-            records = decode_records(data, pos)
-        except RecordsError as exc:
-            warn(f"partition {partition}: batch at offset {header.base_offset} skipped: {exc}")
-            continue
+    for header, records in iter_segment_batches(data, warn=warn, label=f"partition {partition}"):
         for record in records:
             if header.is_control:
                 yield format_control_record(partition, record.offset, record.key)
             else:
                 yield format_record(partition, record.offset, record.key, record.value)
-    if end < len(data):
-        warn(f"partition {partition}: {len(data) - end} bytes after the last complete batch ignored")
 
 
 def partition_dirs(data_dir: Path, partition: int | None) -> list[tuple[int, Path]]:
@@ -116,12 +109,7 @@ def partition_dirs(data_dir: Path, partition: int | None) -> list[tuple[int, Pat
         if not path.is_dir():
             raise click.ClickException(f"no {OFFSETS_TOPIC}-{partition} directory in {data_dir}")
         return [(partition, path)]
-    found = []
-    for path in data_dir.iterdir():
-        match = _PARTITION_DIR.fullmatch(path.name)
-        if match and path.is_dir():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+    return topic_partition_dirs(data_dir, OFFSETS_TOPIC)
 
 
 @click.group()
@@ -151,8 +139,7 @@ def dump(data_dir: Path, partition: int | None) -> None:
     segments = [
         (number, segment)
         for number, directory in partition_dirs(data_dir, partition)
-        for segment in sorted(directory.glob("*.log"))
-        if segment.is_file()
+        for segment in segment_files(directory)
     ]
     progress = None
     if len(segments) > 1:
