@@ -1,0 +1,82 @@
+"""Driver-side questions to a Kafka-protocol cluster, through confluent-kafka's AdminClient.
+
+Which partitions a subscription covers, their earliest and latest offsets, a group's committed
+offsets, and committing a finished batch's end offsets to a group. Every call is bounded by a
+timeout, so a missing cluster fails the query instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from tidemark.spark.options import Partition, PartitionOffsets, Subscription
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 30.0
+
+
+class ClusterClient:
+    def __init__(self, config: dict[str, str]) -> None:
+        self._admin = AdminClient(config)
+
+    def partitions(self, subscription: Subscription) -> list[Partition]:
+        """The partitions a subscription covers now: new partitions show up at the next call."""
+        if subscription.assigned:
+            return list(subscription.assigned)
+        metadata = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+        found = []
+        for name, topic in metadata.topics.items():
+            if topic.error is None and subscription.matches(name):
+                found.extend((name, p) for p in topic.partitions)
+        return sorted(found)
+
+    def _list_offsets(self, partitions: Iterable[Partition], spec: OffsetSpec) -> PartitionOffsets:
+        request = {TopicPartition(topic, p): spec for topic, p in partitions}
+        if not request:
+            return {}
+        futures = self._admin.list_offsets(request, request_timeout=REQUEST_TIMEOUT_S)
+        result = {}
+        for tp, future in futures.items():
+            result[(tp.topic, tp.partition)] = future.result(timeout=REQUEST_TIMEOUT_S).offset
+        return result
+
+    def earliest(self, partitions: Iterable[Partition]) -> PartitionOffsets:
+        return self._list_offsets(partitions, OffsetSpec.earliest())
+
+    def latest(self, partitions: Iterable[Partition]) -> PartitionOffsets:
+        return self._list_offsets(partitions, OffsetSpec.latest())
+
+    def committed(self, group_id: str, partitions: Iterable[Partition]) -> PartitionOffsets:
+        """The group's committed offsets (OffsetFetch); partitions without one are left out."""
+        request = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in partitions])]
+        future = self._admin.list_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)[group_id]
+        answer = future.result(timeout=REQUEST_TIMEOUT_S)
+        return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+
+    def commit(self, group_id: str, offsets: PartitionOffsets) -> bool:
+        """Commit offsets for the group as a member-less (admin) commit, as Kafka's tools do.
+
+        Returns whether the cluster took it. A refusal (say, the group has live members of its
+        own) is logged, not raised: the Spark checkpoint stays the source of truth.
+        """
+        if not offsets:
+            return True
+        partitions = [TopicPartition(t, p, offset) for (t, p), offset in sorted(offsets.items())]
+        request = [ConsumerGroupTopicPartitions(group_id, partitions)]
+        try:
+            future = self._admin.alter_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)[group_id]
+            answer = future.result(timeout=REQUEST_TIMEOUT_S)
+        except KafkaException as exc:
+            log.warning("offset commit to group %s failed: %s", group_id, exc)
+            return False
+        failed = [tp for tp in answer.topic_partitions if tp.error is not None]
+        if failed:
+            log.warning("offset commit to group %s refused for %s", group_id,
+                        ", ".join(f"{tp.topic}-{tp.partition}: {tp.error}" for tp in failed))
+            return False
+        return True

@@ -1,0 +1,202 @@
+"""Options of the "tidemark" topic source and sink, named as in Spark's Kafka connector.
+
+Parsed once on the driver into plain dataclasses (picklable, so executors get them as they are).
+Offsets travel as Spark's Kafka connector writes them in its checkpoint: {"topic": {"0": 123}}.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Spark's Kafka connector's markers inside startingOffsets / endingOffsets JSON.
+EARLIEST = -2
+LATEST = -1
+
+# Kafka's consumer falls back to "latest" when a group has no committed offset.
+DEFAULT_GROUP_FALLBACK = "latest"
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+
+Partition = tuple[str, int]
+PartitionOffsets = dict[Partition, int]
+
+
+class OptionError(ValueError):
+    """An option is missing, unknown or malformed: raised on the driver before anything runs."""
+
+
+def offsets_to_json(offsets: PartitionOffsets) -> dict[str, dict[str, int]]:
+    """{(topic, p): offset} -> Spark's checkpoint form {"topic": {"p": offset}}, sorted."""
+    result: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = offset
+    return result
+
+
+def offsets_from_json(data: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+    """Spark's checkpoint form back to {(topic, p): offset}."""
+    try:
+        return {(topic, int(p)): int(offset) for topic, parts in data.items() for p, offset in parts.items()}
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise OptionError(f'offsets must look like {{"topic": {{"0": 23}}}}, got {data!r}') from exc
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which partitions to read: exactly one of topics, pattern or assigned partitions."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[Partition, ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            # Like Kafka's pattern subscription: internal topics only when named outright.
+            return not topic.startswith("__") and re.fullmatch(self.pattern, topic) is not None
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """startingOffsets / endingOffsets: "earliest", "latest", "group" or per-partition offsets."""
+
+    kind: str
+    specific: PartitionOffsets = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap_servers: str
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    group_id: str | None
+    group_fallback: str
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    poll_timeout_ms: int
+    client_config: dict[str, str]
+
+    def consumer_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap_servers, **self.client_config}
+
+
+def _client_config(options: Mapping[str, str]) -> dict[str, str]:
+    """kafka.* options go to the client unchanged, prefix stripped (as in Spark's connector)."""
+    return {key[len("kafka."):]: value for key, value in options.items() if key.lower().startswith("kafka.")}
+
+
+def _required(options: Mapping[str, str], name: str) -> str:
+    value = options.get(name) or options.get(f"kafka.{name}")
+    if not value:
+        raise OptionError(f'option "{name}" is required')
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = options.get(name)
+    if value is None:
+        return default
+    if value.lower() not in ("true", "false"):
+        raise OptionError(f'option "{name}" must be true or false, got {value!r}')
+    return value.lower() == "true"
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    value = options.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise OptionError(f'option "{name}" must be a positive integer, got {value!r}')
+    return number
+
+
+def parse_subscription(options: Mapping[str, str]) -> Subscription:
+    given = [name for name in ("subscribe", "subscribePattern", "assign") if options.get(name)]
+    if len(given) != 1:
+        raise OptionError('set exactly one of the options "subscribe", "subscribePattern" or "assign"')
+    name = given[0]
+    value = options[name]
+    if name == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise OptionError('option "subscribe" names no topic')
+        return Subscription(topics=topics)
+    if name == "subscribePattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise OptionError(f'option "subscribePattern" is not a valid regular expression: {exc}') from exc
+        return Subscription(pattern=value)
+    try:
+        assigned = json.loads(value)
+        partitions = tuple(sorted((topic, int(p)) for topic, parts in assigned.items() for p in parts))
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise OptionError(f'option "assign" must look like {{"topic": [0, 1]}}, got {value!r}') from exc
+    if not partitions:
+        raise OptionError('option "assign" names no partition')
+    return Subscription(topics=tuple(sorted({t for t, _ in partitions})), assigned=partitions)
+
+
+def parse_offset_spec(options: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> OffsetSpec:
+    value = (options.get(name) or default).strip()
+    if value.lower() in allowed:
+        return OffsetSpec(value.lower())
+    if value.startswith("{"):
+        try:
+            return OffsetSpec("specific", offsets_from_json(json.loads(value)))
+        except ValueError as exc:
+            raise OptionError(f'option "{name}" is not valid JSON offsets: {exc}') from exc
+    choices = " | ".join(allowed)
+    raise OptionError(f'option "{name}" must be {choices} or JSON like {{"topic": {{"0": 23}}}}, got {value!r}')
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    group_id = options.get("group.id") or options.get("kafka.group.id")
+    starting = parse_offset_spec(
+        options, "startingOffsets", "latest" if streaming else "earliest", ("earliest", "latest", "group")
+    )
+    if starting.kind == "group" and not group_id:
+        raise OptionError('startingOffsets "group" needs the option "group.id"')
+    if streaming and options.get("endingOffsets"):
+        raise OptionError('option "endingOffsets" is for batch queries only')
+    ending = parse_offset_spec(options, "endingOffsets", "latest", ("latest",))
+    if any(offset == EARLIEST for offset in ending.specific.values()):
+        raise OptionError('endingOffsets cannot use -2 (earliest)')
+    fallback = _client_config(options).get("auto.offset.reset", DEFAULT_GROUP_FALLBACK).lower()
+    if fallback not in ("earliest", "latest"):
+        raise OptionError(f'kafka.auto.offset.reset must be earliest or latest, got {fallback!r}')
+    return SourceOptions(
+        bootstrap_servers=_required(options, "bootstrap.servers"),
+        subscription=parse_subscription(options),
+        starting=starting,
+        ending=ending,
+        group_id=group_id,
+        group_fallback=fallback,
+        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
+        poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
+        client_config={k: v for k, v in _client_config(options).items()
+                       if k not in ("bootstrap.servers", "group.id", "auto.offset.reset")},
+    )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    bootstrap_servers: str
+    topic: str | None
+    client_config: dict[str, str]
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    return SinkOptions(
+        bootstrap_servers=_required(options, "bootstrap.servers"),
+        topic=options.get("topic"),
+        client_config={k: v for k, v in _client_config(options).items() if k != "bootstrap.servers"},
+    )
