@@ -16,7 +16,11 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from tidemark.spark.options import OptionError, SinkOptions
