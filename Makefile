@@ -8,7 +8,7 @@ DATA_DIR ?= tidemark-data
 # Root installs Debian packages directly; anyone else goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-deps serve test bench clean
+.PHONY: install system-deps serve test demo bench clean
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,10 @@ serve: install
 
 test: install system-deps
 	$(BIN)/pytest -q
+
+# A PySpark streaming pipeline on a throwaway broker: stopped halfway, restarted, lag 0 at the end.
+demo: install
+	$(BIN)/python -m demo.pipeline
 
 bench: install
 	$(BIN)/python -m bench.produce_fetch
