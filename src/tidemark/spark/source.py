@@ -94,6 +94,9 @@ class _Planner:
             self._client = ClusterClient(self.options.consumer_config())
         return self._client
 
+    def close(self) -> None:
+        self._client = None
+
     def partitions(self) -> list[Partition]:
         found = self.client.partitions(self.options.subscription)
         if not found and not self.options.subscription.pattern:
@@ -238,4 +241,4 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.info("committed batch end offsets to group %s: %s", group_id, offsets_to_json(offsets))
 
     def stop(self) -> None:
-        self.planner._client = None
+        self.planner.close()
