@@ -280,3 +280,16 @@ def test_iter_key_values_matches_decode_records(compression):
     expected = [(r.offset, r.key, r.value) for r in decode_records(data)]
     assert list(iter_key_values(data)) == expected
     assert list(iter_key_values(bytearray(data))) == expected
+
+
+@pytest.mark.parametrize("compression", list(CompressionType))
+@pytest.mark.parametrize("timestamp_type", [0, 1])
+def test_iter_timestamped_key_values_matches_decode_records(compression, timestamp_type):
+    from tidemark.records import iter_timestamped_key_values
+
+    records = [(b"k%d" % i, None if i % 7 == 0 else b"v" * (i * 13), ((f"h{i}", b"x"),), 1000 + i * 50)
+               for i in range(300)]
+    data = build_batch(records, base_offset=40, compression=compression, timestamp_type=timestamp_type)
+    expected = [(r.offset, r.timestamp, r.key, r.value) for r in decode_records(data)]
+    assert list(iter_timestamped_key_values(data)) == expected
+    assert list(iter_timestamped_key_values(bytearray(data))) == expected

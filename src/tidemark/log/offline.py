@@ -15,10 +15,10 @@ from pathlib import Path
 
 from tidemark.records import (
     BatchHeader,
-    Record,
     RecordsError,
     decode_records,
     iter_batches,
+    iter_timestamped_key_values,
 )
 
 from .segment import LOG_SUFFIX
@@ -48,9 +48,10 @@ def segment_files(log_dir: Path) -> list[Path]:
     return sorted(segments, key=lambda path: int(path.stem))
 
 
-def iter_segment_batches(data: bytes, *, warn: Warn = _ignore, label: str = "segment"
-                         ) -> Iterator[tuple[BatchHeader, list[Record]]]:
-    """Each complete batch of one segment file's bytes with its decoded records.
+def iter_segment_batches(data: bytes, *, warn: Warn = _ignore, label: str = "segment",
+                         decode: Callable[[bytes, int], list] = decode_records) -> Iterator[tuple[BatchHeader, list]]:
+    """Each complete batch of one segment file's bytes with its records, as `decode(data,
+    position)` returns them (default: full `Record`s, headers included).
 
     A batch whose records cannot be decoded is skipped with a warning; the read stops at the
     first incomplete batch (a torn tail), warning how many bytes it left. `label` names the
@@ -60,7 +61,7 @@ def iter_segment_batches(data: bytes, *, warn: Warn = _ignore, label: str = "seg
     for pos, header in iter_batches(data, validate=False):
         end = pos + header.size
         try:
-            records = decode_records(data, pos)
+            records = decode(data, pos)
         except RecordsError as exc:
             warn(f"{label}: batch at offset {header.base_offset} skipped: {exc}")
             continue
@@ -69,11 +70,17 @@ def iter_segment_batches(data: bytes, *, warn: Warn = _ignore, label: str = "seg
         warn(f"{label}: {len(data) - end} bytes after the last complete batch ignored")
 
 
-def iter_log_records(log_dir: Path, *, warn: Warn = _ignore) -> Iterator[Record]:
-    """Every data record (control batches skipped) of one partition directory, in offset order."""
+def _timestamped_key_values(data: bytes, position: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    return list(iter_timestamped_key_values(data, position))
+
+
+def iter_log_records(log_dir: Path, *, warn: Warn = _ignore) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """(offset, timestamp, key, value) of every data record of one partition directory, in
+    offset order; control batches are skipped, and so are headers."""
     for segment in segment_files(log_dir):
         label = f"{Path(log_dir).name}/{segment.name}"
-        for header, records in iter_segment_batches(segment.read_bytes(), warn=warn, label=label):
+        for header, records in iter_segment_batches(segment.read_bytes(), warn=warn, label=label,
+                                                    decode=_timestamped_key_values):
             if not header.is_control:
                 yield from records
 

@@ -391,17 +391,22 @@ def decode_records(batch, position: int = 0) -> list[Record]:
     ]
 
 
+def _lean_section(batch, position: int) -> tuple[BatchHeader, bytes, int]:
+    """(header, buffer, position of the first record) for the lean readers below: uncompressed
+    records are read in place, compressed ones from their decompressed section."""
+    header = read_header(batch, position)
+    if header.attributes & _COMPRESSION_MASK or not isinstance(batch, bytes):
+        header, buf = _records_section(batch, position)
+        return header, bytes(buf), 0
+    _records_section(batch, position)  # the same checks as every other reader
+    return header, batch, position + BATCH_OVERHEAD
+
+
 def iter_key_values(batch, position: int = 0) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of each record of the batch at position, headers skipped: the lean
     path for loading a compacted topic such as __consumer_offsets (millions of records), with
     one-byte varints read inline and uncompressed records sliced straight from `batch`."""
-    header = read_header(batch, position)
-    if header.attributes & _COMPRESSION_MASK or not isinstance(batch, bytes):
-        header, buf = _records_section(batch, position)
-        buf, pos = bytes(buf), 0
-    else:
-        _records_section(batch, position)  # the same checks as every other reader
-        buf, pos = batch, position + BATCH_OVERHEAD
+    header, buf, pos = _lean_section(batch, position)
     base_offset = header.base_offset
     size = len(buf)
     try:
@@ -434,5 +439,51 @@ def iter_key_values(batch, position: int = 0) -> Iterator[tuple[int, bytes | Non
                 raise CorruptRecordError("record fields extend past its length")
             pos = record_end
             yield base_offset + offset_delta, key, value
+    except IndexError as e:
+        raise CorruptRecordError(f"malformed record: {e}") from None
+
+
+def iter_timestamped_key_values(batch, position: int = 0) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """(offset, timestamp, key, value) of each record of the batch at position, headers skipped:
+    iter_key_values plus each record's timestamp, for tools that decode whole offsets logs."""
+    header, buf, pos = _lean_section(batch, position)
+    base_offset = header.base_offset
+    log_append_time = header.max_timestamp if header.attributes & _TIMESTAMP_TYPE_BIT else None
+    base_timestamp = header.base_timestamp
+    size = len(buf)
+    try:
+        for _ in range(header.records_count):
+            length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            if length < 0 or record_end > size:
+                raise CorruptRecordError("record extends past the batch")
+            b = buf[pos + 1]  # after the attributes byte
+            if b < 0x80:
+                timestamp_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                timestamp_delta, pos = read_varint(buf, pos + 1)
+            b = buf[pos]
+            if b < 0x80:
+                offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                offset_delta, pos = read_varint(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                n, pos = read_varint(buf, pos)
+            key = None if n < 0 else buf[pos : pos + n]
+            pos += max(n, 0)
+            b = buf[pos]
+            if b < 0x80:
+                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                n, pos = read_varint(buf, pos)
+            value = None if n < 0 else buf[pos : pos + n]
+            if pos + max(n, 0) > record_end:
+                raise CorruptRecordError("record fields extend past its length")
+            pos = record_end
+            yield (base_offset + offset_delta,
+                   base_timestamp + timestamp_delta if log_append_time is None else log_append_time, key, value)
     except IndexError as e:
         raise CorruptRecordError(f"malformed record: {e}") from None
