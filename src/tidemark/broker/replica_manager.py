@@ -122,6 +122,12 @@ class ReplicaManager:
         log.info("topic_created", topic=name, partitions=partitions, configs=configs)
         return topic
 
+    def add_partitions(self, name: str, count: int) -> TopicMetadata:
+        topic = self.metadata.add_partitions(name, count)
+        self._ensure_partitions(topic)
+        log.info("partitions_created", topic=name, partitions=count)
+        return topic
+
     def delete_topic(self, name: str) -> None:
         topic = self.metadata.delete_topic(name)
         for index in range(topic.partitions):

@@ -62,6 +62,7 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     18: (api_versions.handle, 0),
     19: (topics.handle_create, 2),
     20: (topics.handle_delete, 1),
+    37: (topics.handle_create_partitions, 0),
     22: (init_producer_id.handle, 0),
     8: (offsets.handle_commit, 0),
     9: (offsets.handle_fetch, 0),

@@ -143,6 +143,17 @@ class EmbeddedMetadata:
         self._save()
         return topic
 
+    def add_partitions(self, name: str, count: int) -> TopicMetadata:
+        """Grow a topic to `count` partitions (Kafka never shrinks one)."""
+        old = self.topics[name]
+        if count <= old.partitions:
+            raise ValueError(f"{name} has {old.partitions} partitions already")
+        topic = dataclasses.replace(old, partitions=count)
+        self.topics[name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._save()
+        return topic
+
     def delete_topic(self, name: str) -> TopicMetadata:
         topic = self.topics.pop(name)
         del self._by_id[topic.topic_id]

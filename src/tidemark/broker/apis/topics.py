@@ -1,4 +1,4 @@
-"""CreateTopics and DeleteTopics on the embedded single-node cluster."""
+"""CreateTopics, CreatePartitions and DeleteTopics on the embedded single-node cluster."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker.config import ConfigError, validate_topic_configs
-from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
+from tidemark.cluster.embedded import (
+    INTERNAL_TOPICS,
+    InvalidTopicError,
+    validate_topic_name,
+)
 
 if TYPE_CHECKING:
     from tidemark.broker.server import Broker
@@ -85,6 +89,44 @@ async def handle_create(broker: Broker, request: Request) -> dict[str, Any]:
         else:
             results.append(_create_one(broker, item, validate_only))
     return {"throttle_time": 0, "topics": results}
+
+
+def _create_partitions_one(broker: Broker, item: Any, validate_only: bool) -> dict[str, Any]:
+    def result(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+        return {"name": item.name, "error_code": code, "error_message": message}
+
+    topic = broker.replicas.topic(item.name)
+    if topic is None:
+        return result(ErrorCode.unknown_topic_or_partition, f"The topic '{item.name}' does not exist.")
+    if topic.internal:
+        # The offsets topic's partition count decides which partition holds each group.
+        return result(ErrorCode.invalid_request, f"Topic '{item.name}' is internal: its partitions are fixed.")
+    if item.count <= topic.partitions:
+        return result(ErrorCode.invalid_partitions, f"Topic currently has {topic.partitions} partitions, "
+                      f"which is higher than or equal to the requested {item.count}.")
+    if item.assignments is not None:
+        if len(item.assignments) != item.count - topic.partitions:
+            return result(ErrorCode.invalid_replica_assignment,
+                          f"Increasing the number of partitions by {item.count - topic.partitions} but "
+                          f"{len(item.assignments)} assignments provided.")
+        if any(list(a.broker_ids) != [broker.node_id] for a in item.assignments):
+            return result(ErrorCode.invalid_replica_assignment, "Replicas must be this broker only.")
+    if not validate_only:
+        broker.replicas.add_partitions(item.name, item.count)
+    return result(ErrorCode.none)
+
+
+async def handle_create_partitions(broker: Broker, request: Request) -> dict[str, Any]:
+    body = request.body
+    duplicated = _duplicates([item.name for item in body.topics])
+    results = []
+    for item in body.topics:
+        if item.name in duplicated:
+            results.append({"name": item.name, "error_code": ErrorCode.invalid_request,
+                            "error_message": "Duplicate topic name."})
+        else:
+            results.append(_create_partitions_one(broker, item, body.validate_only))
+    return {"throttle_time": 0, "results": results}
 
 
 async def handle_delete(broker: Broker, request: Request) -> dict[str, Any]:
