@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from tests.conftest import GROUP_SETTINGS, BrokerProcess
 
@@ -173,26 +173,40 @@ def test_start_from_group_without_checkpoint(spark, kafka, tmp_path):
     assert committed(kafka, "resume-pipeline") == {("resume", 0): 20, ("resume", 1): 20}
 
 
-def test_new_records_reach_a_running_query_and_the_group(spark, kafka, tmp_path):
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + QUERY_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_running_query_reads_new_records_and_new_partitions(spark, kafka, tmp_path):
     create_topic(kafka, "live", 1)
     produce(kafka, "live", 10, 1)
     df = read_stream(spark, kafka, subscribe="live", startingOffsets="earliest", **{"group.id": "live-pipeline"})
     query = (df.writeStream.format("memory").queryName("live_rows").trigger(processingTime="200 milliseconds")
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+
+    def count() -> int:
+        assert query.exception() is None, query.exception()
+        return spark.sql("SELECT count(*) AS n FROM live_rows").first().n
+
     try:
         produce(kafka, "live", 10, 1, first=10)
-        deadline = time.monotonic() + QUERY_TIMEOUT_S
-        while spark.sql("SELECT count(*) AS n FROM live_rows").first().n < 20:
-            assert time.monotonic() < deadline and query.exception() is None, query.exception()
-            time.sleep(0.2)
+        wait_for(lambda: count() == 20, "20 rows")
         # The batch that read offset 19 is committed once the next trigger plans.
-        while committed(kafka, "live-pipeline").get(("live", 0)) != 20:
-            assert time.monotonic() < deadline, committed(kafka, "live-pipeline")
-            time.sleep(0.2)
+        wait_for(lambda: committed(kafka, "live-pipeline") == {("live", 0): 20}, "the commit of offset 20")
+        # A partition added to the topic is found at a trigger and read from its start.
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        admin.create_partitions([NewPartitions("live", 2)])["live"].result(30)
+        produce(kafka, "live", 6, 2, first=20)
+        wait_for(lambda: count() == 26, "26 rows")
+        wait_for(lambda: committed(kafka, "live-pipeline") == {("live", 0): 23, ("live", 1): 3},
+                 "the commit of the new partition")
     finally:
         query.stop()
-    offsets = sorted(r.offset for r in spark.sql("SELECT offset FROM live_rows").collect())
-    assert offsets == list(range(20))
+    got = sorted((r.partition, r.offset) for r in spark.sql("SELECT * FROM live_rows").collect())
+    assert got == [(0, o) for o in range(23)] + [(1, o) for o in range(3)]
 
 
 @pytest.fixture(scope="module")
