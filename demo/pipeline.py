@@ -148,7 +148,9 @@ def run(bootstrap: str, tmp: Path, total: int) -> int:
 
     spark = (SparkSession.builder.master("local[2]").appName("tidemark-demo")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     checkpoint = tmp / "checkpoint"
