@@ -1,0 +1,418 @@
+"""The "tidemark-offsets" data source: the `__consumer_offsets` log, one decoded row per record.
+
+Two ways in, both partition-parallel (one Spark task per offsets partition):
+
+- over the wire, from any Kafka-protocol cluster (tidemark or Apache Kafka)::
+
+      spark.read.format("tidemark-offsets").option("bootstrap.servers", "host:9092").load()
+
+  Each task reads its partition with confluent-kafka from the low to the high watermark the
+  driver saw when planning the query (so a re-run task reads the same records), stopping at the
+  high watermark or at partition EOF: compacted logs have gaps, and their last offsets may be
+  transaction markers no consumer ever sees. Options `kafka.*` go to the client with the prefix
+  stripped; `poll.timeout.ms` (default 30000) bounds how long a task waits for the next record.
+
+- offline, from a tidemark data directory (a path every executor can read)::
+
+      spark.read.format("tidemark-offsets").option("path", "tidemark-data").load()
+
+  Each task reads the segment files of one `__consumer_offsets-N` directory (tidemark.log.offline):
+  control batches are skipped and a torn tail ends the read. Safe on a running broker's data.
+
+Option `topic` (default `__consumer_offsets`) names another topic of the same layout.
+
+Rows follow `OFFSETS_LOG_SCHEMA`. `record_type` is "offset_commit", "group_metadata" or
+"unknown": a key of a record type tidemark does not decode (KIP-848 records), or a key or value
+that fails to decode; in the latter case `decode_error` says why and the job goes on. Timestamps
+of -1 (absent) are null. A tombstone has `tombstone` true and null value fields.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from tidemark.coordinator.group import Group
+from tidemark.records.offsets_schema import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    UnknownKey,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+FORMAT = "tidemark-offsets"
+
+OFFSET_COMMIT = "offset_commit"
+GROUP_METADATA = "group_metadata"
+UNKNOWN = "unknown"
+
+MEMBER_SCHEMA = StructType([
+    StructField("member_id", StringType()),
+    StructField("group_instance_id", StringType()),
+    StructField("client_id", StringType()),
+    StructField("client_host", StringType()),
+    StructField("rebalance_timeout", IntegerType()),
+    StructField("session_timeout", IntegerType()),
+    StructField("subscribed_topics", ArrayType(StringType())),
+])
+
+#: One row per record of the offsets log. Offset commit rows fill group..expire_timestamp;
+#: group metadata rows fill group and protocol_type..subscribed_topics, where
+#: subscribed_topics is the union of the members' subscriptions as the coordinator decodes
+#: them (null when unknown: not a "consumer" group, or a subscription it cannot decode).
+OFFSETS_LOG_SCHEMA = StructType([
+    StructField("offsets_partition", IntegerType(), False),
+    StructField("log_offset", LongType(), False),
+    StructField("timestamp", TimestampType()),
+    StructField("record_type", StringType(), False),
+    StructField("key_version", ShortType()),
+    StructField("group", StringType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("tombstone", BooleanType(), False),
+    StructField("value_version", ShortType()),
+    StructField("committed_offset", LongType()),
+    StructField("leader_epoch", IntegerType()),
+    StructField("metadata", StringType()),
+    StructField("commit_timestamp", TimestampType()),
+    StructField("expire_timestamp", TimestampType()),
+    StructField("protocol_type", StringType()),
+    StructField("generation", IntegerType()),
+    StructField("protocol", StringType()),
+    StructField("leader", StringType()),
+    StructField("current_state_timestamp", TimestampType()),
+    StructField("members", ArrayType(MEMBER_SCHEMA)),
+    StructField("subscribed_topics", ArrayType(StringType())),
+    StructField("decode_error", StringType()),
+])
+
+# The Arrow schema Spark checks every returned RecordBatch against (timestamps: us, UTC).
+ARROW_SCHEMA = to_arrow_schema(OFFSETS_LOG_SCHEMA, timezone="UTC")
+
+_GROUP_COLUMNS = ("protocol_type", "generation", "protocol", "leader", "current_state_timestamp", "members",
+                  "subscribed_topics")
+_MAX_MS = (2**63 - 1) // 1000  # larger millisecond values do not fit a microsecond timestamp
+_NULL_INT64 = pa.scalar(None, pa.int64())
+
+
+def _timestamps(millis: list[int | None]) -> pa.Array:
+    """Epoch milliseconds to Spark's timestamp column; -1 (absent) and out-of-range become null."""
+    ms = pa.array(millis, pa.int64())
+    invalid = pc.or_(pc.less(ms, 0), pc.greater(ms, _MAX_MS))
+    ms = pc.if_else(invalid, _NULL_INT64, ms)
+    return pc.multiply(ms, 1000).cast(ARROW_SCHEMA.field("timestamp").type)
+
+
+def _version(data: bytes) -> int | None:
+    """The int16 every key and value starts with (None when shorter)."""
+    if len(data) < 2:
+        return None
+    version = data[0] << 8 | data[1]
+    return version - 0x10000 if version & 0x8000 else version
+
+
+def _subscribed_topics(group_id: str, value) -> list[str] | None:
+    """Topics the group's members subscribe to, decoded exactly as the coordinator does."""
+    topics = Group.from_metadata_value(group_id, value, 0).subscribed_topics()
+    return None if topics is None else sorted(topics)
+
+
+def _member_row(group_id: str, value, member) -> dict[str, Any]:
+    single = type(value)(value.protocol_type, value.generation, value.protocol, value.leader,
+                         value.current_state_timestamp, (member,))
+    return {
+        "member_id": member.member_id,
+        "group_instance_id": member.group_instance_id,
+        "client_id": member.client_id,
+        "client_host": member.client_host,
+        "rebalance_timeout": member.rebalance_timeout,
+        "session_timeout": member.session_timeout,
+        "subscribed_topics": _subscribed_topics(group_id, single),
+    }
+
+
+_NO_COMMIT = (None, None, None, None, None)
+
+
+class OffsetsRowBuilder:
+    """Decodes the records of one offsets partition into Arrow record batches of OFFSETS_LOG_SCHEMA.
+
+    Each record becomes one tuple of the dense columns (one append per record, split into columns
+    when flushing); the group metadata columns, rare, are filled sparsely.
+    """
+
+    # The order of the row tuples add() builds.
+    _DENSE = ("log_offset", "timestamp", "record_type", "key_version", "group", "topic", "partition", "tombstone",
+              "value_version", "committed_offset", "leader_epoch", "metadata", "commit_timestamp",
+              "expire_timestamp", "decode_error")
+
+    def __init__(self, offsets_partition: int) -> None:
+        self.offsets_partition = offsets_partition
+        self.rows: list[tuple] = []
+        self.group_rows: list[tuple[int, tuple]] = []  # (row, values of _GROUP_COLUMNS)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, log_offset: int, timestamp: int, key: bytes | None, value: bytes | None) -> None:
+        """Decode one record; a record that does not decode becomes an "unknown" row."""
+        record_type = UNKNOWN
+        key_version = group = topic = partition = value_version = error = None
+        commit = _NO_COMMIT
+        try:
+            if key is None:
+                raise ValueError("null key")
+            key_version = _version(key)
+            if value is not None:
+                value_version = _version(value)
+            decoded = decode_key(key)
+            if type(decoded) is OffsetCommitKey:
+                group, topic, partition = decoded.group, decoded.topic, decoded.partition
+                if value is not None:
+                    c = decode_offset_commit_value(value)
+                    commit = (c.offset, c.leader_epoch, c.metadata, c.commit_timestamp, c.expire_timestamp)
+                record_type = OFFSET_COMMIT
+            elif type(decoded) is GroupMetadataKey:
+                group = decoded.group
+                if value is not None:
+                    self._add_group(group, decode_group_metadata_value(value))
+                record_type = GROUP_METADATA
+            else:
+                assert isinstance(decoded, UnknownKey)
+        except ValueError as exc:
+            record_type, commit, error = UNKNOWN, _NO_COMMIT, str(exc) or type(exc).__name__
+        self.rows.append((log_offset, timestamp, record_type, key_version, group, topic, partition, value is None,
+                          value_version, *commit, error))
+
+    def _add_group(self, group: str, metadata) -> None:
+        self.group_rows.append((len(self.rows), (
+            metadata.protocol_type, metadata.generation, metadata.protocol, metadata.leader,
+            metadata.current_state_timestamp,
+            [_member_row(group, metadata, m) for m in metadata.members],
+            _subscribed_topics(group, metadata))))
+
+    def _group_column(self, index: int, rows: int) -> list:
+        column: list = [None] * rows
+        for row, values in self.group_rows:
+            column[row] = values[index]
+        return column
+
+    def flush(self) -> pa.RecordBatch | None:
+        """The rows added since the last flush as one record batch (None when there are none)."""
+        rows = len(self.rows)
+        if not rows:
+            return None
+        schema = ARROW_SCHEMA
+        dense = {name: list(map(itemgetter(i), self.rows)) for i, name in enumerate(self._DENSE)}
+        columns: dict[str, pa.Array] = {
+            "offsets_partition": pa.array([self.offsets_partition] * rows, pa.int32()),
+            "current_state_timestamp": _timestamps(self._group_column(4, rows)),
+        }
+        for name in ("timestamp", "commit_timestamp", "expire_timestamp"):
+            columns[name] = _timestamps(dense.pop(name))
+        for name, values in dense.items():
+            columns[name] = pa.array(values, schema.field(name).type)
+        for i, name in enumerate(_GROUP_COLUMNS):
+            if name not in columns:
+                columns[name] = pa.array(self._group_column(i, rows), schema.field(name).type)
+        self.rows = []
+        self.group_rows = []
+        return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
+
+
+def decode_records(offsets_partition: int, records: Iterable[tuple[int, int, bytes | None, bytes | None]],
+                   batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+    """Record batches of decoded (log offset, timestamp ms, key, value) records."""
+    builder = OffsetsRowBuilder(offsets_partition)
+    add = builder.add
+    for offset, timestamp, key, value in records:
+        add(offset, timestamp, key, value)
+        if len(builder) >= batch_rows:
+            yield builder.flush()
+    batch = builder.flush()
+    if batch is not None:
+        yield batch
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the records: segment files or a Kafka-protocol cluster
+
+
+@dataclass(frozen=True)
+class FilesPartition(InputPartition):
+    """One offsets partition's directory in a data directory."""
+
+    offsets_partition: int
+    directory: str
+
+
+@dataclass(frozen=True)
+class WirePartition(InputPartition):
+    """One offsets partition of a cluster, from low to high watermark (as seen when planning)."""
+
+    offsets_partition: int
+    low: int
+    high: int
+
+
+def _file_records(directory: str) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """The offsets partition's records from its segment files (on the executor)."""
+    from tidemark.log.offline import iter_log_records
+
+    return iter_log_records(Path(directory))
+
+
+def _client_config(options: dict[str, str]) -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap.servers": options["bootstrap.servers"]}
+    config.update({k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")})
+    return config
+
+
+def _wire_records(options: dict[str, str], topic: str, part: WirePartition
+                  ) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    config = {
+        "group.id": "tidemark-offsets-reader",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+        **_client_config(options),
+    }
+    poll_timeout_s = int(options.get("poll.timeout.ms", "30000")) / 1000
+    batch_size = int(options.get("consume.batch.size", "10000"))
+    consumer = Consumer(config)
+    try:
+        consumer.assign([TopicPartition(topic, part.offsets_partition, part.low)])
+        last_progress = time.monotonic()
+        position = part.low
+        while position < part.high:
+            messages = consumer.consume(num_messages=batch_size, timeout=0.5)
+            if not messages:
+                if time.monotonic() - last_progress > poll_timeout_s:
+                    raise TimeoutError(
+                        f"{topic}-{part.offsets_partition}: no record for {poll_timeout_s:g} s at offset {position}, "
+                        f"reading up to the high watermark {part.high}")
+                continue
+            last_progress = time.monotonic()
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise KafkaException(err)
+                offset = msg.offset()
+                if offset >= part.high:
+                    return
+                yield offset, msg.timestamp()[1], msg.key(), msg.value()
+                position = offset + 1
+    finally:
+        consumer.close()
+
+
+def _wire_partitions(options: dict[str, str], topic: str) -> list[WirePartition]:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    timeout_s = int(options.get("metadata.timeout.ms", "30000")) / 1000
+    consumer = Consumer({"group.id": "tidemark-offsets-reader", **_client_config(options)})
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise KafkaException(found.error if found is not None else f"topic {topic} not found")
+        parts = []
+        for number in sorted(found.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, number), timeout=timeout_s,
+                                                       cached=False)
+            if high > low:
+                parts.append(WirePartition(number, low, high))
+        return parts
+    finally:
+        consumer.close()
+
+
+class OffsetsLogReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.topic = options.get("topic", OFFSETS_TOPIC)
+        self.batch_rows = int(options.get("batch.rows", "65536"))
+        if ("path" in options) == ("bootstrap.servers" in options):
+            raise ValueError(f'format "{FORMAT}" needs exactly one of the options "path" (a data directory) '
+                             f'and "bootstrap.servers" (a cluster)')
+
+    def partitions(self) -> list[InputPartition]:
+        if "path" in self.options:
+            from tidemark.log.offline import topic_partition_dirs
+
+            data_dir = Path(self.options["path"])
+            if not data_dir.is_dir():
+                raise FileNotFoundError(f"no data directory {data_dir}")
+            parts: list[InputPartition] = [FilesPartition(number, str(directory))
+                                           for number, directory in topic_partition_dirs(data_dir, self.topic)]
+        else:
+            parts = list(_wire_partitions(self.options, self.topic))
+        # Spark plans at least one task; an empty one reads nothing.
+        return parts or [FilesPartition(-1, "")]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, FilesPartition):
+            if partition.offsets_partition < 0:
+                return iter(())
+            records = _file_records(partition.directory)
+        else:
+            assert isinstance(partition, WirePartition)
+            records = _wire_records(self.options, self.topic, partition)
+        return decode_records(partition.offsets_partition, records, self.batch_rows)
+
+
+class OffsetsLogDataSource(DataSource):
+    """Format "tidemark-offsets": see the module documentation for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return OFFSETS_LOG_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return OffsetsLogReader({str(k).lower(): str(v) for k, v in self.options.items()})
+
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "FORMAT",
+    "GROUP_METADATA",
+    "OFFSETS_LOG_SCHEMA",
+    "OFFSETS_TOPIC",
+    "OFFSET_COMMIT",
+    "UNKNOWN",
+    "OffsetsLogDataSource",
+    "OffsetsLogReader",
+    "OffsetsRowBuilder",
+    "decode_records",
+]
