@@ -24,13 +24,21 @@ def _fetch_error(client, topic, offset):
 
 
 def _wait_for_earliest_above(client, topic, offset, timeout_s=20.0):
+    """The log start once retention has moved it past offset and then left it alone for 0.5 s.
+
+    A retention pass may run while the records are still being produced, so the first moved
+    log start is not necessarily the last one.
+    """
     deadline = time.monotonic() + timeout_s
+    earliest, unchanged = offset, 0
     while time.monotonic() < deadline:
-        earliest = client.list_offset(topic, -2).offset
-        if earliest > offset:
+        now = client.list_offset(topic, -2).offset
+        unchanged = unchanged + 1 if now == earliest else 0
+        earliest = now
+        if earliest > offset and unchanged >= 5:
             return earliest
         time.sleep(0.1)
-    raise AssertionError(f"log start offset of {topic} stayed at {offset} for {timeout_s}s")
+    raise AssertionError(f"log start offset of {topic} did not settle above {offset} within {timeout_s}s")
 
 
 def test_retention_by_time_and_size(make_broker):
