@@ -7,6 +7,7 @@ import click
 from tidemark.cli.groups import groups
 from tidemark.cli.offsets import offsets
 from tidemark.cli.serve import serve
+from tidemark.cli.spark import spark
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,3 +19,4 @@ def main() -> None:
 main.add_command(serve)
 main.add_command(offsets)
 main.add_command(groups)
+main.add_command(spark)

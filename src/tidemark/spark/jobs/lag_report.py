@@ -102,6 +102,7 @@ def draw_chart(per_group: Iterable[tuple[str, int]], path: str | Path, title: st
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = list(per_group)
     groups = [group for group, _ in rows]
@@ -113,7 +114,8 @@ def draw_chart(per_group: Iterable[tuple[str, int]], path: str | Path, title: st
         ax.bar_label(bars, labels=[f"{lag:,}" for lag in lags], padding=2, fontsize=8)
         ax.set_ylabel("total lag (messages)")
         ax.set_title(title)
-        ax.margins(y=0.15)
+        ax.set_ylim(bottom=0, top=max([1, *lags]) * 1.15)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
         fig.savefig(path, format="png", dpi=100)
     finally:

@@ -1,0 +1,186 @@
+"""`tidemark spark`: batch jobs over the offsets log on Spark (tidemark.spark.jobs).
+
+    tidemark spark offsets-snapshot (--bootstrap-server HOST:PORT | --data-dir DIR) [--output PATH]
+    tidemark spark lag-report (--bootstrap-server HOST:PORT | --data-dir DIR) [--output PATH] [--chart lag.png]
+    tidemark spark expiry-report (--bootstrap-server HOST:PORT | --data-dir DIR) --at TIME [--retention-minutes N]
+
+Each runs on a new local session (`--master`, default local[*]); started by spark-submit
+(`spark-submit .../tidemark/cli/__main__.py spark lag-report ...`) it runs on spark-submit's
+session and master unchanged. Results print as tables on stdout (the first `--show` rows) and,
+with `--output`, are written as Parquet or CSV.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+DEFAULT_SHOW = 50
+
+
+def parse_time(value: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 date-time (naive means UTC), to epoch milliseconds."""
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"expected epoch milliseconds or an ISO-8601 date-time like 2026-11-22T10:00:00Z, "
+                                 f"got {value!r}", param_hint="--at") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return round(moment.timestamp() * 1000)
+
+
+def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--bootstrap-server", "bootstrap", default=None,
+                     help="Read __consumer_offsets from this cluster (tidemark or Apache Kafka)."),
+        click.option("--data-dir", type=click.Path(exists=True, file_okay=False), default=None,
+                     help="Read __consumer_offsets from this tidemark data directory's segment files."),
+        click.option("--master", default="local[*]", show_default=True,
+                     help="Spark master of a new session (ignored under spark-submit)."),
+        click.option("--output", default=None, help="Write the result here (a directory, as Spark writes)."),
+        click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True),
+        click.option("--show", type=click.IntRange(min=0), default=DEFAULT_SHOW, show_default=True,
+                     help="Rows of the result to print."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        if (kwargs["bootstrap"] is None) == (kwargs["data_dir"] is None):
+            raise click.UsageError("give one of --bootstrap-server and --data-dir")
+        return func(**kwargs)
+
+    return wrapper
+
+
+def _session(app_name: str, master: str):
+    from tidemark.spark.jobs.common import spark_session
+
+    return spark_session(app_name, master)
+
+
+@contextmanager
+def _status(console, message: str) -> Iterator[None]:
+    with console.status(message, spinner="dots"):
+        yield
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime.datetime):
+        return value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    return str(value)
+
+
+def print_table(console, title: str, df, columns: Sequence[str], limit: int) -> None:
+    """The first `limit` rows of df as a rich table, with a note when there are more."""
+    from rich.table import Table
+
+    rows = df.select(*columns).limit(limit + 1).collect() if limit else []
+    table = Table(title=title, title_justify="left")
+    for name in columns:
+        numeric = name in ("partition", "committed_offset", "log_end_offset", "lag", "leader_epoch", "offsets",
+                           "expiring", "pre_kip211_expiring", "partitions", "total_lag")
+        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
+    for row in rows[:limit]:
+        table.add_row(*(_cell(row[name]) for name in columns))
+    console.print(table)
+    if len(rows) > limit:
+        console.print(f"(first {limit} rows shown; --show N for more, --output PATH for all)")
+
+
+@click.group()
+def spark() -> None:
+    """Batch jobs over the __consumer_offsets log on Spark."""
+
+
+@spark.command("offsets-snapshot")
+@_source_options
+def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None,
+                             fmt: str, show: int) -> None:
+    """The committed offsets as the coordinator would load them (last record per key, tombstones applied)."""
+    from rich.console import Console
+
+    from tidemark.spark.jobs import offsets_snapshot
+
+    console = Console()
+    with _status(console, "starting Spark"):
+        session = _session("tidemark offsets-snapshot", master)
+    with _status(console, "reading the offsets log"):
+        snapshot = offsets_snapshot.main(session, bootstrap_servers=bootstrap, data_dir=data_dir, output=output,
+                                         fmt=fmt)
+        print_table(console, "committed offsets", snapshot,
+                    ("group", "topic", "partition", "committed_offset", "leader_epoch", "metadata",
+                     "commit_timestamp", "expire_timestamp"), show)
+    if output:
+        console.print(f"written as {fmt} to {output}")
+
+
+@spark.command("lag-report")
+@_source_options
+@click.option("--chart", default=None, help="Draw a PNG bar chart of total lag per group here.")
+def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
+                       show: int, chart: str | None) -> None:
+    """Committed offset against log-end offset per group, topic and partition."""
+    from rich.console import Console
+
+    from tidemark.spark.jobs import lag_report
+
+    console = Console()
+    with _status(console, "starting Spark"):
+        session = _session("tidemark lag-report", master)
+    with _status(console, "reading the offsets log and the log-end offsets"):
+        report, per_group = lag_report.main(session, bootstrap_servers=bootstrap, data_dir=data_dir, output=output,
+                                            fmt=fmt, chart=chart)
+        print_table(console, "lag per partition", report, lag_report.REPORT_COLUMNS, show)
+        print_table(console, "lag per group", per_group, lag_report.PER_GROUP_COLUMNS, show)
+    if output:
+        console.print(f"written as {fmt} to {output}")
+    if chart:
+        console.print(f"chart written to {chart}")
+
+
+@spark.command("expiry-report")
+@_source_options
+@click.option("--at", "at", required=True, help="When: epoch milliseconds or an ISO-8601 date-time (UTC if naive).")
+@click.option("--retention-minutes", type=click.IntRange(min=1), default=10080, show_default=True,
+              help="offsets.retention.minutes")
+def expiry_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
+                          show: int, at: str, retention_minutes: int) -> None:
+    """Which committed offsets expire at --at under KIP-211, and which the pre-KIP-211 rules would delete."""
+    from rich.console import Console
+
+    from tidemark.spark.jobs import expiry_report
+
+    at_ms = parse_time(at)
+    console = Console()
+    with _status(console, "starting Spark"):
+        session = _session("tidemark expiry-report", master)
+    with _status(console, "reading the offsets log"):
+        report, summary = expiry_report.main(session, at_ms=at_ms, retention_minutes=retention_minutes,
+                                             bootstrap_servers=bootstrap, data_dir=data_dir, output=output, fmt=fmt)
+        moment = _cell(datetime.datetime.fromtimestamp(at_ms / 1000, datetime.UTC))
+        print_table(console, f"offsets at {moment}, offsets.retention.minutes={retention_minutes}", report,
+                    ("group", "topic", "partition", "committed_offset", "group_state", "expires_at", "expires",
+                     "pre_kip211_expires_at", "pre_kip211_expires"), show)
+        print_table(console, "per group", summary, expiry_report.SUMMARY_COLUMNS, show)
+    if output:
+        console.print(f"written as {fmt} to {output}")
+
+
+__all__ = ["parse_time", "print_table", "spark"]
