@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -71,35 +72,41 @@ def data_loss(topic: str, partition: int, start: int, end: int, why: str, fail: 
     log.warning("skipping lost data: %s", message)
 
 
-class _Columns:
-    """Column lists for one Arrow batch."""
+_HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
 
-    def __init__(self) -> None:
-        self.keys: list = []
-        self.values: list = []
-        self.offsets: list[int] = []
-        self.timestamps: list = []
-        self.timestamp_types: list[int] = []
-        self.headers: list = []
 
-    def to_batch(self, topic: str, partition: int) -> pa.RecordBatch:
-        n = len(self.offsets)
-        return pa.RecordBatch.from_arrays([
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-            pa.array(self.timestamp_types, pa.int32()),
-            pa.array(self.headers, ARROW_SCHEMA.field("headers").type),
-        ], schema=ARROW_SCHEMA)
+def _headers_column(headers: list) -> pa.Array:
+    if not any(headers):  # the common case: no record has headers; skip per-record work
+        no_entries = pa.repeat(pa.scalar(0, pa.int32()), len(headers) + 1)
+        return pa.ListArray.from_arrays(no_entries, pa.array([], _HEADERS_TYPE.value_type), type=_HEADERS_TYPE)
+    return pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in headers], _HEADERS_TYPE)
+
+
+def to_record_batch(topic: str, partition: int, messages: list) -> pa.RecordBatch:
+    """Arrow columns for records of one partition, one pass per column (no per-row objects)."""
+    n = len(messages)
+    timestamps = [m.timestamp() for m in messages]
+    millis = pa.array([t[1] for t in timestamps], pa.int64())
+    return pa.RecordBatch.from_arrays([
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        # librdkafka reports -1 when a record has no timestamp.
+        pc.if_else(pc.less(millis, 0), None, pc.multiply(millis, 1000)).cast(ARROW_SCHEMA.field("timestamp").type),
+        pa.array([_TIMESTAMP_TYPES.get(t[0], -1) for t in timestamps], pa.int32()),
+        _headers_column([m.headers() for m in messages]),
+    ], schema=ARROW_SCHEMA)
 
 
 def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Yield the records of task's range, in offset order, as Arrow batches."""
     start = task.start
     consumer = Consumer({
+        # librdkafka's default (1 s) pauses a partition whose local queue is full for a whole
+        # second; a task that only drains one partition wants it refilled at once.
+        "fetch.queue.backoff.ms": 10,
         **task.consumer_config,
         "group.id": READER_GROUP_ID,
         "enable.auto.commit": False,
@@ -126,46 +133,44 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
 
 
 def _consume(consumer: Consumer, task: OffsetRange, start: int) -> Iterator[pa.RecordBatch]:
-    columns = _Columns()
-    deadline = time.monotonic() + task.poll_timeout_ms / 1000
     end = task.end
-    while True:
-        messages = consumer.consume(num_messages=ROWS_PER_BATCH, timeout=1.0)
+    next_offset = start
+    timeout_s = task.poll_timeout_ms / 1000
+    deadline = time.monotonic() + timeout_s
+    while next_offset < end:
+        # Never ask for more than the range still holds: consume() waits its whole timeout for
+        # the count it was asked, even after the partition's end.
+        messages = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - next_offset), timeout=1.0)
         if not messages:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{task.topic}-{task.partition}: no records within "
-                                   f"{task.poll_timeout_ms} ms while reading [{start}, {end})")
+                                   f"{task.poll_timeout_ms} ms while reading [{next_offset}, {end})")
             continue
-        deadline = time.monotonic() + task.poll_timeout_ms / 1000
-        done = False
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    # The partition ended before `end`: the log was truncated under us.
-                    if message.offset() < end:
-                        data_loss(task.topic, task.partition, message.offset(), end,
-                                  f"the log now ends at {message.offset()}", task.fail_on_data_loss)
-                    done = True
-                    break
-                raise KafkaException(error)
-            offset = message.offset()
-            if offset >= end:
-                done = True
-                break
-            timestamp_type, timestamp_ms = message.timestamp()
-            columns.keys.append(message.key())
-            columns.values.append(message.value())
-            columns.offsets.append(offset)
-            columns.timestamps.append(timestamp_ms * 1000 if timestamp_ms >= 0 else None)
-            columns.timestamp_types.append(_TIMESTAMP_TYPES.get(timestamp_type, -1))
-            headers = message.headers()
-            columns.headers.append([{"key": k, "value": v} for k, v in headers] if headers else [])
-            if offset == end - 1:
-                done = True
-                break
-        if len(columns.offsets) >= ROWS_PER_BATCH or (done and columns.offsets):
-            yield columns.to_batch(task.topic, task.partition)
-            columns = _Columns()
+        deadline = time.monotonic() + timeout_s
+        records = [m for m in messages if m.error() is None]
+        done = len(records) < len(messages) and _partition_ended(task, messages, end)
+        # Offsets only grow: drop what lies at or past the end of the range.
+        if records and records[-1].offset() >= end:
+            records = [m for m in records if m.offset() < end]
+            done = True
+        if records:
+            next_offset = records[-1].offset() + 1
+            yield to_record_batch(task.topic, task.partition, records)
         if done:
             return
+
+
+def _partition_ended(task: OffsetRange, messages: list, end: int) -> bool:
+    """Handle the error events among messages: True at the partition's end, raise otherwise."""
+    for message in messages:
+        error = message.error()
+        if error is None:
+            continue
+        if error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(error)
+        # The partition ended before `end`: the log was truncated under us.
+        if message.offset() < end:
+            data_loss(task.topic, task.partition, message.offset(), end,
+                      f"the log now ends at {message.offset()}", task.fail_on_data_loss)
+        return True
+    return False
