@@ -303,33 +303,38 @@ def _wire_records(options: dict[str, str], topic: str, part: WirePartition
         "enable.partition.eof": True,
         **_client_config(options),
     }
+    transient = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
     poll_timeout_s = int(options.get("poll.timeout.ms", "30000")) / 1000
     batch_size = int(options.get("consume.batch.size", "10000"))
     consumer = Consumer(config)
     try:
         consumer.assign([TopicPartition(topic, part.offsets_partition, part.low)])
-        last_progress = time.monotonic()
         position = part.low
+        idle_since = None  # when consume() last started returning nothing (time spent in Spark excluded)
         while position < part.high:
-            messages = consumer.consume(num_messages=batch_size, timeout=0.5)
-            if not messages:
-                if time.monotonic() - last_progress > poll_timeout_s:
-                    raise TimeoutError(
-                        f"{topic}-{part.offsets_partition}: no record for {poll_timeout_s:g} s at offset {position}, "
-                        f"reading up to the high watermark {part.high}")
-                continue
-            last_progress = time.monotonic()
-            for msg in messages:
+            got_records = False
+            for msg in consumer.consume(num_messages=batch_size, timeout=0.5):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return
-                    raise KafkaException(err)
+                    if err.fatal() or not (err.retriable() or err.code() in transient):
+                        raise KafkaException(err)
+                    continue  # the client retries; poll.timeout.ms bounds the wait
                 offset = msg.offset()
                 if offset >= part.high:
                     return
-                yield offset, msg.timestamp()[1], msg.key(), msg.value()
+                got_records = True
                 position = offset + 1
+                yield offset, msg.timestamp()[1], msg.key(), msg.value()
+            if got_records:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > poll_timeout_s:
+                raise TimeoutError(
+                    f"{topic}-{part.offsets_partition}: no record for {poll_timeout_s:g} s at offset {position}, "
+                    f"reading up to the high watermark {part.high}")
     finally:
         consumer.close()
 
