@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -63,10 +64,22 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _session(app_name: str, master: str):
+def _console():
+    from rich.console import Console
+
+    # Piped output gets wide tables rather than 80 columns of wrapped cells.
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _session(console, app_name: str, master: str):
     from tidemark.spark.jobs.common import spark_session
 
-    return spark_session(app_name, master)
+    with _status(console, "starting Spark"):
+        session = spark_session(app_name, master)
+    context = session.sparkContext
+    console.print(f"Spark {session.version}, master {context.master}, application {context.appName}", style="dim",
+                  highlight=False)
+    return session
 
 
 @contextmanager
@@ -114,13 +127,10 @@ def spark() -> None:
 def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None,
                              fmt: str, show: int) -> None:
     """The committed offsets as the coordinator would load them (last record per key, tombstones applied)."""
-    from rich.console import Console
-
     from tidemark.spark.jobs import offsets_snapshot
 
-    console = Console()
-    with _status(console, "starting Spark"):
-        session = _session("tidemark offsets-snapshot", master)
+    console = _console()
+    session = _session(console, "tidemark offsets-snapshot", master)
     with _status(console, "reading the offsets log"):
         snapshot = offsets_snapshot.main(session, bootstrap_servers=bootstrap, data_dir=data_dir, output=output,
                                          fmt=fmt)
@@ -137,13 +147,10 @@ def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master
 def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
                        show: int, chart: str | None) -> None:
     """Committed offset against log-end offset per group, topic and partition."""
-    from rich.console import Console
-
     from tidemark.spark.jobs import lag_report
 
-    console = Console()
-    with _status(console, "starting Spark"):
-        session = _session("tidemark lag-report", master)
+    console = _console()
+    session = _session(console, "tidemark lag-report", master)
     with _status(console, "reading the offsets log and the log-end offsets"):
         report, per_group = lag_report.main(session, bootstrap_servers=bootstrap, data_dir=data_dir, output=output,
                                             fmt=fmt, chart=chart)
@@ -163,14 +170,11 @@ def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str,
 def expiry_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
                           show: int, at: str, retention_minutes: int) -> None:
     """Which committed offsets expire at --at under KIP-211, and which the pre-KIP-211 rules would delete."""
-    from rich.console import Console
-
     from tidemark.spark.jobs import expiry_report
 
     at_ms = parse_time(at)
-    console = Console()
-    with _status(console, "starting Spark"):
-        session = _session("tidemark expiry-report", master)
+    console = _console()
+    session = _session(console, "tidemark expiry-report", master)
     with _status(console, "reading the offsets log"):
         report, summary = expiry_report.main(session, at_ms=at_ms, retention_minutes=retention_minutes,
                                              bootstrap_servers=bootstrap, data_dir=data_dir, output=output, fmt=fmt)
