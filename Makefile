@@ -35,6 +35,8 @@ bench: install
 	$(BIN)/python -m bench.produce_fetch
 	$(BIN)/python -m bench.offsets
 	$(BIN)/python -m bench.cleaner
+	$(BIN)/python -m bench.spark_source
+	$(BIN)/python -m bench.offsets_log_spark
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
