@@ -43,7 +43,7 @@ ARROW_SCHEMA = pa.schema([
 ])
 # Kafka's TimestampType ids, which Spark's connector puts in timestampType.
 _TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
-ROWS_PER_BATCH = 10_000
+RECORDS_PER_POLL = 10_000  # also the most rows of one Arrow batch
 READER_GROUP_ID = "tidemark-spark-reader"  # librdkafka wants one; this reader never joins or commits
 
 
@@ -140,7 +140,7 @@ def _consume(consumer: Consumer, task: OffsetRange, start: int) -> Iterator[pa.R
     while next_offset < end:
         # Never ask for more than the range still holds: consume() waits its whole timeout for
         # the count it was asked, even after the partition's end.
-        messages = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - next_offset), timeout=1.0)
+        messages = consumer.consume(num_messages=min(RECORDS_PER_POLL, end - next_offset), timeout=1.0)
         if not messages:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{task.topic}-{task.partition}: no records within "
