@@ -91,7 +91,7 @@ def wait_until_counted(spark, query, total: int) -> None:
 
 def describe_group(bootstrap: str) -> str:
     result = subprocess.run([sys.executable, "-m", "tidemark.cli", "groups", "describe", GROUP,
-                             "--bootstrap-server", bootstrap], capture_output=True, text=True, timeout=60)
+                             "--bootstrap-server", bootstrap], check=False, capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
         raise SystemExit(f"tidemark groups describe failed: {result.stderr}")
     return result.stdout
@@ -123,6 +123,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=20_000, help="events in all (half before the restart)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark's ports, the UI's too, on loopback
 
     with tempfile.TemporaryDirectory(prefix="tidemark-demo-") as tmp:
         broker = BrokerProcess(Path(tmp) / "data", {"group.initial.rebalance.delay.ms": "0"}).start()

@@ -32,6 +32,11 @@ def spark_session(app_name: str, master: str | None = "local[*]") -> SparkSessio
         builder = builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
         if master:
             builder = builder.master(master)
+        if (master or "").startswith("local"):
+            # Everything runs in this machine: no driver, block manager or UI port off loopback.
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            builder = (builder.config("spark.driver.host", "127.0.0.1")
+                       .config("spark.driver.bindAddress", "127.0.0.1"))
     spark = builder.getOrCreate()
     if not launched_by_spark:
         spark.sparkContext.setLogLevel("ERROR")
