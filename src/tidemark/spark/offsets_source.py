@@ -301,6 +301,7 @@ def _wire_records(options: dict[str, str], topic: str, part: WirePartition
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,
+        "fetch.queue.backoff.ms": 10,  # as the topic source: do not idle a drained partition for 1 s
         **_client_config(options),
     }
     transient = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
@@ -313,7 +314,8 @@ def _wire_records(options: dict[str, str], topic: str, part: WirePartition
         idle_since = None  # when consume() last started returning nothing (time spent in Spark excluded)
         while position < part.high:
             got_records = False
-            for msg in consumer.consume(num_messages=batch_size, timeout=0.5):
+            # consume() waits out its timeout for the count asked: never ask past the high watermark.
+            for msg in consumer.consume(num_messages=min(batch_size, part.high - position), timeout=0.5):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
