@@ -116,6 +116,9 @@ def test_pattern_subscription_and_bad_options(spark, kafka):
           .option("subscribePattern", "pattern-.*").load())
     assert sorted((r.topic, r.offset) for r in df.collect()) == (
         [("pattern-a", o) for o in range(5)] + [("pattern-b", o) for o in range(7)])
+    # Like a Kafka consumer, a topic that does not exist yet is simply not there to read.
+    assert (spark.read.format("tidemark").option("bootstrap.servers", kafka.bootstrap)
+            .option("subscribe", "not-yet").load().count()) == 0
     with pytest.raises(Exception, match="exactly one of"):
         spark.read.format("tidemark").option("bootstrap.servers", kafka.bootstrap).load().collect()
     with pytest.raises(Exception, match="every partition read; missing: pattern-a-0"):

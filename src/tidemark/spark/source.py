@@ -41,6 +41,7 @@ from tidemark.spark.cluster import ClusterClient
 from tidemark.spark.options import (
     EARLIEST,
     LATEST,
+    OffsetSpec,
     OptionError,
     Partition,
     PartitionOffsets,
@@ -99,18 +100,20 @@ class _Planner:
 
     def partitions(self) -> list[Partition]:
         found = self.client.partitions(self.options.subscription)
-        if not found and not self.options.subscription.pattern:
-            raise OptionError(f"no partitions found for {self.options.subscription}")
+        if not found:
+            # Like a Kafka consumer: a topic that does not exist yet is read once it does.
+            log.warning("no partitions yet for %s", self.options.subscription.pattern
+                        or ", ".join(self.options.subscription.topics))
         return found
 
-    def resolve(self, spec_kind: str, specific: PartitionOffsets, partitions: list[Partition],
-                what: str) -> PartitionOffsets:
+    def resolve(self, spec: OffsetSpec, partitions: list[Partition], what: str) -> PartitionOffsets:
         """startingOffsets / endingOffsets made concrete for `partitions`."""
-        if spec_kind == "earliest":
+        if spec.kind == "earliest":
             return self.client.earliest(partitions)
-        if spec_kind == "latest":
+        if spec.kind == "latest":
             return self.client.latest(partitions)
-        if spec_kind == "group":
+        specific = spec.specific
+        if spec.kind == "group":
             committed = self.client.committed(self.options.group_id, partitions)
             missing = [p for p in partitions if p not in committed]
             fallback = self.client.earliest if self.options.group_fallback == "earliest" else self.client.latest
@@ -151,9 +154,8 @@ class TopicBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         options = self.planner.options
         partitions = self.planner.partitions()
-        start = self.planner.resolve(options.starting.kind, options.starting.specific, partitions,
-                                     "startingOffsets")
-        end = self.planner.resolve(options.ending.kind, options.ending.specific, partitions, "endingOffsets")
+        start = self.planner.resolve(options.starting, partitions, "startingOffsets")
+        end = self.planner.resolve(options.ending, partitions, "endingOffsets")
         return self.planner.offset_ranges(start, end)
 
     def read(self, partition: OffsetRange):
@@ -189,8 +191,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         if self._initial is None:
             options = self.planner.options
-            self._initial = self.planner.resolve(options.starting.kind, options.starting.specific,
-                                                 self.planner.partitions(), "startingOffsets")
+            self._initial = self.planner.resolve(options.starting, self.planner.partitions(), "startingOffsets")
         return offsets_to_json(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -218,9 +219,6 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             latest = limit_offsets(begin, latest, limit.max_rows)
         return offsets_to_json(latest)
-
-    def reportLatestOffset(self) -> dict | None:
-        return None
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         self._planned = True
