@@ -208,12 +208,11 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             latest = {p: max(offset, begin.get(p, offset)) for p, offset in self._target.items()}
         else:
-            partitions = self.planner.partitions()
-            latest = self.planner.client.latest(partitions)
-            new = [p for p in partitions if p not in begin]
-            if new:
-                # Rate-limit new partitions from where they will be read: their beginning.
-                begin = {**self.planner.client.earliest(new), **begin}
+            latest = self.planner.client.latest(self.planner.partitions())
+        new = [p for p in latest if p not in begin]
+        if new:
+            # Rate-limit new partitions from where they will be read: their beginning.
+            begin = {**self.planner.client.earliest(new), **begin}
         # Partitions no longer there (topic deleted) keep their last offset.
         latest = {**{p: o for p, o in begin.items() if p not in latest}, **latest}
         if isinstance(limit, ReadMaxRows):
