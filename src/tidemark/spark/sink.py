@@ -1,8 +1,8 @@
 """The "tidemark" sink: DataFrame rows to a topic, with acks=all.
 
 Columns, as in Spark's Kafka connector: value (required; string or binary), key (optional),
-topic (optional: otherwise the "topic" option), partition (optional: otherwise the producer's
-partitioner), headers (optional: array<struct<key: string, value: binary>>). Other columns are
+topic (optional; the "topic" option, when set, overrides it), partition (optional: otherwise
+the producer's partitioner), headers (optional: array<struct<key: string, value: binary>>). Other columns are
 ignored. A task waits for every record's acknowledgement and fails, naming the first error and
 how many records were not written, when any was refused or not acknowledged in time: Spark
 then reports the failed job instead of dropping writes. Kafka writes cannot be rolled back, so
@@ -77,7 +77,7 @@ def write_rows(options: SinkOptions, rows: Iterator[Row]) -> WrittenRecords:
     count = 0
     for row in rows:
         fields = row.asDict()
-        topic = fields.get("topic") or options.topic
+        topic = options.topic or fields.get("topic")
         if not topic:
             raise SinkWriteError(f"row {count} has no topic and the sink has no \"topic\" option")
         extra = {}
