@@ -250,8 +250,9 @@ def test_sink_writes_read_back_exactly(spark, kafka):
     rows = [(f"k{i}", f"v{i}".encode(), i % 2, [("h", b"1")] if i == 3 else []) for i in range(50)]
     df = spark.createDataFrame(rows, "key string, value binary, partition int, "
                                      "headers array<struct<key: string, value: binary>>")
-    (df.write.format("tidemark").option("bootstrap.servers", kafka.bootstrap).option("topic", "sunk")
-     .mode("append").save())
+    # The topic option overrides a topic column, as in Spark's connector.
+    (df.selectExpr("*", "'not-this-topic' AS topic").write.format("tidemark")
+     .option("bootstrap.servers", kafka.bootstrap).option("topic", "sunk").mode("append").save())
     back = (spark.read.format("tidemark").option("bootstrap.servers", kafka.bootstrap)
             .option("subscribe", "sunk").load().collect())
     assert sorted((r.key.decode(), r.value, r.partition) for r in back) == sorted(
@@ -259,6 +260,7 @@ def test_sink_writes_read_back_exactly(spark, kafka):
     for partition in (0, 1):
         assert sorted(r.offset for r in back if r.partition == partition) == list(range(25))
     assert [(h.key, h.value) for r in back if r.key == b"k3" for h in r.headers] == [("h", b"1")]
+    assert "not-this-topic" not in AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10).topics
 
 
 def test_streaming_sink_with_topic_column(spark, kafka, tmp_path):
