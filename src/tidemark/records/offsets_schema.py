@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 _V3_VALUE_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
 _INT64 = struct.Struct(">q")
+_V3_VALUE_EMPTY = struct.Struct(">hqihq")  # a v3 value without metadata: the whole 24 bytes
+_V1_VALUE_HEAD = struct.Struct(">hqh")  # version, offset, metadata length
+_TWO_INT64 = struct.Struct(">qq")
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION",
@@ -37,7 +40,9 @@ __all__ = [
     "UnknownKey",
     "decode_group_metadata_value",
     "decode_key",
+    "decode_offset_commit_key_tuple",
     "decode_offset_commit_value",
+    "decode_offset_commit_value_tuple",
     "encode_group_metadata_value",
     "encode_key",
     "encode_offset_commit_value",
@@ -349,6 +354,26 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
     return UnknownKey(version)
 
 
+def decode_offset_commit_key_tuple(data: bytes) -> tuple[int, str, str, int] | None:
+    """(version, group, topic, partition) of a well-formed offset commit key (version 0 or 1),
+    without building an OffsetCommitKey; None for any other key, malformed ones included, which
+    decode_key then decodes or rejects. For tools that decode whole offsets logs into columns."""
+    size = len(data)
+    if size < 10 or data[0] != 0 or data[1] > 1 or data[2] >= 0x80:
+        return None
+    topic_at = 4 + ((data[2] << 8) | data[3])
+    if topic_at + 2 > size or data[topic_at] >= 0x80:
+        return None
+    partition_at = topic_at + 2 + ((data[topic_at] << 8) | data[topic_at + 1])
+    if partition_at + 4 != size:
+        return None
+    try:
+        return (data[1], data[4:topic_at].decode(), data[topic_at + 2 : partition_at].decode(),
+                int.from_bytes(data[partition_at:], "big", signed=True))
+    except UnicodeDecodeError:
+        return None
+
+
 # --------------------------------------------------------------------------------------------
 # Offset commit values
 
@@ -377,6 +402,49 @@ def encode_offset_commit_value(value: OffsetCommitValue, *, version: int | None 
         w.int64(value.expire_timestamp)
     w.tagged_fields()
     return bytes(w.out)
+
+
+def decode_offset_commit_value_tuple(data: bytes) -> tuple[int, int, int, str, int, int] | None:
+    """(version, offset, leader_epoch, metadata, commit_timestamp, expire_timestamp) of a
+    well-formed offset commit value of version 3 or 1 (what Kafka writes), as
+    decode_offset_commit_value decodes it but without building an OffsetCommitValue; None for
+    any other value, malformed ones included, which decode_offset_commit_value then decodes or
+    rejects."""
+    size = len(data)
+    if size < 22 or data[0] != 0:
+        return None
+    if data[1] == 3:
+        if size == 24:
+            version, offset, leader_epoch, metadata_length, commit_timestamp = _V3_VALUE_EMPTY.unpack(data)
+            if metadata_length == 0:
+                return version, offset, leader_epoch, "", commit_timestamp, -1
+        version, offset, leader_epoch, metadata_length = _V3_VALUE_HEAD.unpack_from(data)
+        if metadata_length < 0:
+            if metadata_length != -1 or size != 24:
+                return None
+            return version, offset, leader_epoch, "", _INT64.unpack_from(data, 16)[0], -1
+        if 24 + metadata_length != size:
+            return None
+        try:
+            metadata = data[16 : 16 + metadata_length].decode()
+        except UnicodeDecodeError:
+            return None
+        return version, offset, leader_epoch, metadata, _INT64.unpack_from(data, 16 + metadata_length)[0], -1
+    if data[1] == 1 and size >= 28:
+        version, offset, metadata_length = _V1_VALUE_HEAD.unpack_from(data)
+        if metadata_length < 0:
+            if metadata_length != -1 or size != 28:
+                return None
+            metadata_length = 0
+        elif 28 + metadata_length != size:
+            return None
+        try:
+            metadata = data[12 : 12 + metadata_length].decode()
+        except UnicodeDecodeError:
+            return None
+        commit_timestamp, expire_timestamp = _TWO_INT64.unpack_from(data, 12 + metadata_length)
+        return version, offset, -1, metadata, commit_timestamp, expire_timestamp
+    return None
 
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
