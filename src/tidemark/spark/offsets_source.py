@@ -59,7 +59,9 @@ from tidemark.records.offsets_schema import (
     UnknownKey,
     decode_group_metadata_value,
     decode_key,
+    decode_offset_commit_key_tuple,
     decode_offset_commit_value,
+    decode_offset_commit_value_tuple,
 )
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -243,15 +245,52 @@ class OffsetsRowBuilder:
         return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
+#: Offset commit keys decoded by decode_records, kept to be reused: a log commits the same
+#: (group, topic, partition) over and over. Cleared when full, which bounds its memory.
+_MAX_CACHED_KEYS = 16384
+_TOMBSTONE_COMMIT = (None, None, None, None, None, None, None)  # value_version .. decode_error
+
+
 def decode_records(offsets_partition: int, records: Iterable[tuple[int, int, bytes | None, bytes | None]],
                    batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
-    """Record batches of decoded (log offset, timestamp ms, key, value) records."""
+    """Record batches of decoded (log offset, timestamp ms, key, value) records.
+
+    The same rows as OffsetsRowBuilder.add makes of each record, with a lean path for the
+    offset commits that fill the log (keys v0/v1, values v1/v3 or tombstones): their key and
+    value decoded to tuples, the row built from them directly. Any other record, and any
+    record that does not decode, goes through add().
+    """
     builder = OffsetsRowBuilder(offsets_partition)
     add = builder.add
+    rows = builder.rows
+    append = rows.append
+    key_tuple = decode_offset_commit_key_tuple
+    value_tuple = decode_offset_commit_value_tuple
+    heads: dict[bytes, tuple] = {}  # key -> (record_type, key_version, group, topic, partition)
     for offset, timestamp, key, value in records:
-        add(offset, timestamp, key, value)
-        if len(builder) >= batch_rows:
-            yield builder.flush()
+        head = heads.get(key)  # type: ignore[arg-type]
+        if head is None:
+            decoded = None if key is None else key_tuple(key)
+            if decoded is None:
+                add(offset, timestamp, key, value)
+            else:
+                head = (OFFSET_COMMIT, *decoded)
+                if len(heads) >= _MAX_CACHED_KEYS:
+                    heads.clear()
+                heads[key] = head  # type: ignore[index]
+        if head is not None:
+            if value is None:
+                append((offset, timestamp, *head, True, *_TOMBSTONE_COMMIT))
+            else:
+                commit = value_tuple(value)
+                if commit is None:
+                    add(offset, timestamp, key, value)
+                else:
+                    append((offset, timestamp, *head, False, *commit, None))
+        if len(rows) >= batch_rows:
+            yield builder.flush()  # type: ignore[misc]
+            rows = builder.rows
+            append = rows.append
     batch = builder.flush()
     if batch is not None:
         yield batch
