@@ -32,7 +32,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -162,22 +161,27 @@ _NO_COMMIT = (None, None, None, None, None)
 class OffsetsRowBuilder:
     """Decodes the records of one offsets partition into Arrow record batches of OFFSETS_LOG_SCHEMA.
 
-    Each record becomes one tuple of the dense columns (one append per record, split into columns
-    when flushing); the group metadata columns, rare, are filled sparsely.
+    Each record appends its values to the lists of the dense columns (`columns`), but for its
+    key's columns: those are one tuple per distinct key (`keys`), the row holding its index, since
+    a log commits the same (group, topic, partition) over and over. The group metadata columns,
+    rare, are filled sparsely.
     """
 
-    # The order of the row tuples add() builds.
-    _DENSE = ("log_offset", "timestamp", "record_type", "key_version", "group", "topic", "partition", "tombstone",
-              "value_version", "committed_offset", "leader_epoch", "metadata", "commit_timestamp",
-              "expire_timestamp", "decode_error")
+    # The lists of `columns`; "key" indexes `keys`.
+    _DENSE = ("log_offset", "timestamp", "key", "tombstone", "value_version", "committed_offset", "leader_epoch",
+              "metadata", "commit_timestamp", "expire_timestamp", "decode_error")
+    # The order of the `keys` tuples.
+    _KEY = ("record_type", "key_version", "group", "topic", "partition")
 
     def __init__(self, offsets_partition: int) -> None:
         self.offsets_partition = offsets_partition
-        self.rows: list[tuple] = []
+        self.columns: tuple[list, ...] = tuple([] for _ in self._DENSE)
+        self.keys: list[tuple] = []  # values of _KEY
+        self.key_index: dict[bytes, int] = {}  # offset commit key bytes -> index in keys (decode_records)
         self.group_rows: list[tuple[int, tuple]] = []  # (row, values of _GROUP_COLUMNS)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.columns[0])
 
     def add(self, log_offset: int, timestamp: int, key: bytes | None, value: bytes | None) -> None:
         """Decode one record; a record that does not decode becomes an "unknown" row."""
@@ -206,11 +210,13 @@ class OffsetsRowBuilder:
                 assert isinstance(decoded, UnknownKey)
         except ValueError as exc:
             record_type, commit, error = UNKNOWN, _NO_COMMIT, str(exc) or type(exc).__name__
-        self.rows.append((log_offset, timestamp, record_type, key_version, group, topic, partition, value is None,
-                          value_version, *commit, error))
+        self.keys.append((record_type, key_version, group, topic, partition))
+        row = (log_offset, timestamp, len(self.keys) - 1, value is None, value_version, *commit, error)
+        for column, item in zip(self.columns, row):
+            column.append(item)
 
     def _add_group(self, group: str, metadata) -> None:
-        self.group_rows.append((len(self.rows), (
+        self.group_rows.append((len(self), (
             metadata.protocol_type, metadata.generation, metadata.protocol, metadata.leader,
             metadata.current_state_timestamp,
             [_member_row(group, metadata, m) for m in metadata.members],
@@ -224,15 +230,18 @@ class OffsetsRowBuilder:
 
     def flush(self) -> pa.RecordBatch | None:
         """The rows added since the last flush as one record batch (None when there are none)."""
-        rows = len(self.rows)
+        rows = len(self)
         if not rows:
             return None
         schema = ARROW_SCHEMA
-        dense = {name: list(map(itemgetter(i), self.rows)) for i, name in enumerate(self._DENSE)}
+        dense = dict(zip(self._DENSE, self.columns))
         columns: dict[str, pa.Array] = {
             "offsets_partition": pa.array([self.offsets_partition] * rows, pa.int32()),
             "current_state_timestamp": _timestamps(self._group_column(4, rows)),
         }
+        key_index = pa.array(dense.pop("key"), pa.int32())
+        for name, values in zip(self._KEY, zip(*self.keys)):
+            columns[name] = _take(pa.array(values, schema.field(name).type), key_index)
         for name in ("timestamp", "commit_timestamp", "expire_timestamp"):
             columns[name] = _timestamps(dense.pop(name))
         for name, values in dense.items():
@@ -240,15 +249,24 @@ class OffsetsRowBuilder:
         for i, name in enumerate(_GROUP_COLUMNS):
             if name not in columns:
                 columns[name] = pa.array(self._group_column(i, rows), schema.field(name).type)
-        self.rows = []
-        self.group_rows = []
+        # Emptied in place: decode_records holds on to these.
+        for column in self.columns:
+            column.clear()
+        self.keys.clear()
+        self.key_index.clear()
+        self.group_rows.clear()
         return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
-#: Offset commit keys decoded by decode_records, kept to be reused: a log commits the same
-#: (group, topic, partition) over and over. Cleared when full, which bounds its memory.
-_MAX_CACHED_KEYS = 16384
-_TOMBSTONE_COMMIT = (None, None, None, None, None, None, None)  # value_version .. decode_error
+def _take(values: pa.Array, indices: pa.Array) -> pa.Array:
+    """values.take(indices), without the all-valid bitmap take adds (as pa.array would build it)."""
+    taken = values.take(indices)
+    if taken.null_count == 0 and taken.buffers()[0] is not None:
+        taken = pa.Array.from_buffers(taken.type, len(taken), [None, *taken.buffers()[1:]])
+    return taken
+
+
+_TOMBSTONE_COMMIT = (None, None, None, None, None, None)  # value_version .. expire_timestamp
 
 
 def decode_records(offsets_partition: int, records: Iterable[tuple[int, int, bytes | None, bytes | None]],
@@ -257,40 +275,46 @@ def decode_records(offsets_partition: int, records: Iterable[tuple[int, int, byt
 
     The same rows as OffsetsRowBuilder.add makes of each record, with a lean path for the
     offset commits that fill the log (keys v0/v1, values v1/v3 or tombstones): their key and
-    value decoded to tuples, the row built from them directly. Any other record, and any
+    value decoded to tuples, each distinct key once per batch. Any other record, and any
     record that does not decode, goes through add().
     """
     builder = OffsetsRowBuilder(offsets_partition)
     add = builder.add
-    rows = builder.rows
-    append = rows.append
+    keys, key_index = builder.keys, builder.key_index
+    log_offsets = builder.columns[0]
+    (log_offset_append, timestamp_append, key_append, tombstone_append, value_version_append, offset_append,
+     leader_epoch_append, metadata_append, commit_append, expire_append, error_append) = (
+        column.append for column in builder.columns)
     key_tuple = decode_offset_commit_key_tuple
     value_tuple = decode_offset_commit_value_tuple
-    heads: dict[bytes, tuple] = {}  # key -> (record_type, key_version, group, topic, partition)
     for offset, timestamp, key, value in records:
-        head = heads.get(key)  # type: ignore[arg-type]
-        if head is None:
+        k = key_index.get(key)  # type: ignore[arg-type]
+        if k is None:
             decoded = None if key is None else key_tuple(key)
-            if decoded is None:
+            if decoded is not None:
+                k = key_index[key] = len(keys)  # type: ignore[index]
+                keys.append((OFFSET_COMMIT, *decoded))
+        if k is None:
+            add(offset, timestamp, key, value)
+        else:
+            commit = _TOMBSTONE_COMMIT if value is None else value_tuple(value)
+            if commit is None:
                 add(offset, timestamp, key, value)
             else:
-                head = (OFFSET_COMMIT, *decoded)
-                if len(heads) >= _MAX_CACHED_KEYS:
-                    heads.clear()
-                heads[key] = head  # type: ignore[index]
-        if head is not None:
-            if value is None:
-                append((offset, timestamp, *head, True, *_TOMBSTONE_COMMIT))
-            else:
-                commit = value_tuple(value)
-                if commit is None:
-                    add(offset, timestamp, key, value)
-                else:
-                    append((offset, timestamp, *head, False, *commit, None))
-        if len(rows) >= batch_rows:
+                value_version, committed, leader_epoch, metadata, commit_timestamp, expire_timestamp = commit
+                log_offset_append(offset)
+                timestamp_append(timestamp)
+                key_append(k)
+                tombstone_append(value is None)
+                value_version_append(value_version)
+                offset_append(committed)
+                leader_epoch_append(leader_epoch)
+                metadata_append(metadata)
+                commit_append(commit_timestamp)
+                expire_append(expire_timestamp)
+                error_append(None)
+        if len(log_offsets) >= batch_rows:
             yield builder.flush()  # type: ignore[misc]
-            rows = builder.rows
-            append = rows.append
     batch = builder.flush()
     if batch is not None:
         yield batch
