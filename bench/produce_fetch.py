@@ -358,36 +358,43 @@ class Reader:
 
 
 class Profiler:
-    """py-spy recording the broker process during one phase, raw collapsed stacks to a file."""
+    """py-spy recording a process (and, with subprocesses, its descendants) during one phase,
+    raw collapsed stacks to a file per phase."""
 
-    def __init__(self, directory: Path, pid: int) -> None:
+    def __init__(self, directory: Path, pid: int, *, subprocesses: bool = False) -> None:
         self.directory = directory
         self.pid = pid
-        beside_python = Path(sys.executable).parent / "py-spy"
-        self.binary = str(beside_python) if beside_python.exists() else shutil.which("py-spy")
-        if self.binary is None:
-            raise BenchError("--profile needs py-spy (pip install py-spy)")
+        self.subprocesses = subprocesses
+        self.binary = find_py_spy()
         directory.mkdir(parents=True, exist_ok=True)
 
     @contextlib.contextmanager
     def record(self, label: str):
         output = self.directory / f"{label}.txt"
         process = subprocess.Popen(
-            [self.binary, "record", "--pid", str(self.pid), "--rate", "200", "--format", "raw",
-             "--nonblocking", "--output", str(output)],
+            [self.binary, "record", "--pid", str(self.pid), *(["--subprocesses"] if self.subprocesses else []),
+             "--rate", "200", "--format", "raw", "--nonblocking", "--output", str(output)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1.0)  # let py-spy attach before the phase starts
+        time.sleep(2.0 if self.subprocesses else 1.0)  # let py-spy attach before the phase starts
         try:
             yield output
         finally:
             process.send_signal(signal.SIGINT)
             try:
-                _, stderr = process.communicate(timeout=30)
+                _, stderr = process.communicate(timeout=60)
             except subprocess.TimeoutExpired:
                 process.kill()
                 _, stderr = process.communicate()
             if not output.exists():
                 console.print(f"[yellow]py-spy wrote no {output.name}: {stderr.decode(errors='replace')[-500:]}")
+
+
+def find_py_spy() -> str:
+    beside_python = Path(sys.executable).parent / "py-spy"
+    binary = str(beside_python) if beside_python.exists() else shutil.which("py-spy")
+    if binary is None:
+        raise BenchError("--profile needs py-spy (pip install py-spy), beside this Python or on PATH")
+    return binary
 
 
 def summarize_profile(title: str, paths: list[Path], top: int = 15) -> Table:

@@ -42,8 +42,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -68,7 +66,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from bench.produce_fetch import BenchError, TidemarkTarget, console, out
+from bench.produce_fetch import (
+    BenchError,
+    Profiler,
+    TidemarkTarget,
+    console,
+    find_py_spy,
+    out,
+)
 
 DEFAULT_RECORDS = 1_000_000
 DEFAULT_PARTITIONS = 4
@@ -291,37 +296,6 @@ def register_format(spark) -> str:
 # ------------------------------------------------------------------------------------- profiling
 
 
-def find_py_spy() -> str:
-    beside_python = Path(sys.executable).parent / "py-spy"
-    binary = str(beside_python) if beside_python.exists() else shutil.which("py-spy")
-    if binary is None:
-        raise BenchError("--profile needs py-spy (pip install py-spy), beside this Python or on PATH")
-    return binary
-
-
-@contextlib.contextmanager
-def py_spy_record(output: Path):
-    """py-spy recording this process and all its descendants, raw collapsed stacks to output."""
-    binary = find_py_spy()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen(
-        [binary, "record", "--pid", str(os.getpid()), "--subprocesses", "--rate", "200", "--format", "raw",
-         "--nonblocking", "--output", str(output)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(2.0)  # let py-spy attach before the read starts
-    try:
-        yield output
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            _, stderr = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, stderr = process.communicate()
-        if not output.exists():
-            console.print(f"[yellow]py-spy wrote no {output.name}: {stderr.decode(errors='replace')[-500:]}")
-
-
 # Matched in order against a process's command line (planner workers are forked by pyspark.daemon too).
 _PROCESS_KINDS = (("pyspark.sql.worker", "Python planner workers (pyspark.sql.worker.*)"),
                   ("pyspark.daemon", "Python task workers (pyspark.daemon)"), ("tidemark.cli", "broker"),
@@ -502,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile is not None:
             assert spark is not None
             output = args.profile / "spark-batch.txt"
-            with console.status(f"profiling one Spark batch read into {output}"), py_spy_record(output):
+            profiler = Profiler(args.profile, os.getpid(), subprocesses=True)
+            with console.status(f"profiling one Spark batch read into {output}"), profiler.record("spark-batch"):
                 profiled, _ = spark.batch(topic)
             console.print(f"profiled Spark batch read: {profiled.seconds:.2f} s under py-spy (not a number to quote)")
 
