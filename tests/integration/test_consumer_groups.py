@@ -6,7 +6,13 @@ import time
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
 from tests.conftest import GROUP_SETTINGS
 from tests.integration.clients import create_topic, produce_all
@@ -60,6 +66,14 @@ def test_three_consumers_rebalance_and_resume_from_commits(group_broker):
     bootstrap = group_broker.bootstrap
     create_topic(bootstrap, "grouped", PARTITIONS)
     produce_all(bootstrap, "grouped", [(i % PARTITIONS, None, b"m%d" % i) for i in range(PARTITIONS * PER_PARTITION)])
+
+    # Every partition starts with a committed offset (0). With none, librdkafka looks up the
+    # earliest offset, and pausing the partition while that lookup is in flight (as
+    # _paused_on_assign does) leaves a retry timer behind that can fire after a later rebalance
+    # and rewind the partition to 0 (seen with librdkafka 2.16's debug log).
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    start = [TopicPartition("grouped", p, 0) for p in range(PARTITIONS)]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions("three", start)])["three"].result(10)
 
     consumers = [_consumer(bootstrap, "three") for _ in range(3)]
     for consumer in consumers:
