@@ -388,6 +388,8 @@ def scan_records(batch, position: int = 0) -> Iterator[tuple[int, bool]]:
     pos = 0
     try:
         for index in range(header.records_count):
+            if pos >= size:
+                raise InvalidRecordError(f"the batch ends after {index} of its {header.records_count} records")
             length, pos = read_varint(buf, pos)
             record_end = pos + length
             if length <= 0 or record_end > size:

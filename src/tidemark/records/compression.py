@@ -114,15 +114,21 @@ def _zstd_bound(data: bytes) -> int:
         single_segment = descriptor & 0x20
         content_size_len = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
         pos += 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 0x03] + content_size_len
+        # The declared content size, when present, is exact (the decoder enforces it).
+        declared = int.from_bytes(data[pos - content_size_len : pos], "little") if content_size_len else None
+        if content_size_len == 2:
+            declared += 256
+        blocks = 0
         while True:
             if pos + 3 > len(data):
                 raise CorruptRecordError("truncated zstd block")
             block = int.from_bytes(data[pos : pos + 3], "little")
             kind, size = (block >> 1) & 0x03, block >> 3
             pos += 3 + (1 if kind == 1 else size)  # an RLE block stores one byte
-            bound += _ZSTD_MAX_BLOCK if kind == 2 else size
+            blocks += _ZSTD_MAX_BLOCK if kind == 2 else size
             if block & 1:
                 break
+        bound += blocks if declared is None else min(blocks, declared)
         pos += 4 if descriptor & 0x04 else 0  # content checksum
     return bound
 
