@@ -95,7 +95,8 @@ def test_batch_size_limits():
     (records([1, 0]), 2, 1, "offset delta 1, expected 0"),
     (records([0, 1]) + b"\x00\x00", 2, 1, "2 bytes after"),  # trailing garbage
     (b"\x7f" + records([0])[1:], 1, 0, "runs past the batch"),  # a length past the end
-])
+], ids=["count-vs-delta", "no-records", "fewer-records", "more-records", "delta-gap", "delta-order",
+        "trailing-bytes", "length-past-end"])
 @pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.ZSTD])
 def test_records_must_agree_with_the_header(section, count, last_delta, match, codec):
     with pytest.raises(InvalidRecordError, match=match) as info:
