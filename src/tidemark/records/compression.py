@@ -190,18 +190,24 @@ def _snappy_framed_bound(data: bytes) -> int:
     return bound
 
 
+_GZIP_CHUNK = 1 << 20
+
+
 def _gzip_bounded(data: bytes, limit: int) -> bytes:
-    """gzip members one after the other (as Java's GZIPInputStream reads them), never producing
-    more than limit + 1 bytes."""
+    """gzip members one after the other (as Java's GZIPInputStream reads them), inflated 1 MiB
+    at a time and stopped as soon as the output passes limit."""
     out = bytearray()
     while data:
         inflater = zlib.decompressobj(wbits=31)
-        out += inflater.decompress(data, limit + 1 - len(out))
-        if len(out) > limit:
-            raise DecompressionLimitError(f"GZIP batch decompresses to more than {limit} bytes "
-                                          "(the limit on a batch's decompressed records)")
-        if not inflater.eof:
-            raise CorruptRecordError("GZIP decompression failed: truncated stream")
+        while not inflater.eof:
+            chunk = inflater.decompress(data, _GZIP_CHUNK)
+            data = inflater.unconsumed_tail
+            out += chunk
+            if len(out) > limit:
+                raise DecompressionLimitError(f"GZIP batch decompresses to more than {limit} bytes "
+                                              "(the limit on a batch's decompressed records)")
+            if not chunk and not data and not inflater.eof:
+                raise CorruptRecordError("GZIP decompression failed: truncated stream")
         data = inflater.unused_data
     return bytes(out)
 
