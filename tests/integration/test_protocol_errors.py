@@ -6,12 +6,22 @@ import struct
 import subprocess
 import sys
 
+import cramjam
 import pytest
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
+from tests.broker.test_validator import raw_batch, records
 from tests.integration.raw import RawClient
-from tidemark.records.batch import build_batch
+from tidemark.coordinator.partitioner import partition_for
+from tidemark.records import CompressionType
+from tidemark.records.batch import _write_varint, build_batch
+from tidemark.records.offsets_schema import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    encode_key,
+    encode_offset_commit_value,
+)
 from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, read_response, write_request
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS = 0, 1, 2, 3, 18
@@ -183,3 +193,116 @@ def test_internal_and_duplicate_topic_names(broker):
         twice = {"name": "dup", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
         response = client.request(19, 7, {"topics": [twice, twice], "timeout": 10000, "validate_only": False})
         assert [t.error_code for t in response.topics] == [ErrorCode.invalid_request] * 2
+
+
+# -- what the produce validator refuses (broker/validator.py) --------------------------------
+
+def _end_offset(client: RawClient, topic: str, partition: int = 0) -> int:
+    return client.list_offset(topic, -1, partition).offset
+
+
+def test_clients_cannot_produce_to_the_offsets_topic(broker):
+    with RawClient(broker.bootstrap) as client:
+        assert client.request(10, 4, {"key_type": 0, "coordinator_keys": ["forged"]}).coordinators[0].error_code == 0
+        assert client.create_topic("forged-topic").error_code == ErrorCode.none
+        assert _commit(client, "forged", "forged-topic", 5) == ErrorCode.none
+        partition = partition_for("forged", 50)
+        end = _end_offset(client, "__consumer_offsets", partition)
+        # A well-formed commit record (it would replay later in the log and win) and one whose
+        # key is cut short (the partition would fail to load after a restart).
+        key = encode_key(OffsetCommitKey("forged", "forged-topic", 0))
+        value = encode_offset_commit_value(OffsetCommitValue(999, -1, "", 1000, -1))
+        for record_key in (key, key[:-3]):
+            result = client.produce("__consumer_offsets", build_batch([(record_key, value, (), 1000)]),
+                                    partition=partition)
+            assert result.error_code == ErrorCode.invalid_topic_exception
+            assert result.error_message == "Cannot append to internal topic __consumer_offsets"
+        assert _end_offset(client, "__consumer_offsets", partition) == end
+        # The coordinator's own appends still go through.
+        assert _commit(client, "forged", "forged-topic", 7) == ErrorCode.none
+        response = client.request(9, 7, {"group_id": "forged", "require_stable": False,
+                                         "topics": [{"name": "forged-topic", "partition_indexes": [0]}]})
+        assert response.topics[0].partitions[0].committed_offset == 7
+
+
+def _commit(client: RawClient, group: str, topic: str, offset: int) -> ErrorCode:
+    response = client.request(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                     "group_instance_id": None, "retention_time": -1,
+                                     "topics": [{"name": topic, "partitions": [
+                                         {"partition_index": 0, "committed_offset": offset,
+                                          "committed_leader_epoch": -1, "committed_metadata": None}]}]})
+    return response.topics[0].partitions[0].error_code
+
+
+def test_one_batch_per_partition_so_a_retry_cannot_hide_a_new_batch(broker):
+    with RawClient(broker.bootstrap) as client:
+        assert client.create_topic("one-batch").error_code == ErrorCode.none
+        ids = client.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                                     "producer_id": -1, "producer_epoch": -1})
+        first, second = (build_batch([(b"k", b"%d" % seq, (), 1000)], producer_id=ids.producer_id,
+                                     producer_epoch=ids.producer_epoch, base_sequence=seq) for seq in (0, 1))
+        assert client.produce("one-batch", first).base_offset == 0
+        # The first batch retried with the next one behind it: acknowledged, the second never
+        # written, before this was refused.
+        result = client.produce("one-batch", first + second)
+        assert result.error_code == ErrorCode.invalid_record
+        assert _end_offset(client, "one-batch") == 1
+        assert client.produce("one-batch", second).base_offset == 1
+
+
+def test_compacted_topic_refuses_records_without_a_key(broker):
+    with RawClient(broker.bootstrap) as client:
+        assert client.create_topic("keyed", configs={"cleanup.policy": "compact"}).error_code == ErrorCode.none
+        result = client.produce("keyed", build_batch([(b"k", b"v", (), 1000), (None, b"v", (), 1000)]))
+        assert result.error_code == ErrorCode.invalid_record
+        assert result.error_message == "Compacted topic cannot accept message without key in topic partition keyed-0."
+        assert client.produce("keyed", build_batch([(b"k", b"v", (), 1000)])).base_offset == 0
+
+
+def test_records_are_checked_against_their_batch_header(broker):
+    with RawClient(broker.bootstrap) as client:
+        assert client.create_topic("shapes").error_code == ErrorCode.none
+        for codec in (CompressionType.NONE, CompressionType.GZIP):
+            for bad in (raw_batch(records([0, 2]), 2, 1, codec),  # offset deltas not 0..n-1
+                        raw_batch(records([0, 1]) + b"\x00", 2, 1, codec),  # trailing garbage
+                        raw_batch(records([0, 1]), 3, 2, codec)):  # fewer records than counted
+                assert client.produce("shapes", bad).error_code == ErrorCode.invalid_record
+        assert _end_offset(client, "shapes") == 0
+
+
+@pytest.mark.parametrize("codec", [CompressionType.ZSTD, CompressionType.GZIP])
+def test_decompression_bomb_is_refused_and_the_broker_keeps_serving(broker, codec):
+    # One record whose value is 256 MiB of zeros: ~8 KiB of zstd, ~250 KiB of gzip.
+    size = 256 << 20
+    head = bytearray()
+    body = bytearray(b"\x00\x00\x00\x02k")  # attributes, timestamp delta, offset delta, key "k"
+    _write_varint(body, size)
+    _write_varint(head, len(body) + size + 1)  # + the header count after the value
+    stream = cramjam.zstd.Compressor() if codec is CompressionType.ZSTD else cramjam.gzip.Compressor()
+    stream.compress(bytes(head + body))
+    zeros = bytes(1 << 20)
+    for _ in range(size >> 20):
+        stream.compress(zeros)
+    stream.compress(b"\x00")  # no headers
+    bomb = raw_batch(b"", 1, 0, codec, payload=bytes(stream.finish()))
+    assert len(bomb) < 1 << 20  # within max.message.bytes
+    with RawClient(broker.bootstrap) as client:
+        assert client.create_topic(f"bomb-{codec.name}").error_code in (ErrorCode.none, ErrorCode.topic_already_exists)
+        result = client.produce(f"bomb-{codec.name}", bomb)
+        assert result.error_code == ErrorCode.invalid_record
+        assert "67108864" in result.error_message
+        assert _end_offset(client, f"bomb-{codec.name}") == 0
+    assert _metadata_ok(broker.bootstrap)
+
+
+def test_segment_bytes_is_bounded(broker, tmp_path):
+    with RawClient(broker.bootstrap) as client:
+        for value, code in (("2147483648", ErrorCode.invalid_config), ("13", ErrorCode.invalid_config),
+                            ("2147483647", ErrorCode.none)):
+            assert client.create_topic(f"seg-{value}", configs={"segment.bytes": value}).error_code == code
+    for setting in ("log.segment.bytes", "offsets.topic.segment.bytes"):
+        result = subprocess.run([sys.executable, "-m", "tidemark.cli", "serve", "--listen", "127.0.0.1:0",
+                                 "--data-dir", str(tmp_path), "--set", f"{setting}=2147483648"],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0
+        assert f"{setting}='2147483648' is invalid: must be at most 2147483647" in result.stderr

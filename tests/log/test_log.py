@@ -8,7 +8,6 @@ from tidemark.log import (
     Log,
     LogConfig,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
 )
 from tidemark.records import decode_records, iter_batches, read_header
 
@@ -99,14 +98,6 @@ def test_invalid_request_stores_nothing(open_log):
         log.append(good + good[:30], now_ms=NOW)  # partial trailing batch
     assert log.log_end_offset == 0 and log.size_in_bytes == 0
     assert log.append(b"", now_ms=NOW).first_offset == -1
-
-
-def test_too_large_batch_is_rejected(open_log):
-    log = open_log(LogConfig(max_message_bytes=500))
-    log.append(batch(1, size=400), now_ms=NOW)
-    with pytest.raises(RecordTooLargeError):
-        log.append(batch(1, size=500), now_ms=NOW)
-    assert log.log_end_offset == 1
 
 
 def test_roll_by_size(open_log):

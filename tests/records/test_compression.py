@@ -1,9 +1,17 @@
+import resource
 import struct
 
 import cramjam
 import pytest
 
-from tidemark.records import CompressionType, CorruptRecordError, compress, decompress
+from tidemark.records import (
+    MAX_DECOMPRESSED_BATCH_BYTES,
+    CompressionType,
+    CorruptRecordError,
+    DecompressionLimitError,
+    compress,
+    decompress,
+)
 from tidemark.records.compression import XERIAL_MAGIC
 
 DATA = b"tidemark " * 10_000 + bytes(range(256))
@@ -69,3 +77,45 @@ def test_garbage_is_corrupt(codec, garbage):
 def test_unknown_codec_is_corrupt():
     with pytest.raises(CorruptRecordError):
         decompress(6, b"abc")
+
+
+def _every_framing() -> list[tuple[str, int, bytes]]:
+    """(name, codec, compressed DATA) for each framing clients send: Java's and librdkafka's."""
+    linked = cramjam.lz4.Compressor(block_linked=True)  # python clients' lz4 frames link blocks
+    linked.compress(DATA)
+    gzip_members = bytes(cramjam.gzip.compress(DATA[:5000])) + bytes(cramjam.gzip.compress(DATA[5000:]))
+    return [
+        ("gzip", CompressionType.GZIP, compress(CompressionType.GZIP, DATA)),
+        ("gzip-two-members", CompressionType.GZIP, gzip_members),
+        ("snappy-xerial", CompressionType.SNAPPY, compress(CompressionType.SNAPPY, DATA)),
+        ("snappy-raw", CompressionType.SNAPPY, bytes(cramjam.snappy.compress_raw(DATA))),
+        ("snappy-framed", CompressionType.SNAPPY, bytes(cramjam.snappy.compress(DATA))),
+        ("lz4-independent", CompressionType.LZ4, compress(CompressionType.LZ4, DATA)),
+        ("lz4-linked", CompressionType.LZ4, bytes(linked.finish())),
+        ("zstd", CompressionType.ZSTD, compress(CompressionType.ZSTD, DATA)),
+    ]
+
+
+@pytest.mark.parametrize("name,codec,data", _every_framing(), ids=[f[0] for f in _every_framing()])
+def test_decompression_stops_at_the_limit(name, codec, data):
+    # The bound comes from the framing: exact for gzip, snappy and zstd frames that declare
+    # their size; a streamed LZ4 frame counts each compressed block at its maximum size.
+    slack = 64 * 1024 if codec is CompressionType.LZ4 else 0
+    assert decompress(codec, data, limit=len(DATA) + slack) == DATA
+    with pytest.raises(DecompressionLimitError, match=str(len(DATA) - 1)):
+        decompress(codec, data, limit=len(DATA) - 1)
+
+
+def test_bomb_is_refused_without_decompressing_it():
+    # 256 MiB of zeros in ~8 KiB of zstd: refused from its frame header, nothing allocated.
+    stream = cramjam.zstd.Compressor()
+    chunk = bytes(1 << 20)
+    for _ in range(256):
+        stream.compress(chunk)
+    bomb = bytes(stream.finish())
+    assert len(bomb) < 64 * 1024
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(DecompressionLimitError, match=str(MAX_DECOMPRESSED_BATCH_BYTES)):
+        decompress(CompressionType.ZSTD, bomb)
+    # Peak RSS (KiB) did not grow by anything near the 256 MiB the bomb claims.
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 32 * 1024

@@ -14,6 +14,11 @@ from typing import Any
 from tidemark.log.config import LogConfig
 
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+# Kafka's lower bound on segment.bytes (LegacyRecord.RECORD_OVERHEAD_V0; Kafka 4 raised it to
+# 1 MiB). The upper bound is Kafka's too (an INT setting): positions in a segment's offset
+# index are 32-bit.
+MIN_SEGMENT_BYTES = 14
 
 
 class ConfigError(ValueError):
@@ -51,10 +56,11 @@ class Setting:
     parse: Callable[[str], Any]
     minimum: int | None = None
     doc: str = ""
+    maximum: int | None = None
 
 
-def _int(name: str, default: int, minimum: int | None = None, doc: str = "") -> Setting:
-    return Setting(name, default, _parse_int, minimum, doc)
+def _int(name: str, default: int, minimum: int | None = None, doc: str = "", maximum: int | None = None) -> Setting:
+    return Setting(name, default, _parse_int, minimum, doc, maximum)
 
 
 def _parse_ratio(text: str) -> float:
@@ -81,7 +87,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("default.replication.factor", 1, 1),
         Setting("auto.create.topics.enable", True, _parse_bool),
         Setting("delete.topic.enable", True, _parse_bool),
-        _int("log.segment.bytes", 1073741824, 14),
+        _int("log.segment.bytes", 1073741824, MIN_SEGMENT_BYTES, maximum=INT_MAX),
         _int("log.roll.ms", 604800000, 1),
         _int("log.roll.hours", 168, 1),
         _int("log.retention.ms", 604800000, -1),
@@ -102,7 +108,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # The offsets topic and the offset manager (shared/reference/kafka-offsets-facts.md §3).
         _int("offsets.topic.num.partitions", 50, 1),
         _int("offsets.topic.replication.factor", 3, 1),
-        _int("offsets.topic.segment.bytes", 104857600, 1),
+        _int("offsets.topic.segment.bytes", 104857600, 1, maximum=INT_MAX),  # Kafka's bounds
         _int("offsets.topic.compression.codec", 0, 0),
         _int("offsets.retention.minutes", 10080, 1),
         _int("offsets.retention.check.interval.ms", 600000, 1),
@@ -177,6 +183,8 @@ def _parse_setting(setting: Setting, raw: str, where: str) -> Any:
         raise ConfigError(f"{where}{setting.name}={raw!r} is invalid: {exc}") from None
     if setting.minimum is not None and value < setting.minimum:
         raise ConfigError(f"{where}{setting.name}={raw!r} is invalid: must be at least {setting.minimum}")
+    if setting.maximum is not None and value > setting.maximum:
+        raise ConfigError(f"{where}{setting.name}={raw!r} is invalid: must be at most {setting.maximum}")
     return value
 
 

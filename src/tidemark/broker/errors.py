@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.cluster.embedded import InvalidTopicError
 from tidemark.log import errors as log_errors
 from tidemark.records import errors as records_errors
 
@@ -18,6 +19,7 @@ _MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (records_errors.RecordListTooLargeError, ErrorCode.record_list_too_large),
     (records_errors.InvalidRecordError, ErrorCode.invalid_record),
     (records_errors.CorruptRecordError, ErrorCode.corrupt_message),
+    (InvalidTopicError, ErrorCode.invalid_topic_exception),
     (log_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (log_errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (log_errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),

@@ -14,9 +14,6 @@ import structlog
 
 from tidemark.records import (
     BatchHeader,
-    InvalidRecordError,
-    RecordListTooLargeError,
-    RecordTooLargeError,
     decode_records,
     iter_batches,
     set_base_offset,
@@ -245,22 +242,6 @@ class Log:
         batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
         if not batches:
             return AppendInfo(-1, -1, -1, -1)
-        for pos, h in batches:
-            if h.size > self.config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {h.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}"
-                )
-            # Kafka's LogValidator checks on batches from clients.
-            if h.records_count == 0 or h.records_count != h.last_offset_delta + 1:
-                raise InvalidRecordError(
-                    f"batch at {pos}: {h.records_count} records but last offset delta {h.last_offset_delta}"
-                )
-            if h.is_control:
-                raise InvalidRecordError(f"batch at {pos}: clients may not write control batches")
-        if len(buf) > self.config.segment_bytes:
-            raise RecordListTooLargeError(
-                f"{len(buf)} bytes of batches exceed segment.bytes {self.config.segment_bytes}"
-            )
         duplicate = self.producer_state.check([h for _, h in batches])
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, duplicate=True)

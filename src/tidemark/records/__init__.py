@@ -11,15 +11,17 @@ from .batch import (
     iter_key_values,
     iter_timestamped_key_values,
     read_header,
+    scan_records,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
     valid_prefix_length,
     validate_batch,
 )
-from .compression import CompressionType, compress, decompress
+from .compression import MAX_DECOMPRESSED_BATCH_BYTES, CompressionType, compress, decompress
 from .errors import (
     CorruptRecordError,
+    DecompressionLimitError,
     InvalidRecordError,
     RecordListTooLargeError,
     RecordsError,
@@ -29,9 +31,11 @@ from .errors import (
 
 __all__ = [
     "BATCH_OVERHEAD",
+    "MAX_DECOMPRESSED_BATCH_BYTES",
     "BatchHeader",
     "CompressionType",
     "CorruptRecordError",
+    "DecompressionLimitError",
     "InvalidRecordError",
     "RecordListTooLargeError",
     "NewRecord",
@@ -47,6 +51,7 @@ __all__ = [
     "iter_key_values",
     "iter_timestamped_key_values",
     "read_header",
+    "scan_records",
     "set_base_offset",
     "set_log_append_time",
     "set_partition_leader_epoch",

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from .compression import CompressionType, compress, decompress
-from .errors import CorruptRecordError, UnsupportedMagicError
+from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 
 MAGIC = 2
 BATCH_OVERHEAD = 61  # header size
@@ -376,6 +376,47 @@ def _iter_records(header: BatchHeader, buf) -> Iterator[tuple]:
             yield offset_delta, ts_delta, key, value, tuple(headers)
     except (IndexError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"malformed record: {e}") from None
+
+
+def scan_records(batch, position: int = 0) -> Iterator[tuple[int, bool]]:
+    """(offset delta, has a key) of each record of the batch at position, for the produce
+    validator: every record must fill exactly its declared length and the records must fill
+    exactly the (decompressed) batch, or InvalidRecordError (Kafka's InvalidRecordException).
+    Fields are skipped, never copied."""
+    header, buf = _records_section(batch, position)
+    size = len(buf)
+    pos = 0
+    try:
+        for index in range(header.records_count):
+            if pos >= size:
+                raise InvalidRecordError(f"the batch ends after {index} of its {header.records_count} records")
+            length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            if length <= 0 or record_end > size:
+                raise InvalidRecordError(f"record {index} of {header.records_count} runs past the batch")
+            pos = read_varint(buf, pos + 1)[1]  # attributes, timestamp delta
+            offset_delta, pos = read_varint(buf, pos)
+            n, pos = read_varint(buf, pos)  # key
+            has_key = n >= 0
+            pos += max(n, 0)
+            n, pos = read_varint(buf, pos)  # value
+            pos += max(n, 0)
+            count, pos = read_varint(buf, pos)
+            for _ in range(max(count, 0)):
+                n, pos = read_varint(buf, pos)
+                if n < 0:
+                    raise InvalidRecordError(f"record {index} has a header without a key")
+                pos += n
+                n, pos = read_varint(buf, pos)
+                pos += max(n, 0)
+            if pos != record_end:
+                raise InvalidRecordError(f"record {index}: fields take {pos - record_end + length} bytes, "
+                                         f"its length says {length}")
+            yield offset_delta, has_key
+    except (IndexError, CorruptRecordError) as e:  # a field or varint ran off the end
+        raise InvalidRecordError(f"malformed record: {e}") from None
+    if pos != size:
+        raise InvalidRecordError(f"{size - pos} bytes after the batch's {header.records_count} records")
 
 
 def decode_records(batch, position: int = 0) -> list[Record]:

@@ -22,5 +22,9 @@ class InvalidRecordError(RecordsError):
     record count that disagrees with the offset delta, or a control batch."""
 
 
+class DecompressionLimitError(InvalidRecordError):
+    """A compressed batch whose records would decompress past the limit (a decompression bomb)."""
+
+
 class RecordListTooLargeError(RecordsError):
     """One request's batches exceed the segment size (Kafka's RECORD_LIST_TOO_LARGE)."""

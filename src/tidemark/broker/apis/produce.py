@@ -1,4 +1,4 @@
-"""Produce: validate and append each partition's record batches, acknowledge per `acks`.
+"""Produce: validate (broker.validator) and append each partition's batch, acknowledge per `acks`.
 
 Ordering invariant: every append of a request happens before the handler's first `await`. The
 connection starts handlers in arrival order, so pipelined requests on one connection (an
@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.broker import metrics
 from tidemark.broker.errors import error_code_for
+from tidemark.broker.validator import validate_produce
 
 if TYPE_CHECKING:
     from tidemark.broker.server import Broker
@@ -45,6 +46,8 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
                 continue
             records = data.records or b""
             try:
+                validate_produce(records, partition.log.config, topic=topic.name, partition=data.index,
+                                 internal=topic.internal)
                 info = replicas.append(partition, records, now_ms)
             except Exception as exc:  # noqa: BLE001 - every failure becomes that partition's error code
                 response["error_code"] = error_code_for(exc)

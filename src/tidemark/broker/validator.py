@@ -1,0 +1,61 @@
+"""What a client's Produce may append to a partition: the rules of Kafka's LogValidator, in one place.
+
+The produce handler calls `validate_produce` for each partition before appending; nothing else
+does. The group coordinator appends its own records to `__consumer_offsets` without it, and so
+will a follower copying its leader's log. Failures are typed errors from `tidemark.records`
+(and `InvalidTopicError`) that `broker.errors.error_code_for` maps to Kafka's codes.
+"""
+
+from __future__ import annotations
+
+from tidemark.cluster.embedded import InvalidTopicError
+from tidemark.log.config import LogConfig
+from tidemark.records import (
+    BatchHeader,
+    InvalidRecordError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    iter_batches,
+    scan_records,
+)
+
+
+def validate_produce(records: bytes, config: LogConfig, *, topic: str, partition: int, internal: bool) -> BatchHeader:
+    """Check one partition's records from a Produce request; return the header of its batch."""
+    if internal:
+        # Only the broker writes the offsets topic: a forged record there can stop a partition
+        # from loading or shadow later commits.
+        raise InvalidTopicError(f"Cannot append to internal topic {topic}")
+    topic_partition = f"{topic}-{partition}"
+    batches = list(iter_batches(records))  # magic, length, CRC: CorruptRecordError / UnsupportedMagicError
+    if len(batches) != 1:
+        # Kafka's ProduceRequest rule for v2 batches. It also means a retried batch can never
+        # shadow a new one behind it in the same request.
+        raise InvalidRecordError(f"Produce requests must carry exactly one record batch per partition, "
+                                 f"{topic_partition} has {len(batches)}")
+    (position, header), = batches
+    if header.size > config.max_message_bytes:
+        raise RecordTooLargeError(f"batch of {header.size} bytes exceeds max.message.bytes {config.max_message_bytes}")
+    if len(records) > config.segment_bytes:
+        raise RecordListTooLargeError(f"{len(records)} bytes of batches exceed segment.bytes {config.segment_bytes}")
+    if header.is_control:
+        raise InvalidRecordError("clients may not write control batches")
+    if header.records_count == 0 or header.records_count != header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"{header.records_count} records but last offset delta {header.last_offset_delta}")
+    _validate_records(records, position, header, config, topic_partition)
+    return header
+
+
+def _validate_records(records: bytes, position: int, header: BatchHeader, config: LogConfig,
+                      topic_partition: str) -> None:
+    """Each record against the header (decompressed within MAX_DECOMPRESSED_BATCH_BYTES):
+    exactly records_count of them, offset deltas 0..n-1 as clients write them, lengths that match
+    the bytes, and a key for every record of a compacted topic (the cleaner would drop a keyless one later)."""
+    compacted = config.compact_enabled
+    for index, (offset_delta, has_key) in enumerate(scan_records(records, position)):
+        if offset_delta != index:
+            raise InvalidRecordError(f"record {index} has offset delta {offset_delta}, expected {index}")
+        if compacted and not has_key:
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition {topic_partition}.")
