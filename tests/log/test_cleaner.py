@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidemark.log import Log, LogConfig
+from tidemark.log.config import CleanerConfig
 from tidemark.log.cleaner import Cleaner, LogCleanerManager, Throttler, log_to_clean
 from tidemark.log.manager import LogManager, read_checkpoint
 from tidemark.records import build_batch, decode_records, iter_batches
@@ -291,37 +292,51 @@ def test_large_offsets_like_log(tmp_path, capsys):
         log.close()
 
 
-def test_broker_log_cleaner_task(tmp_path):
+def test_background_cleaner_cleans_by_itself(tmp_path):
+    """Started by the LogManager, the cleaner task alone finds dirty logs and cleans them, pass
+    after pass (each cleaning is waited on as it finishes, no clean_once call)."""
     import asyncio
 
-    from tidemark.broker import log_cleaner as broker_cleaner
+    from tidemark.log import log_cleaner
 
-    manager = LogManager(tmp_path, compact_config())
+    manager = LogManager(tmp_path, compact_config(), cleaner_config=CleanerConfig(backoff_ms=10))
     manager.open()
     log = manager.get_or_create("__consumer_offsets", 0)
-    for i in range(200):
-        write(log, [(b"k%d" % (i % 4), b"v%d" % i)])
-    want = latest(read_all(log))
-    from tidemark.broker.config import BrokerConfig
+    want = {}
 
-    settings_ = BrokerConfig({"log.cleaner.backoff.ms": "10"})
-
-    async def main():
-        task = broker_cleaner.LogCleaner(manager, settings_)
-        assert await task.clean_once() is True
-        assert await task.clean_once() is False  # nothing dirty enough any more
-        task.start()
-        for i in range(200, 400):
+    def produce(start):
+        for i in range(start, start + 200):
             write(log, [(b"k%d" % (i % 4), b"v%d" % i)])
             want[b"k%d" % (i % 4)] = b"v%d" % i
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.1)
-        await task.stop()
 
-    before = broker_cleaner.SEGMENTS_CLEANED._value.get()
-    asyncio.run(main())
-    assert broker_cleaner.SEGMENTS_CLEANED._value.get() > before
+    async def main():
+        cleanings: asyncio.Queue = asyncio.Queue()
+        produce(0)
+        manager.start()
+        cleaner_manager = manager.cleaner.manager
+        done_cleaning = cleaner_manager.done_cleaning
+
+        def spy(tp, end):
+            done_cleaning(tp, end)
+            cleanings.put_nowait((tp, end))
+
+        cleaner_manager.done_cleaning = spy
+        try:
+            for start in (200, 400):  # two passes: the loop goes on after a cleaning
+                tp, end = await asyncio.wait_for(cleanings.get(), timeout=60)
+                assert tp == ("__consumer_offsets", 0) and end is not None
+                produce(start)
+            tp, end = await asyncio.wait_for(cleanings.get(), timeout=60)
+        finally:
+            await manager.stop()
+        return end
+
+    before = log_cleaner.SEGMENTS_CLEANED._value.get()
+    end = asyncio.run(main())
+    assert log_cleaner.SEGMENTS_CLEANED._value.get() > before
     assert latest(read_all(log)) == want
-    assert broker_cleaner.DIRTY_RATIO.labels("__consumer_offsets", "0")._value.get() < 0.5
-    assert ("__consumer_offsets", 0) in read_checkpoint(tmp_path / "cleaner-offset-checkpoint")
+    below = [r.key for r in read_all(log) if r.offset < end]
+    assert sorted(below) == sorted(set(below))  # one record per key left below the cleaned end
+    assert log_cleaner.DIRTY_RATIO.labels("__consumer_offsets", "0")._value.get() < 0.5
+    assert read_checkpoint(tmp_path / "cleaner-offset-checkpoint")[("__consumer_offsets", 0)] == end
     manager.close()

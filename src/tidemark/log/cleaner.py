@@ -43,7 +43,7 @@ from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGT
 from tidemark.records.compression import compress, decompress
 
 from .log import CLEANED_SUFFIX, Log
-from .manager import TopicPartition, read_checkpoint, write_checkpoint
+from .checkpoint import TopicPartition, read_checkpoint, write_checkpoint
 from .segment import LogSegment, pread_exact
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"

@@ -1,21 +1,23 @@
-"""The broker's log cleaner task (Kafka's LogCleaner thread): every log.cleaner.backoff.ms it
-picks the dirtiest compacted log and cleans it in a worker thread. The copy runs without the
-log's lock; only each segment swap takes it, so produce, fetch, flush and retention go on."""
+"""The log cleaner task the LogManager runs (Kafka's LogCleaner and its cleaner thread): every
+log.cleaner.backoff.ms it picks the dirtiest compacted log and cleans it in a worker thread. The
+copy runs without the log's lock; only each segment swap takes it, so produce, fetch, flush and
+retention go on."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 import structlog
 from prometheus_client import Counter, Gauge
 
-from tidemark.log.cleaner import Cleaner, CleanerStats, LogCleanerManager, Throttler
-from tidemark.log.manager import LogManager
+from .cleaner import Cleaner, CleanerStats, LogCleanerManager, Throttler
+from .config import CleanerConfig
+from .log import Log
 
-log = structlog.get_logger("tidemark.broker.log_cleaner")
+log = structlog.get_logger("tidemark.log.log_cleaner")
 
 BYTES_READ = Counter("tidemark_log_cleaner_bytes_read_total", "Segment bytes the log cleaner recopied from")
 BYTES_WRITTEN = Counter("tidemark_log_cleaner_bytes_written_total", "Bytes the log cleaner wrote to cleaned segments")
@@ -31,16 +33,15 @@ MAX_DIRTY_PERCENT = Gauge("tidemark_log_cleaner_max_dirty_percent", "Largest dir
 
 
 class LogCleaner:
-    """Owns the cleaner task. config: the broker settings (log.cleaner.*), by name."""
+    """Owns the cleaner task over the logs of one data directory (`logs()` lists them)."""
 
-    def __init__(self, logs: LogManager, config: Any, *, clock: Callable[[], int] | None = None):
-        self.logs = logs
-        self.enabled = config["log.cleaner.enable"]
-        self.backoff_s = config["log.cleaner.backoff.ms"] / 1000
-        rate = config["log.cleaner.io.max.bytes.per.second"]  # inf: unlimited, Kafka's default
+    def __init__(self, data_dir: Path, logs: Callable[[], dict[tuple[str, int], Log]], config: CleanerConfig, *,
+                 clock: Callable[[], int] | None = None):
+        self.enabled = config.enable
+        self.backoff_s = config.backoff_ms / 1000
         self.clock = clock or (lambda: int(time.time() * 1000))
-        self.manager = LogCleanerManager(logs.data_dir, logs.logs)
-        self.cleaner = Cleaner(throttler=Throttler(rate), clock=self.clock)
+        self.manager = LogCleanerManager(data_dir, logs)
+        self.cleaner = Cleaner(throttler=Throttler(config.io_max_bytes_per_second), clock=self.clock)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
