@@ -340,3 +340,95 @@ def test_background_cleaner_cleans_by_itself(tmp_path):
     assert log_cleaner.DIRTY_RATIO.labels("__consumer_offsets", "0")._value.get() < 0.5
     assert read_checkpoint(tmp_path / "cleaner-offset-checkpoint")[("__consumer_offsets", 0)] == end
     manager.close()
+
+
+# -- unreadable batches -----------------------------------------------------------------------
+
+
+def _log_with_segments(directory, config=None):
+    log = Log.open(directory, config or compact_config(), now_ms=NOW)
+    for i in range(120):
+        write(log, [(b"k%d" % (i % 5), b"value-%d" % i)])
+    assert len(log.segments) > 3
+    return log
+
+
+def _batch_positions(path):
+    data = path.read_bytes()
+    return [pos for pos, _ in iter_batches(data, validate=False)]
+
+
+def _files(directory) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def _corrupt_value_byte(log):
+    """Flip the last byte (inside a record's value) of the third batch of the second segment."""
+    path = log.segments[1].log_path
+    pos = _batch_positions(path)[3]
+    data = bytearray(path.read_bytes())
+    end = pos + int.from_bytes(data[pos + 8: pos + 12], "big") + 12
+    data[end - 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _break_header(log):
+    """Zero the length of the third batch of the first segment: nothing after it can be framed."""
+    path = log.segments[0].log_path
+    pos = _batch_positions(path)[2]
+    with open(path, "r+b") as f:
+        f.seek(pos + 8)
+        f.write(b"\x00\x00\x00\x00")
+
+
+@pytest.mark.parametrize("damage", [_corrupt_value_byte, _break_header])
+def test_unreadable_batch_aborts_the_cleaning_and_leaves_the_files(tmp_path, damage):
+    """A batch failing its CRC is never copied (not even rewritten under a fresh CRC), and an
+    unreadable header never ends a segment early (the swap would drop everything after it)."""
+    from tidemark.records import CorruptRecordError
+
+    log = _log_with_segments(tmp_path / "t-0")
+    try:
+        damage(log)
+        before = _files(log.directory)
+        with pytest.raises(CorruptRecordError, match=r"\.log: "):
+            Cleaner().clean(log, 0)
+        assert _files(log.directory) == before
+    finally:
+        log.close()
+
+
+def test_uncleanable_log_is_reported_once_and_skipped_while_others_are_cleaned(tmp_path):
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    from tidemark.log import log_cleaner
+
+    manager = LogManager(tmp_path, compact_config())
+    manager.open()
+    bad = manager.get_or_create("bad", 0)
+    good = manager.get_or_create("good", 0)
+    for log in (bad, good):
+        for i in range(120):
+            write(log, [(b"k%d" % (i % 5), b"value-%d" % i)])
+    _corrupt_value_byte(bad)
+    bad_files = _files(bad.directory)
+    task = log_cleaner.LogCleaner(tmp_path, manager.logs, CleanerConfig())
+
+    async def passes():
+        return [await task.clean_once() for _ in range(3)]
+
+    with capture_logs() as events:
+        assert asyncio.run(passes()) == [False, True, False]  # bad fails, good is cleaned, nothing left
+    failed = [e for e in events if e["event"] == "log_uncleanable"]
+    assert len(failed) == 1 and failed[0]["topic"] == "bad" and "CRC" in failed[0]["error"]
+    assert [e["topic"] for e in events if e["event"] == "log_cleaned"] == ["good"]
+    assert log_cleaner.UNCLEANABLE_PARTITIONS._value.get() == 1
+    assert _files(bad.directory) == bad_files
+    assert ("bad", 0) not in read_checkpoint(tmp_path / "cleaner-offset-checkpoint")
+    # a partition deleted and created again is a new log: cleaned again
+    manager.delete_partition("bad", 0)
+    task.update_dirty_ratios()
+    assert log_cleaner.UNCLEANABLE_PARTITIONS._value.get() == 0
+    manager.close()

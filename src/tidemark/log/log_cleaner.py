@@ -29,6 +29,8 @@ LAST_RUN_SECONDS = Gauge("tidemark_log_cleaner_last_run_duration_seconds", "Dura
 RECOPY_PERCENT = Gauge("tidemark_log_cleaner_recopy_percent", "Bytes written / bytes read in the last cleaning (%)")
 DIRTY_RATIO = Gauge("tidemark_log_cleaner_dirty_ratio", "Dirty bytes / cleanable bytes of a compacted log",
                     ["topic", "partition"])
+UNCLEANABLE_PARTITIONS = Gauge("tidemark_log_cleaner_uncleanable_partitions",
+                                "Compacted logs the cleaner skips after a cleaning of theirs failed")
 MAX_DIRTY_PERCENT = Gauge("tidemark_log_cleaner_max_dirty_percent", "Largest dirty ratio of any compacted log (%)")
 
 
@@ -74,9 +76,12 @@ class LogCleaner:
         for candidate in ratios:
             DIRTY_RATIO.labels(candidate.tp[0], str(candidate.tp[1])).set(candidate.dirty_ratio)
         MAX_DIRTY_PERCENT.set(100 * max((c.dirty_ratio for c in ratios), default=0.0))
+        UNCLEANABLE_PARTITIONS.set(self.manager.uncleanable_count())
 
     async def clean_once(self) -> bool:
-        """Clean the dirtiest log above its min.cleanable.dirty.ratio; False if there was none."""
+        """Clean the dirtiest log above its min.cleanable.dirty.ratio; False if there was none,
+        or if the cleaning failed (that log is then marked uncleanable, with its files left as
+        they were, and later passes skip it)."""
         self.update_dirty_ratios()
         target = self.manager.grab_filthiest_log(self.clock())
         if target is None:
@@ -88,18 +93,23 @@ class LogCleaner:
         try:
             end, stats = await asyncio.to_thread(self.cleaner.clean, target.log, target.first_dirty_offset)
             RUNS.labels("ok").inc()
-        except BaseException:
+        except asyncio.CancelledError:
             RUNS.labels("error").inc()
             raise
+        except Exception as exc:
+            RUNS.labels("error").inc()
+            self.manager.mark_uncleanable(target.tp, target.log)
+            log.error("log_uncleanable", topic=target.tp[0], partition=target.tp[1], error=str(exc), exc_info=exc)
+            return False
         finally:
             self.manager.done_cleaning(target.tp, end)
             self._record(stats)
+            self.update_dirty_ratios()
         log.info("log_cleaned", topic=target.tp[0], partition=target.tp[1], dirty_ratio=round(target.dirty_ratio, 3),
                  first_dirty_offset=target.first_dirty_offset, end_offset=end, bytes_read=stats.bytes_read,
                  bytes_written=stats.bytes_written, records_read=stats.records_read,
                  records_written=stats.records_written, segments=stats.segments_read,
                  seconds=round(stats.elapsed_s, 3))
-        self.update_dirty_ratios()
         return True
 
     @staticmethod
