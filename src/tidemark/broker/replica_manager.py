@@ -36,7 +36,7 @@ class ReplicaManager:
     def __init__(self, config: BrokerConfig, data_dir: Path) -> None:
         self.config = config
         self.data_dir = data_dir
-        self.metadata = EmbeddedMetadata(data_dir, config.node_id)
+        self.metadata: EmbeddedMetadata  # loaded by open(), under the data directory's lock
         self.logs = LogManager(data_dir, self.config.log_config({}), cleaner_config=config.cleaner_config(),
                                retention_check_interval_ms=config["log.retention.check.interval.ms"])
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -49,6 +49,8 @@ class ReplicaManager:
             return self.config.log_config(topic.configs if topic else {})
 
         started = time.perf_counter()
+        self.logs.lock()  # before the metadata file is read or created
+        self.metadata = EmbeddedMetadata(self.data_dir, self.config.node_id)
         self.logs.open(config_for=config_for)
         log.info("logs_loaded", logs=len(self.logs.logs()), clean_shutdown=self.logs.clean_shutdown,
                  seconds=round(time.perf_counter() - started, 3))

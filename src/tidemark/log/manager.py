@@ -16,6 +16,7 @@ import structlog
 
 from .checkpoint import TopicPartition, read_checkpoint, write_checkpoint
 from .config import CleanerConfig, LogConfig
+from .dir_lock import DirLock
 from .log import Log, fsync_directory
 from .log_cleaner import LogCleaner
 
@@ -50,13 +51,19 @@ class LogManager:
         self.cleaner_config = cleaner_config or CleanerConfig()
         self.cleaner: LogCleaner | None = None  # from start() on
         self._tasks: list[asyncio.Task[None]] = []
+        self._dir_lock = DirLock(self.data_dir)
+
+    def lock(self) -> None:
+        """Take the data directory's lock (open() does) before anything reads or writes in it;
+        held until close(). Raises DataDirLockedError if another process holds it."""
+        self._dir_lock.acquire()
 
     def open(self, *, now_ms: int | None = None, config_for: Callable[[str], LogConfig] | None = None) -> None:
         """Load every partition directory; recover them all if the last shutdown was unclean.
 
         `config_for(topic)` gives a topic's own config (its overrides); the default otherwise.
         """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.lock()
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
         recovery_points = read_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT)
@@ -159,3 +166,4 @@ class LogManager:
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         marker.touch()
         fsync_directory(self.data_dir)
+        self._dir_lock.release()
