@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 
 from tidemark.log import LogConfig, LogManager
@@ -85,3 +88,32 @@ def test_one_log_manager_per_data_directory(tmp_path):
     first.close()  # releases the lock
     second.open()
     second.close()
+
+
+def test_clean_shutdown_marker_removal_and_checkpoints_are_durable(tmp_path, monkeypatch):
+    """The marker's removal at start is fsynced (directory) before open() returns; checkpoint
+    files are fsynced, then renamed into place, then their directory fsynced."""
+    from tidemark.log import checkpoint, manager
+
+    m = LogManager(tmp_path, LogConfig())
+    m.open()
+    m.get_or_create("t", 0).append(batch(), now_ms=NOW)
+    m.close()
+    marker = tmp_path / CLEAN_SHUTDOWN_FILE
+    events = []
+    monkeypatch.setattr(manager, "fsync_directory",
+                        lambda d: events.append(("fsync dir", d.name, marker.exists())))
+    m = LogManager(tmp_path, LogConfig())
+    m.open()
+    assert ("fsync dir", tmp_path.name, False) in events  # after the marker was gone
+
+    real_fsync, real_replace = os.fsync, os.replace
+    events.clear()
+    monkeypatch.setattr(checkpoint, "fsync_directory", lambda d: events.append(("fsync dir", d.name)))
+    monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: (events.append(("fsync file",)), real_fsync(fd)))
+    monkeypatch.setattr(checkpoint.os, "replace",
+                        lambda a, b: (events.append(("rename", Path(b).name)), real_replace(a, b)))
+    m.checkpoint()
+    assert events == [("fsync file",), ("rename", RECOVERY_POINT_CHECKPOINT), ("fsync dir", tmp_path.name),
+                      ("fsync file",), ("rename", LOG_START_OFFSET_CHECKPOINT), ("fsync dir", tmp_path.name)]
+    m.close()

@@ -85,8 +85,11 @@ class LogManager:
                 clean_shutdown=self.clean_shutdown,
                 now_ms=now_ms,
             )
-        # From here on a crash must be seen as unclean.
-        marker.unlink(missing_ok=True)
+        # From here on a crash must be seen as unclean: the removal must reach the disk before
+        # anything is appended, or a power cut could bring the marker back over unflushed data.
+        if self.clean_shutdown:
+            marker.unlink()
+            fsync_directory(self.data_dir)
 
     def get(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
