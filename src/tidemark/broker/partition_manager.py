@@ -1,8 +1,9 @@
-"""Topics and the partitions this broker hosts: creation, deletion, lookup, housekeeping.
+"""Topics and the partitions this broker hosts: creation, deletion, lookup, appends.
 
-Named after Kafka's ReplicaManager: it owns the logs (through the LogManager, which runs
-retention, checkpoints and the cleaner), the partition objects that produce and fetch go
-through, and the group-commit flusher.
+It maps topics to the partitions of this one broker and appends through them (no replication:
+Kafka's ReplicaManager would also fetch from leaders and track ISRs). It owns the logs (through
+the LogManager, which runs retention, checkpoints and the cleaner), the partition objects that
+produce and fetch go through, and the group-commit flusher. The broker calls it `replicas`.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from tidemark.log.config import LogConfig
 from tidemark.log.log import AppendInfo
 from tidemark.log.manager import LogManager
 
-log = structlog.get_logger("tidemark.replica_manager")
+log = structlog.get_logger("tidemark.partition_manager")
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class ReplicaManager:
+class PartitionManager:
     def __init__(self, config: BrokerConfig, data_dir: Path) -> None:
         self.config = config
         self.data_dir = data_dir
