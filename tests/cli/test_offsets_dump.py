@@ -167,3 +167,39 @@ def test_help_lists_dump():
     result = CliRunner().invoke(offsets, ["--help"])
     assert result.exit_code == 0
     assert "dump" in result.stdout
+
+
+def test_dump_beside_a_cleaner_swapping_segments(tmp_path, monkeypatch):
+    """A running broker's cleaner replaces segments between the dump's listing and its reads:
+    every record of the log is printed once, none missed."""
+    from tidemark.log import Log, LogConfig, offline
+    from tidemark.log.cleaner import Cleaner
+    from tidemark.records import decode_records, iter_batches
+
+    config = LogConfig(cleanup_policy="compact", segment_bytes=2048)
+    log = Log.open(tmp_path / "__consumer_offsets-0", config, now_ms=T)
+    for i in range(300):
+        value = encode_offset_commit_value(OffsetCommitValue(i, -1, "", T))
+        log.append(build_batch([(encode_key(OffsetCommitKey("g", "t", i % 7)), value, (), T)]), now_ms=T)
+    log.high_watermark = log.log_end_offset
+    listings = []
+
+    def listed(directory, names):
+        listings.append(names)
+        if len(listings) == 1:  # cleaned into one segment: the listed names vanish
+            log.config = LogConfig(cleanup_policy="compact", segment_bytes=1 << 20)
+            Cleaner().clean(log, 0)
+
+    monkeypatch.setattr(offline, "listing_hook", listed)
+    result = run("--data-dir", tmp_path)
+    assert result.exit_code == 0 and result.stderr.strip() == "", result.output  # no warning
+    printed = [int(line.split()[3]) for line in result.stdout.splitlines()]
+    in_log, offset = [], 0
+    while offset < log.log_end_offset:  # one segment per read
+        data = log.read(offset, 1 << 30)
+        for pos, header in iter_batches(data):
+            in_log += [r.offset for r in decode_records(data, pos)]
+            offset = header.next_offset
+    log.close()
+    assert printed == in_log
+    assert len(listings) > 1 and len(in_log) < 300

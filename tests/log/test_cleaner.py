@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidemark.log import Log, LogConfig
+from tidemark.log.config import CleanerConfig
 from tidemark.log.cleaner import Cleaner, LogCleanerManager, Throttler, log_to_clean
 from tidemark.log.manager import LogManager, read_checkpoint
 from tidemark.records import build_batch, decode_records, iter_batches
@@ -291,37 +292,143 @@ def test_large_offsets_like_log(tmp_path, capsys):
         log.close()
 
 
-def test_broker_log_cleaner_task(tmp_path):
+def test_background_cleaner_cleans_by_itself(tmp_path):
+    """Started by the LogManager, the cleaner task alone finds dirty logs and cleans them, pass
+    after pass (each cleaning is waited on as it finishes, no clean_once call)."""
     import asyncio
 
-    from tidemark.broker import log_cleaner as broker_cleaner
+    from tidemark.log import log_cleaner
+
+    manager = LogManager(tmp_path, compact_config(), cleaner_config=CleanerConfig(backoff_ms=10))
+    manager.open()
+    log = manager.get_or_create("__consumer_offsets", 0)
+    want = {}
+
+    def produce(start):
+        for i in range(start, start + 200):
+            write(log, [(b"k%d" % (i % 4), b"v%d" % i)])
+            want[b"k%d" % (i % 4)] = b"v%d" % i
+
+    async def main():
+        cleanings: asyncio.Queue = asyncio.Queue()
+        produce(0)
+        manager.start()
+        cleaner_manager = manager.cleaner.manager
+        done_cleaning = cleaner_manager.done_cleaning
+
+        def spy(tp, end):
+            done_cleaning(tp, end)
+            cleanings.put_nowait((tp, end))
+
+        cleaner_manager.done_cleaning = spy
+        try:
+            for start in (200, 400):  # two passes: the loop goes on after a cleaning
+                tp, end = await asyncio.wait_for(cleanings.get(), timeout=60)
+                assert tp == ("__consumer_offsets", 0) and end is not None
+                produce(start)
+            tp, end = await asyncio.wait_for(cleanings.get(), timeout=60)
+        finally:
+            await manager.stop()
+        return end
+
+    before = log_cleaner.SEGMENTS_CLEANED._value.get()
+    end = asyncio.run(main())
+    assert log_cleaner.SEGMENTS_CLEANED._value.get() > before
+    assert latest(read_all(log)) == want
+    below = [r.key for r in read_all(log) if r.offset < end]
+    assert sorted(below) == sorted(set(below))  # one record per key left below the cleaned end
+    assert log_cleaner.DIRTY_RATIO.labels("__consumer_offsets", "0")._value.get() < 0.5
+    assert read_checkpoint(tmp_path / "cleaner-offset-checkpoint")[("__consumer_offsets", 0)] == end
+    manager.close()
+
+
+# -- unreadable batches -----------------------------------------------------------------------
+
+
+def _log_with_segments(directory, config=None):
+    log = Log.open(directory, config or compact_config(), now_ms=NOW)
+    for i in range(120):
+        write(log, [(b"k%d" % (i % 5), b"value-%d" % i)])
+    assert len(log.segments) > 3
+    return log
+
+
+def _batch_positions(path):
+    data = path.read_bytes()
+    return [pos for pos, _ in iter_batches(data, validate=False)]
+
+
+def _files(directory) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def _corrupt_value_byte(log):
+    """Flip the last byte (inside a record's value) of the third batch of the second segment."""
+    path = log.segments[1].log_path
+    pos = _batch_positions(path)[3]
+    data = bytearray(path.read_bytes())
+    end = pos + int.from_bytes(data[pos + 8: pos + 12], "big") + 12
+    data[end - 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _break_header(log):
+    """Zero the length of the third batch of the first segment: nothing after it can be framed."""
+    path = log.segments[0].log_path
+    pos = _batch_positions(path)[2]
+    with open(path, "r+b") as f:
+        f.seek(pos + 8)
+        f.write(b"\x00\x00\x00\x00")
+
+
+@pytest.mark.parametrize("damage", [_corrupt_value_byte, _break_header])
+def test_unreadable_batch_aborts_the_cleaning_and_leaves_the_files(tmp_path, damage):
+    """A batch failing its CRC is never copied (not even rewritten under a fresh CRC), and an
+    unreadable header never ends a segment early (the swap would drop everything after it)."""
+    from tidemark.records import CorruptRecordError
+
+    log = _log_with_segments(tmp_path / "t-0")
+    try:
+        damage(log)
+        before = _files(log.directory)
+        with pytest.raises(CorruptRecordError, match=r"\.log: "):
+            Cleaner().clean(log, 0)
+        assert _files(log.directory) == before
+    finally:
+        log.close()
+
+
+def test_uncleanable_log_is_reported_once_and_skipped_while_others_are_cleaned(tmp_path):
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    from tidemark.log import log_cleaner
 
     manager = LogManager(tmp_path, compact_config())
     manager.open()
-    log = manager.get_or_create("__consumer_offsets", 0)
-    for i in range(200):
-        write(log, [(b"k%d" % (i % 4), b"v%d" % i)])
-    want = latest(read_all(log))
-    from tidemark.broker.config import BrokerConfig
+    bad = manager.get_or_create("bad", 0)
+    good = manager.get_or_create("good", 0)
+    for log in (bad, good):
+        for i in range(120):
+            write(log, [(b"k%d" % (i % 5), b"value-%d" % i)])
+    _corrupt_value_byte(bad)
+    bad_files = _files(bad.directory)
+    task = log_cleaner.LogCleaner(tmp_path, manager.logs, CleanerConfig())
 
-    settings_ = BrokerConfig({"log.cleaner.backoff.ms": "10"})
+    async def passes():
+        return [await task.clean_once() for _ in range(3)]
 
-    async def main():
-        task = broker_cleaner.LogCleaner(manager, settings_)
-        assert await task.clean_once() is True
-        assert await task.clean_once() is False  # nothing dirty enough any more
-        task.start()
-        for i in range(200, 400):
-            write(log, [(b"k%d" % (i % 4), b"v%d" % i)])
-            want[b"k%d" % (i % 4)] = b"v%d" % i
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.1)
-        await task.stop()
-
-    before = broker_cleaner.SEGMENTS_CLEANED._value.get()
-    asyncio.run(main())
-    assert broker_cleaner.SEGMENTS_CLEANED._value.get() > before
-    assert latest(read_all(log)) == want
-    assert broker_cleaner.DIRTY_RATIO.labels("__consumer_offsets", "0")._value.get() < 0.5
-    assert ("__consumer_offsets", 0) in read_checkpoint(tmp_path / "cleaner-offset-checkpoint")
+    with capture_logs() as events:
+        assert asyncio.run(passes()) == [False, True, False]  # bad fails, good is cleaned, nothing left
+    failed = [e for e in events if e["event"] == "log_uncleanable"]
+    assert len(failed) == 1 and failed[0]["topic"] == "bad" and "CRC" in failed[0]["error"]
+    assert [e["topic"] for e in events if e["event"] == "log_cleaned"] == ["good"]
+    assert log_cleaner.UNCLEANABLE_PARTITIONS._value.get() == 1
+    assert _files(bad.directory) == bad_files
+    assert ("bad", 0) not in read_checkpoint(tmp_path / "cleaner-offset-checkpoint")
+    # a partition deleted and created again is a new log: cleaned again
+    manager.delete_partition("bad", 0)
+    task.update_dirty_ratios()
+    assert log_cleaner.UNCLEANABLE_PARTITIONS._value.get() == 0
     manager.close()

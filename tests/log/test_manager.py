@@ -1,4 +1,10 @@
+import os
+from pathlib import Path
+
+import pytest
+
 from tidemark.log import LogConfig, LogManager
+from tidemark.log.errors import DataDirLockedError
 from tidemark.log.manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -49,7 +55,8 @@ def test_checkpoints_and_clean_shutdown_round_trip(tmp_path):
     a = m.get("a-b", 0)
     assert (a.log_start_offset, a.log_end_offset, a.recovery_point) == (start, 6, 6)
     m.checkpoint()
-    m2 = LogManager(tmp_path, config)  # as if the process died without close()
+    m._dir_lock.release()  # the process dies without close(): the kernel drops its lock
+    m2 = LogManager(tmp_path, config)
     m2.open()
     assert not m2.clean_shutdown
     assert m2.get("a-b", 0).log_start_offset == start
@@ -66,6 +73,47 @@ def test_delete_partition(tmp_path):
     log.append(batch(), now_ms=NOW)
     m.delete_partition("t", 0)
     assert m.get("t", 0) is None
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".lock"]  # the partition directory is gone
     m.close()
     assert read_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT) == {}
+
+
+def test_one_log_manager_per_data_directory(tmp_path):
+    first = LogManager(tmp_path / "data", LogConfig())
+    first.open()
+    second = LogManager(tmp_path / "data", LogConfig())
+    with pytest.raises(DataDirLockedError, match=f"data directory {tmp_path / 'data'} is in use"):
+        second.open()
+    assert second.logs() == {}
+    first.close()  # releases the lock
+    second.open()
+    second.close()
+
+
+def test_clean_shutdown_marker_removal_and_checkpoints_are_durable(tmp_path, monkeypatch):
+    """The marker's removal at start is fsynced (directory) before open() returns; checkpoint
+    files are fsynced, then renamed into place, then their directory fsynced."""
+    from tidemark.log import checkpoint, manager
+
+    m = LogManager(tmp_path, LogConfig())
+    m.open()
+    m.get_or_create("t", 0).append(batch(), now_ms=NOW)
+    m.close()
+    marker = tmp_path / CLEAN_SHUTDOWN_FILE
+    events = []
+    monkeypatch.setattr(manager, "fsync_directory",
+                        lambda d: events.append(("fsync dir", d.name, marker.exists())))
+    m = LogManager(tmp_path, LogConfig())
+    m.open()
+    assert ("fsync dir", tmp_path.name, False) in events  # after the marker was gone
+
+    real_fsync, real_replace = os.fsync, os.replace
+    events.clear()
+    monkeypatch.setattr(checkpoint, "fsync_directory", lambda d: events.append(("fsync dir", d.name)))
+    monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: (events.append(("fsync file",)), real_fsync(fd)))
+    monkeypatch.setattr(checkpoint.os, "replace",
+                        lambda a, b: (events.append(("rename", Path(b).name)), real_replace(a, b)))
+    m.checkpoint()
+    assert events == [("fsync file",), ("rename", RECOVERY_POINT_CHECKPOINT), ("fsync dir", tmp_path.name),
+                      ("fsync file",), ("rename", LOG_START_OFFSET_CHECKPOINT), ("fsync dir", tmp_path.name)]
+    m.close()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tidemark.log import LogConfig
+import threading
+
+from tidemark.log import Log, LogConfig, offline
+from tidemark.log.cleaner import Cleaner
 from tidemark.log.offline import (
     iter_log_records,
     log_end_offset,
@@ -10,6 +13,8 @@ from tidemark.log.offline import (
     topic_partition_dirs,
 )
 from tidemark.records import build_batch
+
+from .test_cleaner import compact_config, read_all, write
 
 NOW = 1_700_000_000_000
 
@@ -53,3 +58,68 @@ def test_partition_dirs_and_empty_logs(tmp_path):
     (tmp_path / "t-2" / "00000000000000000042.log").write_bytes(b"")
     assert log_end_offset(tmp_path / "t-2") == 42
     assert list(iter_log_records(tmp_path / "t-2")) == []
+
+
+def _cleanable_log(directory):
+    log = Log.open(directory, compact_config(), now_ms=NOW)
+    for i in range(300):
+        write(log, [(b"k%d" % (i % 7), b"value-%d" % i)])
+    log.flush()
+    assert len(log.segments) > 4
+    return log
+
+
+def _records(log):
+    return [(r.offset, r.timestamp, r.key, r.value) for r in read_all(log)]
+
+
+def test_listing_that_catches_a_swap_half_done_is_taken_again(tmp_path, monkeypatch):
+    """The cleaner has renamed the old segments away but not yet the cleaned one in: a listing
+    at that moment has no file for the range. The reader must list again, not skip it."""
+    log = _cleanable_log(tmp_path / "t-0")
+    in_window, release = threading.Event(), threading.Event()
+
+    def swap_hook(step):
+        if step == "deleted" and not in_window.is_set():
+            in_window.set()
+            assert release.wait(60)
+
+    log.swap_hook = swap_hook
+    cleaner = threading.Thread(target=Cleaner().clean, args=(log, 0))
+    cleaner.start()
+    try:
+        assert in_window.wait(60)
+        listings = []
+
+        def listed(directory, names):
+            listings.append(names)
+            if len(listings) == 1:  # the swap goes on (and the cleaning ends) after this listing
+                release.set()
+                cleaner.join(60)
+
+        monkeypatch.setattr(offline, "listing_hook", listed)
+        records = list(iter_log_records(tmp_path / "t-0"))
+    finally:
+        release.set()
+        cleaner.join(60)
+    assert "00000000000000000000.log" not in listings[0] and len(listings) > 1
+    assert records == _records(log)
+    log.close()
+
+
+def test_segments_swapped_between_listing_and_reading_are_read_again(tmp_path, monkeypatch):
+    log = _cleanable_log(tmp_path / "t-0")
+    before = _records(log)
+    listings = []
+
+    def listed(directory, names):
+        listings.append(names)
+        if len(listings) == 1:  # the old segments are cleaned into one: their names vanish
+            log.config = compact_config(segment_bytes=1 << 20)
+            Cleaner().clean(log, 0)
+
+    monkeypatch.setattr(offline, "listing_hook", listed)
+    records = list(iter_log_records(tmp_path / "t-0"))
+    assert len(listings) > 1 and len(records) < len(before)
+    assert records == _records(log)
+    log.close()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tidemark.log.config import LogConfig
+from tidemark.log.config import CleanerConfig, LogConfig
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -246,6 +246,10 @@ class BrokerConfig:
         defaults["retention.ms"] = self.retention_ms
         defaults["segment.ms"] = self.roll_ms
         return defaults
+
+    def cleaner_config(self) -> CleanerConfig:
+        return CleanerConfig(enable=self["log.cleaner.enable"], backoff_ms=self["log.cleaner.backoff.ms"],
+                             io_max_bytes_per_second=self["log.cleaner.io.max.bytes.per.second"])
 
     def log_config(self, topic_configs: Mapping[str, Any]) -> LogConfig:
         """The LogConfig of a topic: its own overrides over the broker's defaults."""

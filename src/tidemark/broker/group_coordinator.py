@@ -30,7 +30,7 @@ from tidemark.records.compression import CompressionType
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
     from tidemark.broker.partition import Partition
-    from tidemark.broker.replica_manager import ReplicaManager
+    from tidemark.broker.partition_manager import PartitionManager
 
 log = structlog.get_logger("tidemark.group_coordinator")
 
@@ -244,7 +244,7 @@ def _append_error(exc: BaseException) -> ErrorCode:
 class GroupCoordinator:
     """All offsets partitions this broker leads (on one broker: all of them)."""
 
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager) -> None:
+    def __init__(self, config: BrokerConfig, replicas: PartitionManager) -> None:
         self.config = config
         self.replicas = replicas
         self.shards: dict[int, ShardRuntime] = {}

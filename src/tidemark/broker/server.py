@@ -35,7 +35,7 @@ from tidemark.broker.apis import (
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.group_coordinator import GroupCoordinator
-from tidemark.broker.replica_manager import ReplicaManager
+from tidemark.broker.partition_manager import PartitionManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
     CODEC_API_RANGES,
@@ -93,7 +93,7 @@ class Broker:
         self.advertised_host = host
         self.advertised_port = port
         self.supported_versions = supported_versions()
-        self.replicas = ReplicaManager(config, data_dir)
+        self.replicas = PartitionManager(config, data_dir)
         self.coordinator = GroupCoordinator(config, self.replicas)
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()

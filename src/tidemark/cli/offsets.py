@@ -8,6 +8,8 @@ directory and prints one line per record, like kafka-dump-log's offsets decoder:
 Values print as compact JSON of the decoded record (bytes fields as base64), a null value as
 `<tombstone>`, and a key of a record type tidemark does not decode as `unknown version N`.
 Stdout carries only these lines so they can be piped; warnings and the progress bar go to stderr.
+It is safe on a running broker's data directory: segments the cleaner swaps or retention deletes
+mid-read are neither missed nor printed twice (see tidemark.log.offline).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import click
 
 from tidemark.log.offline import (
     iter_segment_batches,
+    iter_segment_data,
     segment_files,
     topic_partition_dirs,
 )
@@ -92,10 +95,15 @@ def format_control_record(partition: int, offset: int, key: bytes | None) -> str
     return f"partition: {partition} offset: {offset} control: {marker}"
 
 
-def dump_segment(partition: int, data: bytes, warn=lambda message: None) -> Iterator[str]:
-    """The dump lines of one segment file's bytes (concatenated RecordBatch v2 batches)."""
+def dump_segment(partition: int, data: bytes, warn=lambda message: None, first_offset: int = 0) -> Iterator[str]:
+    """The dump lines of one segment file's bytes (concatenated RecordBatch v2 batches), from
+    first_offset on."""
     for header, records in iter_segment_batches(data, warn=warn, label=f"partition {partition}"):
+        if header.next_offset <= first_offset:
+            continue
         for record in records:
+            if record.offset < first_offset:
+                continue
             if header.is_control:
                 yield format_control_record(partition, record.offset, record.key)
             else:
@@ -112,6 +120,13 @@ def partition_dirs(data_dir: Path, partition: int | None) -> list[tuple[int, Pat
     return topic_partition_dirs(data_dir, OFFSETS_TOPIC)
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # swapped or deleted by a running broker since the listing
+        return 0
+
+
 @click.group()
 def offsets() -> None:
     """Inspect the __consumer_offsets topic."""
@@ -126,7 +141,10 @@ def offsets() -> None:
 )
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="Only this partition (default: all).")
 def dump(data_dir: Path, partition: int | None) -> None:
-    """Decode the __consumer_offsets segment files: one line per record on stdout."""
+    """Decode the __consumer_offsets segment files: one line per record on stdout.
+
+    Safe on a running broker's directory: segments it cleans or deletes meanwhile are neither
+    missed nor printed twice."""
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -136,13 +154,10 @@ def dump(data_dir: Path, partition: int | None) -> None:
     def warn(message: str) -> None:
         stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
-    segments = [
-        (number, segment)
-        for number, directory in partition_dirs(data_dir, partition)
-        for segment in segment_files(directory)
-    ]
+    directories = partition_dirs(data_dir, partition)
     progress = None
-    if len(segments) > 1:
+    sizes = [_size(segment) for _, directory in directories for segment in segment_files(directory)]
+    if len(sizes) > 1:
         progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -153,17 +168,17 @@ def dump(data_dir: Path, partition: int | None) -> None:
             redirect_stdout=False,
             redirect_stderr=False,
         )
-        task = progress.add_task(OFFSETS_TOPIC, total=sum(s.stat().st_size for _, s in segments))
+        task = progress.add_task(OFFSETS_TOPIC, total=sum(sizes))
         progress.start()
     try:
-        for number, segment in segments:
-            if progress is not None:
-                progress.update(task, description=f"{OFFSETS_TOPIC}-{number}/{segment.name}")
-            data = segment.read_bytes()
-            for line in dump_segment(number, data, warn):
-                click.echo(line)
-            if progress is not None:
-                progress.advance(task, len(data))
+        for number, directory in directories:
+            for name, data, first in iter_segment_data(directory, warn=warn):
+                if progress is not None:
+                    progress.update(task, description=f"{OFFSETS_TOPIC}-{number}/{name}")
+                for line in dump_segment(number, data, warn, first):
+                    click.echo(line)
+                if progress is not None:
+                    progress.advance(task, len(data))
     finally:
         if progress is not None:
             progress.stop()

@@ -11,6 +11,7 @@ import click
 
 from tidemark import logging as tidemark_logging
 from tidemark.broker.config import BrokerConfig, ConfigError
+from tidemark.log.errors import DataDirLockedError
 
 
 def _parse_listen(value: str) -> tuple[str, int]:
@@ -46,7 +47,10 @@ def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str
     # request crosses threads a few times (fsync hand-offs), so a short interval keeps commit
     # latency low while the cleaner copies segments.
     sys.setswitchinterval(0.0005)
-    asyncio.run(_serve(config, data_dir, host, port))
+    try:
+        asyncio.run(_serve(config, data_dir, host, port))
+    except DataDirLockedError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> None:

@@ -38,12 +38,12 @@ from pathlib import Path
 import structlog
 from crc32c import crc32c
 
-from tidemark.records import BatchHeader, iter_key_values, read_header
+from tidemark.records import BatchHeader, CorruptRecordError, iter_key_values, read_header, validate_batch
 from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, read_varint
 from tidemark.records.compression import compress, decompress
 
 from .log import CLEANED_SUFFIX, Log
-from .manager import TopicPartition, read_checkpoint, write_checkpoint
+from .checkpoint import TopicPartition, read_checkpoint, write_checkpoint
 from .segment import LogSegment, pread_exact
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -165,21 +165,31 @@ def log_to_clean(tp: TopicPartition, log: Log, checkpoint: int | None, now_ms: i
 # -- reading raw batches and records ----------------------------------------------------------
 
 
-def _iter_raw_batches(fd: int, size: int, start: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
-    """(header, whole batch bytes) of each batch of a segment file read through fd."""
-    pos = start
+def _iter_raw_batches(fd: int, seg: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
+    """(header, whole batch bytes) of each batch of a (non-active) segment read through fd, each
+    checked (length, magic, CRC) first: a batch that fails, or bytes that are no batch, raise
+    CorruptRecordError, so a cleaning never copies a corrupt batch nor ends a segment early."""
+    size = seg.size
+    pos = 0
     buf = b""
     buf_start = 0
-    while size - pos >= BATCH_OVERHEAD:
+    while pos < size:
+        if size - pos < BATCH_OVERHEAD:
+            raise CorruptRecordError(f"{seg.log_path.name}: {size - pos} bytes at position {pos} are no batch")
         rel = pos - buf_start
         if rel + BATCH_OVERHEAD > len(buf):
             buf_start, buf, rel = pos, pread_exact(fd, min(_READ_CHUNK, size - pos), pos), 0
         h = read_header(buf, rel)
         n = h.batch_length + LOG_OVERHEAD
-        if h.batch_length < MIN_BATCH_LENGTH or pos + n > size:
-            return
+        if h.batch_length < MIN_BATCH_LENGTH or n > size - pos:
+            raise CorruptRecordError(
+                f"{seg.log_path.name}: unreadable batch header at position {pos} (length {h.batch_length})")
         if rel + n > len(buf):
-            buf_start, buf, rel = pos, pread_exact(fd, max(_READ_CHUNK, n), pos), 0
+            buf_start, buf, rel = pos, pread_exact(fd, min(max(_READ_CHUNK, n), size - pos), pos), 0
+        try:
+            validate_batch(buf, rel, rel + n)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{seg.log_path.name}: batch at position {pos}: {exc}") from None
         yield h, buf[rel: rel + n]
         pos += n
 
@@ -278,7 +288,7 @@ class Cleaner:
         for i, seg in enumerate(segments):
             if seg.next_offset <= first_dirty:
                 continue
-            for h, data in _iter_raw_batches(fds[id(seg)], seg.size):
+            for h, data in _iter_raw_batches(fds[id(seg)], seg):
                 self.throttler.maybe_throttle(len(data))
                 self._share_the_gil()
                 stats.map_bytes += len(data)
@@ -317,7 +327,7 @@ class Cleaner:
             for n, seg in enumerate(group):
                 retain_deletes = seg.last_modified_ms > horizon
                 last_modified = max(last_modified, seg.last_modified_ms)
-                batches = list(_iter_raw_batches(fds[id(seg)], seg.size))
+                batches = list(_iter_raw_batches(fds[id(seg)], seg))
                 for b, (h, data) in enumerate(batches):
                     if self.abort.is_set():
                         raise _Aborted
@@ -407,7 +417,9 @@ class _Aborted(Exception):
 
 class LogCleanerManager:
     """Kafka's LogCleanerManager: the first dirty offset of every compacted log, kept in the
-    data directory's cleaner-offset-checkpoint file, and the choice of the dirtiest log."""
+    data directory's cleaner-offset-checkpoint file, the choice of the dirtiest log, and the
+    logs a cleaning failed on (uncleanable: skipped until restart, so one bad batch does not
+    stop the cleaning of every other log)."""
 
     def __init__(self, data_dir: Path, logs: Callable[[], dict[TopicPartition, Log]]):
         self.path = Path(data_dir) / CLEANER_OFFSET_CHECKPOINT
@@ -418,6 +430,8 @@ class LogCleanerManager:
             _logger.warning("cleaner_checkpoint_unreadable", file=self.path.name)
             self.checkpoints = {}
         self.in_progress: set[TopicPartition] = set()
+        # The Log itself, so a partition deleted and created again is cleaned again.
+        self.uncleanable: dict[TopicPartition, Log] = {}
 
     def compacted_logs(self) -> dict[TopicPartition, Log]:
         return {tp: log for tp, log in self.logs().items() if log.config.compact_enabled and log.offline is None}
@@ -429,7 +443,7 @@ class LogCleanerManager:
         """The dirtiest compacted log at or above its min.cleanable.dirty.ratio, if any."""
         best = None
         for candidate in self.dirtiness(now_ms):
-            if candidate.tp in self.in_progress or candidate.dirty_bytes == 0:
+            if candidate.tp in self.in_progress or candidate.dirty_bytes == 0 or self.is_uncleanable(candidate):
                 continue
             if candidate.dirty_ratio < candidate.log.config.min_cleanable_dirty_ratio:
                 continue
@@ -438,6 +452,16 @@ class LogCleanerManager:
         if best is not None:
             self.in_progress.add(best.tp)
         return best
+
+    def is_uncleanable(self, candidate: LogToClean) -> bool:
+        return self.uncleanable.get(candidate.tp) is candidate.log
+
+    def mark_uncleanable(self, tp: TopicPartition, log: Log) -> None:
+        self.uncleanable[tp] = log
+
+    def uncleanable_count(self) -> int:
+        live = self.logs()
+        return sum(1 for tp, log in self.uncleanable.items() if live.get(tp) is log)
 
     def done_cleaning(self, tp: TopicPartition, end_offset: int | None) -> None:
         """Record the next first dirty offset (None: the cleaning failed) and write the

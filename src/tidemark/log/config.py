@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -27,3 +28,12 @@ class LogConfig:
     @property
     def compact_enabled(self) -> bool:
         return "compact" in self.cleanup_policy.split(",")
+
+
+@dataclass(frozen=True)
+class CleanerConfig:
+    """The log cleaner's broker settings (Kafka's CleanerConfig)."""
+
+    enable: bool = True  # log.cleaner.enable
+    backoff_ms: int = 15000  # log.cleaner.backoff.ms: the pause when no log needs cleaning
+    io_max_bytes_per_second: float = math.inf  # log.cleaner.io.max.bytes.per.second

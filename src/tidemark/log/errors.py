@@ -4,6 +4,7 @@ from tidemark.records.errors import CorruptRecordError, RecordTooLargeError
 
 __all__ = [
     "CorruptRecordError",
+    "DataDirLockedError",
     "LogOfflineError",
     "InvalidProducerEpochError",
     "LogError",
@@ -35,3 +36,7 @@ class LogOfflineError(LogError, OSError):
     After a failed fsync the kernel may have dropped the dirty pages while a later fsync
     reports success, so carrying on could acknowledge records that are gone (Kafka takes the
     whole log directory offline for the same reason)."""
+
+
+class DataDirLockedError(LogError):
+    """Another process holds the data directory's lock (another broker runs on it)."""

@@ -1,23 +1,33 @@
-"""All partition logs under one data directory, with Kafka's checkpoint files."""
+"""All partition logs under one data directory, with Kafka's checkpoint files, and (like
+Kafka's LogManager) the background work on them: retention, the recovery-point and log-start
+checkpoints, and the log cleaner."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import LogConfig
+import structlog
+
+from .checkpoint import TopicPartition, read_checkpoint, write_checkpoint
+from .config import CleanerConfig, LogConfig
+from .dir_lock import DirLock
 from .log import Log, fsync_directory
+from .log_cleaner import LogCleaner
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_SUFFIX = "-delete"
-_CHECKPOINT_VERSION = 0
+# Kafka's log.flush.offset.checkpoint.interval.ms and log.flush.start.offset.checkpoint.interval.ms.
+CHECKPOINT_INTERVAL_MS = 60000
 
-TopicPartition = tuple[str, int]
+_logger = structlog.get_logger("tidemark.log.manager")
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -28,50 +38,32 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
     return topic, int(partition)
 
 
-def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
-    """Kafka's OffsetCheckpointFile: version line, entry count line, 'topic partition offset' lines."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    if len(lines) < 2 or lines[0].strip() != str(_CHECKPOINT_VERSION):
-        raise ValueError(f"unrecognised checkpoint file {path.name}")
-    count = int(lines[1])
-    entries = {}
-    for line in lines[2 : 2 + count]:
-        topic, partition, offset = line.split()
-        entries[(topic, int(partition))] = int(offset)
-    if len(entries) != count:
-        raise ValueError(f"checkpoint file {path.name} expected {count} entries, found {len(entries)}")
-    return entries
-
-
-def write_checkpoint(path: Path, entries: dict[TopicPartition, int]) -> None:
-    """Atomically replace the file: write a temp file, fsync it, rename, fsync the directory."""
-    lines = [str(_CHECKPOINT_VERSION), str(len(entries))]
-    lines += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
-
-
 class LogManager:
-    def __init__(self, data_dir: Path, default_config: LogConfig | None = None):
+    def __init__(self, data_dir: Path, default_config: LogConfig | None = None, *,
+                 cleaner_config: CleanerConfig | None = None, retention_check_interval_ms: int = 300000,
+                 checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS):
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
         self._logs: dict[TopicPartition, Log] = {}
         self.clean_shutdown = False  # how the last run ended, as found by open()
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.cleaner_config = cleaner_config or CleanerConfig()
+        self.cleaner: LogCleaner | None = None  # from start() on
+        self._tasks: list[asyncio.Task[None]] = []
+        self._dir_lock = DirLock(self.data_dir)
+
+    def lock(self) -> None:
+        """Take the data directory's lock (open() does) before anything reads or writes in it;
+        held until close(). Raises DataDirLockedError if another process holds it."""
+        self._dir_lock.acquire()
 
     def open(self, *, now_ms: int | None = None, config_for: Callable[[str], LogConfig] | None = None) -> None:
         """Load every partition directory; recover them all if the last shutdown was unclean.
 
         `config_for(topic)` gives a topic's own config (its overrides); the default otherwise.
         """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.lock()
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
         recovery_points = read_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT)
@@ -93,8 +85,11 @@ class LogManager:
                 clean_shutdown=self.clean_shutdown,
                 now_ms=now_ms,
             )
-        # From here on a crash must be seen as unclean.
-        marker.unlink(missing_ok=True)
+        # From here on a crash must be seen as unclean: the removal must reach the disk before
+        # anything is appended, or a power cut could bring the marker back over unflushed data.
+        if self.clean_shutdown:
+            marker.unlink()
+            fsync_directory(self.data_dir)
 
     def get(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
@@ -127,6 +122,45 @@ class LogManager:
             self.data_dir / LOG_START_OFFSET_CHECKPOINT, {tp: log.log_start_offset for tp, log in self._logs.items()}
         )
 
+    # -- background work ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the retention and checkpoint loops and the log cleaner (Kafka's LogManager.startup)."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(self.retention_check_interval_ms / 1000, self.enforce_retention)),
+            loop.create_task(self._every(self.checkpoint_interval_ms / 1000, self.checkpoint)),
+        ]
+        self.cleaner = LogCleaner(self.data_dir, self.logs, self.cleaner_config)
+        self.cleaner.start()
+
+    async def stop(self) -> None:
+        """Stop the background work (the cleaner between batches); the logs stay open."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self.cleaner is not None:
+            await self.cleaner.stop()
+
+    @staticmethod
+    async def _every(seconds: float, action: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                action()
+            except Exception:
+                _logger.exception("periodic_task_failed", task=getattr(action, "__name__", str(action)))
+
+    def enforce_retention(self, now_ms: int | None = None) -> None:
+        """Delete the segments past retention of every log (Kafka's cleanupLogs)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        for (topic, partition), log in list(self._logs.items()):
+            deleted = log.delete_retention(now)
+            if deleted:
+                _logger.info("retention_deleted_segments", topic=topic, partition=partition, segments=deleted,
+                             log_start_offset=log.log_start_offset)
+
     def close(self) -> None:
         """Flush and close every log, checkpoint, then mark the shutdown clean."""
         for log in self._logs.values():
@@ -135,3 +169,4 @@ class LogManager:
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         marker.touch()
         fsync_directory(self.data_dir)
+        self._dir_lock.release()

@@ -1,21 +1,23 @@
-"""The broker's log cleaner task (Kafka's LogCleaner thread): every log.cleaner.backoff.ms it
-picks the dirtiest compacted log and cleans it in a worker thread. The copy runs without the
-log's lock; only each segment swap takes it, so produce, fetch, flush and retention go on."""
+"""The log cleaner task the LogManager runs (Kafka's LogCleaner and its cleaner thread): every
+log.cleaner.backoff.ms it picks the dirtiest compacted log and cleans it in a worker thread. The
+copy runs without the log's lock; only each segment swap takes it, so produce, fetch, flush and
+retention go on."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 import structlog
 from prometheus_client import Counter, Gauge
 
-from tidemark.log.cleaner import Cleaner, CleanerStats, LogCleanerManager, Throttler
-from tidemark.log.manager import LogManager
+from .cleaner import Cleaner, CleanerStats, LogCleanerManager, Throttler
+from .config import CleanerConfig
+from .log import Log
 
-log = structlog.get_logger("tidemark.broker.log_cleaner")
+log = structlog.get_logger("tidemark.log.log_cleaner")
 
 BYTES_READ = Counter("tidemark_log_cleaner_bytes_read_total", "Segment bytes the log cleaner recopied from")
 BYTES_WRITTEN = Counter("tidemark_log_cleaner_bytes_written_total", "Bytes the log cleaner wrote to cleaned segments")
@@ -27,20 +29,21 @@ LAST_RUN_SECONDS = Gauge("tidemark_log_cleaner_last_run_duration_seconds", "Dura
 RECOPY_PERCENT = Gauge("tidemark_log_cleaner_recopy_percent", "Bytes written / bytes read in the last cleaning (%)")
 DIRTY_RATIO = Gauge("tidemark_log_cleaner_dirty_ratio", "Dirty bytes / cleanable bytes of a compacted log",
                     ["topic", "partition"])
+UNCLEANABLE_PARTITIONS = Gauge("tidemark_log_cleaner_uncleanable_partitions",
+                                "Compacted logs the cleaner skips after a cleaning of theirs failed")
 MAX_DIRTY_PERCENT = Gauge("tidemark_log_cleaner_max_dirty_percent", "Largest dirty ratio of any compacted log (%)")
 
 
 class LogCleaner:
-    """Owns the cleaner task. config: the broker settings (log.cleaner.*), by name."""
+    """Owns the cleaner task over the logs of one data directory (`logs()` lists them)."""
 
-    def __init__(self, logs: LogManager, config: Any, *, clock: Callable[[], int] | None = None):
-        self.logs = logs
-        self.enabled = config["log.cleaner.enable"]
-        self.backoff_s = config["log.cleaner.backoff.ms"] / 1000
-        rate = config["log.cleaner.io.max.bytes.per.second"]  # inf: unlimited, Kafka's default
+    def __init__(self, data_dir: Path, logs: Callable[[], dict[tuple[str, int], Log]], config: CleanerConfig, *,
+                 clock: Callable[[], int] | None = None):
+        self.enabled = config.enable
+        self.backoff_s = config.backoff_ms / 1000
         self.clock = clock or (lambda: int(time.time() * 1000))
-        self.manager = LogCleanerManager(logs.data_dir, logs.logs)
-        self.cleaner = Cleaner(throttler=Throttler(rate), clock=self.clock)
+        self.manager = LogCleanerManager(data_dir, logs)
+        self.cleaner = Cleaner(throttler=Throttler(config.io_max_bytes_per_second), clock=self.clock)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -73,9 +76,12 @@ class LogCleaner:
         for candidate in ratios:
             DIRTY_RATIO.labels(candidate.tp[0], str(candidate.tp[1])).set(candidate.dirty_ratio)
         MAX_DIRTY_PERCENT.set(100 * max((c.dirty_ratio for c in ratios), default=0.0))
+        UNCLEANABLE_PARTITIONS.set(self.manager.uncleanable_count())
 
     async def clean_once(self) -> bool:
-        """Clean the dirtiest log above its min.cleanable.dirty.ratio; False if there was none."""
+        """Clean the dirtiest log above its min.cleanable.dirty.ratio; False if there was none,
+        or if the cleaning failed (that log is then marked uncleanable, with its files left as
+        they were, and later passes skip it)."""
         self.update_dirty_ratios()
         target = self.manager.grab_filthiest_log(self.clock())
         if target is None:
@@ -87,18 +93,23 @@ class LogCleaner:
         try:
             end, stats = await asyncio.to_thread(self.cleaner.clean, target.log, target.first_dirty_offset)
             RUNS.labels("ok").inc()
-        except BaseException:
+        except asyncio.CancelledError:
             RUNS.labels("error").inc()
             raise
+        except Exception as exc:
+            RUNS.labels("error").inc()
+            self.manager.mark_uncleanable(target.tp, target.log)
+            log.error("log_uncleanable", topic=target.tp[0], partition=target.tp[1], error=str(exc), exc_info=exc)
+            return False
         finally:
             self.manager.done_cleaning(target.tp, end)
             self._record(stats)
+            self.update_dirty_ratios()
         log.info("log_cleaned", topic=target.tp[0], partition=target.tp[1], dirty_ratio=round(target.dirty_ratio, 3),
                  first_dirty_offset=target.first_dirty_offset, end_offset=end, bytes_read=stats.bytes_read,
                  bytes_written=stats.bytes_written, records_read=stats.records_read,
                  records_written=stats.records_written, segments=stats.segments_read,
                  seconds=round(stats.elapsed_s, 3))
-        self.update_dirty_ratios()
         return True
 
     @staticmethod

@@ -1,13 +1,13 @@
-"""Topics and the partitions this broker hosts: creation, deletion, lookup, housekeeping.
+"""Topics and the partitions this broker hosts: creation, deletion, lookup, appends.
 
-Named after Kafka's ReplicaManager: it owns the logs (through the LogManager), the partition
-objects that produce and fetch go through, the group-commit flusher, and the periodic retention
-and recovery-point checkpoint tasks.
+It maps topics to the partitions of this one broker and appends through them (no replication:
+Kafka's ReplicaManager would also fetch from leaders and track ISRs). It owns the logs (through
+the LogManager, which runs retention, checkpoints and the cleaner), the partition objects that
+produce and fetch go through, and the group-commit flusher. The broker calls it `replicas`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -20,32 +20,28 @@ from tidemark.broker import metrics
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.errors import PartitionDeletedError
 from tidemark.broker.flusher import Flusher
-from tidemark.broker.log_cleaner import LogCleaner
 from tidemark.broker.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
 from tidemark.log.config import LogConfig
 from tidemark.log.log import AppendInfo
 from tidemark.log.manager import LogManager
 
-log = structlog.get_logger("tidemark.replica_manager")
-
-CHECKPOINT_INTERVAL_S = 60.0
+log = structlog.get_logger("tidemark.partition_manager")
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class ReplicaManager:
+class PartitionManager:
     def __init__(self, config: BrokerConfig, data_dir: Path) -> None:
         self.config = config
         self.data_dir = data_dir
-        self.metadata = EmbeddedMetadata(data_dir, config.node_id)
-        self.logs = LogManager(data_dir, self.config.log_config({}))
-        self.log_cleaner = LogCleaner(self.logs, config)
+        self.metadata: EmbeddedMetadata  # loaded by open(), under the data directory's lock
+        self.logs = LogManager(data_dir, self.config.log_config({}), cleaner_config=config.cleaner_config(),
+                               retention_check_interval_ms=config["log.retention.check.interval.ms"])
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.flusher = Flusher()
-        self._tasks: list[asyncio.Task[None]] = []
 
     def open(self) -> None:
         """Recover every log on disk and attach it to a known topic's partition."""
@@ -54,6 +50,8 @@ class ReplicaManager:
             return self.config.log_config(topic.configs if topic else {})
 
         started = time.perf_counter()
+        self.logs.lock()  # before the metadata file is read or created
+        self.metadata = EmbeddedMetadata(self.data_dir, self.config.node_id)
         self.logs.open(config_for=config_for)
         log.info("logs_loaded", logs=len(self.logs.logs()), clean_shutdown=self.logs.clean_shutdown,
                  seconds=round(time.perf_counter() - started, 3))
@@ -70,41 +68,12 @@ class ReplicaManager:
 
     def start(self) -> None:
         self.flusher.start()
-        self.log_cleaner.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._every(self.config["log.retention.check.interval.ms"] / 1000, self.enforce_retention)),
-            loop.create_task(self._every(CHECKPOINT_INTERVAL_S, self.logs.checkpoint)),
-        ]
+        self.logs.start()
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.log_cleaner.stop()
+        await self.logs.stop()
         await self.flusher.stop()
         self.logs.close()
-
-    async def _every(self, seconds: float, action: Any) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            try:
-                action()
-            except Exception:
-                log.exception("periodic_task_failed", task=getattr(action, "__name__", str(action)))
-
-    def enforce_retention(self) -> None:
-        now = now_ms()
-        for partition in self.partitions.values():
-            deleted = partition.log.delete_retention(now)
-            if deleted:
-                log.info(
-                    "retention_deleted_segments",
-                    topic=partition.topic,
-                    partition=partition.index,
-                    segments=deleted,
-                    log_start_offset=partition.log.log_start_offset,
-                )
 
     def _ensure_partitions(self, topic: TopicMetadata) -> None:
         config = self.config.log_config(topic.configs)
