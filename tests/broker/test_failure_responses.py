@@ -122,10 +122,10 @@ async def _crashing_handler(broker: Broker, request: Any) -> Any:
     raise RuntimeError("injected handler failure")
 
 
-async def exchange(tmp_path, frames: list[bytes], handlers=None) -> list[bytes | None]:
+async def exchange(tmp_path, frames: list[bytes], handlers=None, settings=None) -> list[bytes | None]:
     """Start a Broker on a free loopback port, send `frames` on one connection, return each
     response frame (None once the broker has closed the connection)."""
-    broker = Broker(BrokerConfig({}), tmp_path, port=0, handlers=handlers)
+    broker = Broker(BrokerConfig(settings or {}), tmp_path, port=0, handlers=handlers)
     await broker.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
@@ -258,3 +258,30 @@ def test_crashed_produce_with_acks_0_closes_the_connection(tmp_path):
     entity_writer(schema)(buffer, build(schema, dict(REQUESTS[0], acks=0)))
     heartbeat, _ = _request_frame(12, 4, correlation_id=2)
     assert asyncio.run(exchange(tmp_path, [buffer.getvalue(), heartbeat], handlers=CRASHING)) == [None, None]
+
+
+def test_unserved_api_without_a_top_level_error_code_closes_the_connection(tmp_path):
+    """DeleteRecords answers only per partition: an empty answer would read as a success."""
+    schema = load_request_schema(21, 2)
+    buffer = io.BytesIO()
+    entity_writer(schema.__header_schema__)(buffer, build(schema.__header_schema__, {
+        "request_api_key": 21, "request_api_version": 2, "correlation_id": 1, "client_id": "t"}))
+    entity_writer(schema)(buffer, build(schema, {"topics": [
+        {"name": "a", "partitions": [{"partition_index": 0, "offset": 5}]}], "timeout": 1000}))
+    assert asyncio.run(exchange(tmp_path, [buffer.getvalue()])) == [None]
+
+
+@pytest.mark.parametrize("version", range(supported_versions()[11][0], supported_versions()[11][1] + 1))
+def test_join_group_while_the_offsets_partition_loads(tmp_path, version):
+    """The first JoinGroup creates the offsets topic, whose partition is still loading: the
+    answer is COORDINATOR_LOAD_IN_PROGRESS at every version (v0-6 cannot encode a null protocol
+    name), and the connection goes on serving."""
+    join, _ = _request_frame(11, version, correlation_id=1)
+    heartbeat, _ = _request_frame(12, 4, correlation_id=2)
+    join_answer, heartbeat_answer = asyncio.run(
+        exchange(tmp_path, [join, heartbeat], settings={"offsets.topic.num.partitions": "1"}))
+    assert join_answer is not None, "the broker closed the connection"
+    response = _read_response(11, version, join_answer, 1)
+    assert response.error_code == ErrorCode.coordinator_load_in_progress
+    assert response.protocol_name == ("" if version < 7 else None)
+    assert heartbeat_answer is not None

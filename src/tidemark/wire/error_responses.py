@@ -22,7 +22,8 @@ from kio.schema.errors import ErrorCode
 
 from .list_offsets_v0 import ListOffsetsV0Request, ListOffsetsV0Response
 
-__all__ = ("SHAPES", "described_group", "join_group", "offset_fetch_group", "response_for")
+__all__ = ("SHAPES", "coordinator", "deleted_group", "described_group", "heartbeat", "join_group", "leave_group",
+           "offset_fetch_group", "response_for", "sync_group")
 
 # No offset, timestamp, epoch or node: Kafka's -1 in every response.
 UNKNOWN = -1
@@ -146,13 +147,15 @@ def offset_delete(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"error_code": code, "throttle_time": 0, "topics": []}
 
 
+def coordinator(key: str, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    """One key of a FindCoordinator answer with no coordinator (v0-3 use it without the key)."""
+    return {"key": key, "node_id": UNKNOWN, "host": "", "port": UNKNOWN, "error_code": code, "error_message": message}
+
+
 def find_coordinator(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     if version >= 4:
-        return {"throttle_time": 0, "coordinators": [
-            {"key": key, "node_id": UNKNOWN, "host": "", "port": UNKNOWN, "error_code": code, "error_message": None}
-            for key in _each(body and body.coordinator_keys)]}
-    return {"throttle_time": 0, "error_code": code, "error_message": None, "node_id": UNKNOWN, "host": "",
-            "port": UNKNOWN}
+        return {"throttle_time": 0, "coordinators": [coordinator(key, code) for key in _each(body and body.coordinator_keys)]}
+    return {"throttle_time": 0, **coordinator("", code)}
 
 
 def join_group(version: int, code: ErrorCode | int, member_id: str) -> dict[str, Any]:
@@ -167,16 +170,17 @@ def _join_group(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return join_group(version, code, body.member_id if body is not None else "")
 
 
-def heartbeat(body: Any, version: int, code: ErrorCode | int) -> dict[str, Any]:
+def heartbeat(code: ErrorCode | int) -> dict[str, Any]:
+    """A Heartbeat response is its error code (none included)."""
     return {"throttle_time": 0, "error_code": code}
 
 
-def leave_group(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
-    # The group-level error, no per-member entries (as Kafka answers v3+ too).
+def leave_group(code: ErrorCode | int) -> dict[str, Any]:
+    """The group-level error, no per-member entries (as Kafka answers v3+ too)."""
     return {"throttle_time": 0, "error_code": code, "members": []}
 
 
-def sync_group(body: Any, version: int, code: ErrorCode | int) -> dict[str, Any]:
+def sync_group(code: ErrorCode | int) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "protocol_type": None, "protocol_name": None,
             "assignment": b""}
 
@@ -213,9 +217,9 @@ SHAPES: dict[int, Shape] = {
     9: offset_fetch,
     10: find_coordinator,
     11: _join_group,
-    12: heartbeat,
-    13: leave_group,
-    14: sync_group,
+    12: lambda body, version, code: heartbeat(code),
+    13: lambda body, version, code: leave_group(code),
+    14: lambda body, version, code: sync_group(code),
     15: describe_groups,
     16: list_groups,
     18: api_versions,
