@@ -45,7 +45,7 @@ from tidemark.wire.codec import (
     encode_response,
     error_response,
 )
-from tidemark.wire.errors import ProtocolError
+from tidemark.wire.errors import NoResponseExpected, ProtocolError
 from tidemark.wire.fast_responses import encode_fast
 from tidemark.wire.framing import FrameDecoder
 
@@ -80,19 +80,21 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
 MAX_IN_FLIGHT_PER_CONNECTION = 128
 
 
-def supported_versions() -> dict[int, tuple[int, int]]:
-    return {key: (max(low, CODEC_API_RANGES[key][0]), CODEC_API_RANGES[key][1]) for key, (_, low) in HANDLERS.items()}
+def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> dict[int, tuple[int, int]]:
+    return {key: (max(low, CODEC_API_RANGES[key][0]), CODEC_API_RANGES[key][1]) for key, (_, low) in handlers.items()}
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, data_dir: Path, host: str = "127.0.0.1", port: int = 9092) -> None:
+    def __init__(self, config: BrokerConfig, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
+                 handlers: dict[int, tuple[Handler, int]] | None = None) -> None:
         self.config = config
+        self.handlers = HANDLERS if handlers is None else handlers
         self.node_id = config.node_id
         self.host = host
         self.port = port
         self.advertised_host = host
         self.advertised_port = port
-        self.supported_versions = supported_versions()
+        self.supported_versions = supported_versions(self.handlers)
         self.replicas = PartitionManager(config, data_dir)
         self.coordinator = GroupCoordinator(config, self.replicas)
         self._server: asyncio.base_events.Server | None = None
@@ -133,18 +135,13 @@ class Broker:
         if request.unsupported:
             if request.api_key == 18:
                 return api_versions_fallback(request, self.supported_versions)
-            # A version kio knows: answer UNSUPPORTED_VERSION; otherwise error_response raises
-            # LookupError and the connection closes, as Kafka does.
-            try:
-                return encode_response(request, error_response(request, ErrorCode.unsupported_version))
-            except LookupError:
-                raise ProtocolError(f"unsupported API {request.api_key} v{request.api_version}") from None
-        handler, _ = HANDLERS[request.api_key]
+            return _failure_response(request, ErrorCode.unsupported_version)
+        handler, _ = self.handlers[request.api_key]
         try:
             result = await handler(self, request)
         except Exception:
             log.exception("handler_failed", api=api, version=request.api_version)
-            return encode_response(request, error_response(request, ErrorCode.unknown_server_error))
+            return _failure_response(request, ErrorCode.unknown_server_error)
         finally:
             metrics.REQUEST_SECONDS.labels(api).observe(time.perf_counter() - started)
         if result is None:
@@ -158,6 +155,20 @@ class Broker:
 
 
 _response_class = functools.cache(load_response_schema)
+
+
+def _failure_response(request: Request, code: ErrorCode) -> bytes:
+    """The frame answering `request` as failed with `code`: every requested partition, topic,
+    group or key carrying it where Kafka puts it. A request no answer can carry the error for
+    (an API or version without a response that has a place for it, a Produce with acks=0)
+    closes its connection instead, as Kafka does."""
+    try:
+        body = error_response(request, code)
+    except LookupError:
+        raise ProtocolError(f"cannot answer api_key={request.api_key} v{request.api_version} with {code.name}") from None
+    if body is None:
+        raise NoResponseExpected(f"api_key={request.api_key} v{request.api_version} failed with {code.name}")
+    return encode_response(request, body)
 
 
 class Connection(asyncio.BufferedProtocol):

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from tidemark.coordinator.group import Group, GroupState, Member
 from tidemark.coordinator.result import OffsetsRecord, Result
 from tidemark.records.offsets_schema import GroupMetadataKey, encode_group_metadata_value, encode_key
+from tidemark.wire import error_responses
 
 # Kafka bounds how long a member may sit in its first JoinGroup without being answered.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
@@ -70,10 +71,6 @@ def _sync_response(error: ErrorCode | int, *, protocol_type: str | None = None, 
             "protocol_name": protocol, "assignment": assignment}
 
 
-def _heartbeat_response(error: ErrorCode | int) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": _code(error)}
-
-
 class GroupMembership:
     """The classic group protocol over a dict of groups shared with the offset manager."""
 
@@ -98,7 +95,7 @@ class GroupMembership:
         protocols = tuple((p.name, bytes(p.metadata)) for p in request.protocols)
 
         def fail(error: ErrorCode, response_member_id: str = member_id) -> Result:
-            return result.respond(token, _join_response(version, error, response_member_id))
+            return result.respond(token, error_responses.join_group(version, error, response_member_id))
 
         if not group_id:
             return fail(ErrorCode.invalid_group_id)
@@ -153,7 +150,7 @@ class GroupMembership:
         elif join.version >= 4:
             # KIP-394: hand out the member id first; the client rejoins with it.
             group.pending_members[new_id] = join.now_ms + join.session_timeout_ms
-            result.respond(join.token, _join_response(join.version, ErrorCode.member_id_required, new_id))
+            result.respond(join.token, error_responses.join_group(join.version, ErrorCode.member_id_required, new_id))
         else:
             self._add_member_and_rebalance(group, new_id, join, result)
 
@@ -162,11 +159,11 @@ class GroupMembership:
             self._add_member_and_rebalance(group, member_id, join, result)
             return
         if group.is_static_member_fenced(join.instance_id, member_id):
-            result.respond(join.token, _join_response(join.version, ErrorCode.fenced_instance_id, member_id))
+            result.respond(join.token, error_responses.join_group(join.version, ErrorCode.fenced_instance_id, member_id))
             return
         member = group.members.get(member_id)
         if member is None or group.state is GroupState.EMPTY:
-            result.respond(join.token, _join_response(join.version, ErrorCode.unknown_member_id, member_id))
+            result.respond(join.token, error_responses.join_group(join.version, ErrorCode.unknown_member_id, member_id))
             return
         state = group.state
         if state is GroupState.PREPARING_REBALANCE:
@@ -202,7 +199,7 @@ class GroupMembership:
     def _set_join(self, member: Member, join: _Join, result: Result) -> None:
         if member.join_token is not None and member.join_token != join.token:
             # A newer JoinGroup from the same member supersedes the held one.
-            result.respond(member.join_token, _join_response(
+            result.respond(member.join_token, error_responses.join_group(
                 member.join_version, ErrorCode.rebalance_in_progress, member.member_id))
         member.join_token = join.token
         member.join_version = join.version
@@ -223,11 +220,11 @@ class GroupMembership:
         old_leader = group.leader
         # The old incarnation is fenced at once, including any request it has held here.
         if old_member.join_token is not None:
-            result.respond(old_member.join_token, _join_response(
+            result.respond(old_member.join_token, error_responses.join_group(
                 old_member.join_version, ErrorCode.fenced_instance_id, old_id))
             old_member.join_token = None
         if old_member.sync_token is not None:
-            result.respond(old_member.sync_token, _sync_response(ErrorCode.fenced_instance_id))
+            result.respond(old_member.sync_token, error_responses.sync_group(ErrorCode.fenced_instance_id))
             old_member.sync_token = None
         member = group.replace_static_member(join.instance_id, old_id, new_id)
         member.protocols = join.protocols
@@ -298,7 +295,7 @@ class GroupMembership:
             for member in group.members.values():
                 member.assignment = b""
                 if member.sync_token is not None:
-                    result.respond(member.sync_token, _sync_response(ErrorCode.rebalance_in_progress))
+                    result.respond(member.sync_token, error_responses.sync_group(ErrorCode.rebalance_in_progress))
                     member.sync_token = None
         group.pending_sync.clear()
         group.sync_deadline_ms = None
@@ -372,11 +369,11 @@ class GroupMembership:
     def _drop_member(self, group: Group, member: Member, result: Result) -> None:
         """Remove a member, answering any request it has held (no rebalance logic)."""
         if member.join_token is not None:
-            result.respond(member.join_token, _join_response(
+            result.respond(member.join_token, error_responses.join_group(
                 member.join_version, ErrorCode.unknown_member_id, member.member_id))
             member.join_token = None
         if member.sync_token is not None:
-            result.respond(member.sync_token, _sync_response(ErrorCode.unknown_member_id))
+            result.respond(member.sync_token, error_responses.sync_group(ErrorCode.unknown_member_id))
             member.sync_token = None
         group.remove(member.member_id)
 
@@ -411,7 +408,7 @@ class GroupMembership:
         protocol_name = getattr(request, "protocol_name", None)
 
         def fail(error: ErrorCode) -> Result:
-            return result.respond(token, _sync_response(error))
+            return result.respond(token, error_responses.sync_group(error))
 
         if not group_id:
             return fail(ErrorCode.invalid_group_id)
@@ -444,7 +441,7 @@ class GroupMembership:
 
         # CompletingRebalance: hold until the leader's assignment is stored.
         if member.sync_token is not None and member.sync_token != token:
-            result.respond(member.sync_token, _sync_response(ErrorCode.rebalance_in_progress))
+            result.respond(member.sync_token, error_responses.sync_group(ErrorCode.rebalance_in_progress))
         member.sync_token = token
         member.sync_version = version
         self._synced(group, member_id)
@@ -476,7 +473,7 @@ class GroupMembership:
                     m.assignment = b""
                 self._prepare_rebalance(group, now_ms if failed_at_ms is None else failed_at_ms, Result())
             responses = dict(others)
-            responses.update({t: _sync_response(error) for t in answered})
+            responses.update({t: error_responses.sync_group(error) for t in answered})
             return responses
 
         result.on_append_failure = on_append_failure
@@ -495,21 +492,21 @@ class GroupMembership:
         member_id = request.member_id
         instance_id = getattr(request, "group_instance_id", None)
         if not group_id:
-            return _heartbeat_response(ErrorCode.invalid_group_id)
+            return error_responses.heartbeat(ErrorCode.invalid_group_id)
         group = self.groups.get(group_id)
         if group is None or group.state in (GroupState.EMPTY, GroupState.DEAD):
-            return _heartbeat_response(ErrorCode.unknown_member_id)
+            return error_responses.heartbeat(ErrorCode.unknown_member_id)
         if group.is_static_member_fenced(instance_id, member_id):
-            return _heartbeat_response(ErrorCode.fenced_instance_id)
+            return error_responses.heartbeat(ErrorCode.fenced_instance_id)
         member = group.members.get(member_id)
         if member is None:
-            return _heartbeat_response(ErrorCode.unknown_member_id)
+            return error_responses.heartbeat(ErrorCode.unknown_member_id)
         if request.generation_id != group.generation:
-            return _heartbeat_response(ErrorCode.illegal_generation)
+            return error_responses.heartbeat(ErrorCode.illegal_generation)
         member.last_heartbeat_ms = now_ms
         if group.state is GroupState.PREPARING_REBALANCE:
-            return _heartbeat_response(ErrorCode.rebalance_in_progress)
-        return _heartbeat_response(ErrorCode.none)
+            return error_responses.heartbeat(ErrorCode.rebalance_in_progress)
+        return error_responses.heartbeat(ErrorCode.none)
 
     # -- LeaveGroup -------------------------------------------------------------------------------
 
@@ -540,8 +537,7 @@ class GroupMembership:
             return self._leave_result(respond(ErrorCode.none, [_code(ErrorCode.unknown_member_id)] * len(leaving)))
         if group.state is GroupState.DEAD:
             # Kafka sends the group-level error with no per-member entries.
-            result.respond(token, {"throttle_time": 0, "error_code": _code(ErrorCode.coordinator_not_available),
-                               "members": []})
+            result.respond(token, error_responses.leave_group(ErrorCode.coordinator_not_available))
             return self._leave_result(result)
         errors = []
         for member_id, instance_id in leaving:
@@ -690,11 +686,11 @@ class GroupMembership:
             return result
         for member in group.members.values():
             if member.join_token is not None:
-                result.respond(member.join_token, _join_response(
+                result.respond(member.join_token, error_responses.join_group(
                     member.join_version, ErrorCode.not_coordinator, member.member_id))
                 member.join_token = None
             if member.sync_token is not None:
-                result.respond(member.sync_token, _sync_response(ErrorCode.not_coordinator))
+                result.respond(member.sync_token, error_responses.sync_group(ErrorCode.not_coordinator))
                 member.sync_token = None
         stamp = now_ms if now_ms is not None else (group.state_timestamp_ms or 0)
         group.transition_to(GroupState.DEAD, stamp)

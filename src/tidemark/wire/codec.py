@@ -35,7 +35,8 @@ from kio.serial import entity_reader
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from . import list_offsets_v0
+from . import error_responses, list_offsets_v0
+from .build import build
 from .errors import MalformedRequest
 from .list_offsets_v0 import ListOffsetsV0Response
 
@@ -150,22 +151,34 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Re
     """Decode one frame payload (without its length prefix).
 
     Returns ``Request(unsupported=True, body=None)`` when the API key is not in
-    ``supported``, its version is outside the supported range, or no codec exists for
-    it. Raises :class:`MalformedRequest` when the bytes do not decode.
+    ``supported``, or no codec exists for the version; ``unsupported=True`` with the decoded
+    body (None if it does not decode) for a version of a supported key outside its range.
+    Raises :class:`MalformedRequest` when the bytes of a supported version do not decode.
     """
     try:
         api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
     except struct.error:
         raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header") from None
     rng = supported.get(api_key)
-    if rng is not None and rng[0] <= api_version <= rng[1]:
+    if rng is not None:
         key = (api_key, api_version)
         try:
             decoder = _DECODERS[key]
         except KeyError:
             decoder = _DECODERS[key] = _make_decoder(api_key, api_version)
         if decoder is not None:
-            return decoder(frame)
+            if rng[0] <= api_version <= rng[1]:
+                return decoder(frame)
+            # A version of a served API that we can read but do not serve: read it anyway, so
+            # the UNSUPPORTED_VERSION answer names what it asked about; unreadable, it is still
+            # answered, without the body.
+            try:
+                request = decoder(frame)
+            except MalformedRequest:
+                pass
+            else:
+                request.unsupported = True
+                return request
     return Request(api_key, api_version, correlation_id, _peek_client_id(frame), None, True)
 
 
@@ -331,19 +344,32 @@ def _zero_entity(cls: type, code: ErrorCode | None) -> object:
     return cls(**kwargs)
 
 
-def error_response(request: Request, code: ErrorCode) -> object:
-    """A response entity for ``request``'s API and version carrying ``code``.
+def error_response(request: Request, code: ErrorCode) -> object | None:
+    """The response entity answering ``request`` as failed with ``code``.
 
-    Every top-level error code field is set to ``code``; arrays are empty, other
-    required fields zero / "" / None when nullable / their schema default.
-    Raises :class:`LookupError` when there is no response schema for the version.
+    APIs the broker serves get their shape from :mod:`.error_responses` (every requested item
+    echoed with the code where Kafka puts it); None when the request expects no response
+    (Produce acks=0). Any other API kio covers is answered only when its response has a
+    top-level error code to carry ``code`` (arrays empty, other fields zero); otherwise, and
+    when there is no response schema for the version, :class:`LookupError`: an answer that
+    cannot say it failed would read as a success, so the connection closes instead.
     """
-    if request.api_key == LIST_OFFSETS_KEY and request.api_version == 0:
-        return ListOffsetsV0Response(topics=())
     try:
-        cls = load_response_schema(request.api_key, request.api_version)
-    except Exception as e:
-        raise LookupError(
-            f"no response schema for api_key={request.api_key} v{request.api_version}"
-        ) from e
+        shaped = error_responses.response_for(request.api_key, request.body, request.api_version, code)
+    except LookupError:
+        pass
+    else:
+        if shaped is None or not isinstance(shaped, dict):
+            return shaped
+        return build(_response_schema(request.api_key, request.api_version), shaped)
+    cls = _response_schema(request.api_key, request.api_version)
+    if not any(f.metadata.get("kafka_type") == "error_code" for f in dataclasses.fields(cls)):
+        raise LookupError(f"api_key={request.api_key} v{request.api_version} has no top-level error code")
     return _zero_entity(cls, code)
+
+
+def _response_schema(api_key: int, api_version: int) -> type:
+    try:
+        return load_response_schema(api_key, api_version)
+    except Exception as e:
+        raise LookupError(f"no response schema for api_key={api_key} v{api_version}") from e

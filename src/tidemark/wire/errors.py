@@ -15,3 +15,8 @@ class FrameTooLarge(ProtocolError):
 
 class MalformedRequest(ProtocolError):
     """A frame could not be decoded as the request its header announces."""
+
+
+class NoResponseExpected(ProtocolError):
+    """A request that gets no response (Produce with acks=0) failed: closing the connection is
+    the only way to tell the client."""

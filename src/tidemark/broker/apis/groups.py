@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.result import Result
+from tidemark.wire import error_responses
 
 if TYPE_CHECKING:
     from tidemark.broker.server import Broker
@@ -25,14 +26,14 @@ async def handle_find_coordinator(broker: Broker, request: Request) -> dict[str,
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
     coordinators = []
     for key in keys:
-        entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
         if key_type != GROUP_KEY_TYPE:
-            entry.update(error_code=ErrorCode.coordinator_not_available, error_message="transactions are not supported")
+            entry = error_responses.coordinator(key, ErrorCode.coordinator_not_available, "transactions are not supported")
         elif not key:
-            entry.update(error_code=ErrorCode.invalid_request, error_message="empty group id")
+            entry = error_responses.coordinator(key, ErrorCode.invalid_request, "empty group id")
         else:
             broker.coordinator.ensure_offsets_topic()
-            entry.update(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port)
+            entry = {"key": key, "node_id": broker.node_id, "host": broker.advertised_host,
+                     "port": broker.advertised_port, "error_code": 0, "error_message": None}
         coordinators.append(entry)
     if version >= 4:
         return {"throttle_time": 0, "coordinators": coordinators}
@@ -47,27 +48,18 @@ def _immediate(response: Any, token: int) -> Result:
 async def handle_join(broker: Broker, request: Request) -> dict[str, Any]:
     body, version = request.body, request.api_version
     client_id, client_host = request.client_id or "", CLIENT_HOST.get()
-
-    def failed(code: ErrorCode) -> dict[str, Any]:
-        return {"throttle_time": 0, "error_code": code, "generation_id": -1, "protocol_type": None,
-                "protocol_name": None, "leader": "", "member_id": body.member_id, "members": []}
-
     return await broker.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.membership.join_group(body, version, token, now, client_id, client_host),
-        failed,
+        lambda code: error_responses.join_group(version, code, body.member_id),
     )
 
 
 async def handle_sync(broker: Broker, request: Request) -> dict[str, Any]:
     body, version = request.body, request.api_version
-
-    def failed(code: ErrorCode) -> dict[str, Any]:
-        return {"throttle_time": 0, "error_code": code, "protocol_type": None, "protocol_name": None,
-                "assignment": b""}
-
     return await broker.coordinator.call(
-        body.group_id, lambda shard, token, now: shard.membership.sync_group(body, version, token, now), failed
+        body.group_id, lambda shard, token, now: shard.membership.sync_group(body, version, token, now),
+        error_responses.sync_group,
     )
 
 
@@ -76,7 +68,7 @@ async def handle_heartbeat(broker: Broker, request: Request) -> dict[str, Any]:
     return await broker.coordinator.call(
         body.group_id,
         lambda shard, token, now: _immediate(shard.membership.heartbeat(body, version, now), token),
-        lambda code: {"throttle_time": 0, "error_code": code},
+        error_responses.heartbeat,
     )
 
 
@@ -85,7 +77,7 @@ async def handle_leave(broker: Broker, request: Request) -> dict[str, Any]:
     return await broker.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.membership.leave_group(body, version, token, now),
-        lambda code: {"throttle_time": 0, "error_code": code, "members": []},
+        error_responses.leave_group,
     )
 
 
@@ -94,8 +86,7 @@ async def handle_describe(broker: Broker, request: Request) -> dict[str, Any]:
     groups = []
     for group_id in body.groups:
         def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
-            return {"groups": [{"error_code": code, "group_id": group_id, "group_state": "", "protocol_type": "",
-                                "protocol_data": "", "members": []}]}
+            return {"groups": [error_responses.described_group(group_id, code)]}
 
         described = broker.coordinator.read(
             group_id, lambda shard, g=group_id: shard.membership.describe_groups(_OneGroup(g), version), failed
@@ -132,7 +123,7 @@ async def handle_delete_groups(broker: Broker, request: Request) -> dict[str, An
         result = await broker.coordinator.call(
             group_id,
             lambda shard, token, now, g=group_id: shard.delete_group(g, token, now),
-            lambda code, g=group_id: {"group_id": g, "error_code": code},
+            lambda code, g=group_id: error_responses.deleted_group(g, code),
         )
         results.append(result)
     return {"throttle_time": 0, "results": results}
