@@ -15,10 +15,43 @@ from tidemark.wire.build import build
 RECV_TIMEOUT_S = 15.0
 
 
+def encode_request(api_key: int, version: int, correlation_id: int, body: dict[str, Any]) -> bytes:
+    """A request's payload (header and body), without the size prefix."""
+    request_cls = load_request_schema(api_key, version)
+    header_cls = request_cls.__header_schema__
+    header_fields = {"request_api_key": api_key, "request_api_version": version,
+                     "correlation_id": correlation_id, "client_id": "raw-test"}
+    buffer = io.BytesIO()
+    entity_writer(header_cls)(buffer, build(header_cls, header_fields))
+    entity_writer(request_cls)(buffer, build(request_cls, body))
+    return buffer.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, body) of a response payload."""
+    response_cls = load_response_schema(api_key, version)
+    header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
+    body, _ = entity_reader(response_cls)(frame, offset)
+    return header.correlation_id, body
+
+
+def fetch_body(wanted: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_bytes: int = 0,
+               max_bytes: int = 1 << 20) -> dict[str, Any]:
+    """Fetch v11 of (topic, partition, offset, partition_max_bytes)."""
+    return {"replica_id": -1, "max_wait": max_wait_ms, "min_bytes": min_bytes,
+            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{"partition": p, "current_leader_epoch": -1,
+                                                        "fetch_offset": offset, "log_start_offset": -1,
+                                                        "partition_max_bytes": limit}]}
+                       for topic, p, offset, limit in wanted],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
 class RawClient:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, source_host: str | None = None) -> None:
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=RECV_TIMEOUT_S)
+        source = (source_host, 0) if source_host else None
+        self.sock = socket.create_connection((host, int(port)), timeout=RECV_TIMEOUT_S, source_address=source)
         self.correlation_id = 0
 
     def close(self) -> None:
@@ -47,26 +80,16 @@ class RawClient:
         return bytes(chunks)
 
     def encode(self, api_key: int, version: int, body: dict[str, Any]) -> bytes:
-        request_cls = load_request_schema(api_key, version)
-        header_cls = request_cls.__header_schema__
         self.correlation_id += 1
-        header_fields = {"request_api_key": api_key, "request_api_version": version,
-                         "correlation_id": self.correlation_id, "client_id": "raw-test"}
-        buffer = io.BytesIO()
-        entity_writer(header_cls)(buffer, build(header_cls, header_fields))
-        entity_writer(request_cls)(buffer, build(request_cls, body))
-        return buffer.getvalue()
+        return encode_request(api_key, version, self.correlation_id, body)
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         self.send_frame(self.encode(api_key, version, body))
         return self.read_response(api_key, version)
 
     def read_response(self, api_key: int, version: int) -> Any:
-        frame = self.recv_frame()
-        response_cls = load_response_schema(api_key, version)
-        header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
-        assert header.correlation_id == self.correlation_id
-        body, _ = entity_reader(response_cls)(frame, offset)
+        correlation_id, body = decode_response(api_key, version, self.recv_frame())
+        assert correlation_id == self.correlation_id
         return body
 
     def is_closed_by_peer(self) -> bool:
@@ -103,11 +126,5 @@ class RawClient:
     def fetch(self, wanted: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_bytes: int = 0,
               max_bytes: int = 1 << 20) -> list[Any]:
         """Fetch v11 of (topic, partition, offset, partition_max_bytes); returns partition responses."""
-        response = self.request(1, 11, {"replica_id": -1, "max_wait": max_wait_ms, "min_bytes": min_bytes,
-            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": topic, "partitions": [{"partition": p, "current_leader_epoch": -1,
-                                                        "fetch_offset": offset, "log_start_offset": -1,
-                                                        "partition_max_bytes": limit}]}
-                       for topic, p, offset, limit in wanted],
-            "forgotten_topics_data": [], "rack_id": ""})
+        response = self.request(1, 11, fetch_body(wanted, max_wait_ms, min_bytes, max_bytes))
         return [p for t in response.responses for p in t.partitions]

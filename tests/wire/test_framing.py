@@ -103,3 +103,38 @@ def test_receive_into_buffer_grows_for_large_frames_and_keeps_order():
         pos += count
         got += decoder.buffer_updated(count)
     assert got == payloads and decoder.buffered == 0
+
+
+def test_large_prefix_with_one_byte_does_not_allocate_the_claimed_size():
+    # A prefix near socket.request.max.bytes and one byte: the next receive buffer is sized by
+    # what arrived, not by the 100 MB the prefix claims.
+    decoder = FrameDecoder(max_frame_bytes=104857600)
+    assert decoder.feed(struct.pack(">i", 100_000_000) + b"x") == []
+    decoder.get_buffer()
+    assert decoder.capacity <= 2 * FrameDecoder.MIN_RECEIVE
+
+
+def test_buffer_grows_at_most_double_what_arrived_and_shrinks_after_a_large_frame():
+    payload = bytes(range(256)) * (3 * 4096 * 4)  # 12 MiB
+    stream = frame(payload) + frame(b"next")
+    decoder = FrameDecoder(max_frame_bytes=len(payload))
+    got, pos = [], 0
+    while pos < len(stream):
+        target = decoder.get_buffer()
+        assert decoder.capacity <= 2 * max(pos, FrameDecoder.MIN_RECEIVE) + FrameDecoder.MIN_RECEIVE
+        count = min(len(target), len(stream) - pos)
+        target[:count] = stream[pos : pos + count]
+        target.release()
+        pos += count
+        got += decoder.buffer_updated(count)
+    assert got == [payload, b"next"]
+    assert decoder.capacity <= FrameDecoder.RETAIN_BYTES
+
+
+def test_shrinking_keeps_the_partial_next_frame():
+    big = b"b" * (3 * 1024 * 1024)
+    decoder = FrameDecoder(max_frame_bytes=len(big))
+    data = frame(big) + frame(b"tail")[:6]
+    assert decoder.feed(data) == [big]
+    assert decoder.capacity <= FrameDecoder.RETAIN_BYTES and decoder.buffered == 6
+    assert decoder.feed(frame(b"tail")[6:]) == [b"tail"]

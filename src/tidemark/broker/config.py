@@ -43,6 +43,19 @@ def _parse_cleanup_policy(text: str) -> str:
     return ",".join(policies)
 
 
+def _parse_ip_overrides(text: str) -> dict[str, int]:
+    """max.connections.per.ip.overrides: `host:count` pairs, comma separated."""
+    overrides: dict[str, int] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        host, sep, count = entry.rpartition(":")
+        if not sep or not host.strip() or not count.strip().isdigit():
+            raise ValueError(f"expected host:count entries, got {entry!r}")
+        overrides[host.strip()] = int(count)
+    return overrides
+
+
 def _parse_timestamp_type(text: str) -> str:
     if text.strip() not in ("CreateTime", "LogAppendTime"):
         raise ValueError("expected CreateTime or LogAppendTime")
@@ -102,6 +115,11 @@ BROKER_SETTINGS: dict[str, Setting] = {
         Setting("log.cleanup.policy", "delete", _parse_cleanup_policy),
         Setting("log.message.timestamp.type", "CreateTime", _parse_timestamp_type),
         _int("socket.request.max.bytes", 104857600, 1),
+        # Client resources: connections (per broker and per client address) and fetch size.
+        _int("max.connections", INT_MAX, 0),
+        _int("max.connections.per.ip", INT_MAX, 0),
+        Setting("max.connections.per.ip.overrides", {}, _parse_ip_overrides),
+        _int("fetch.max.bytes", 57671680, 0),
         _int("message.max.bytes", 1048588, 0),
         _int("replica.fetch.max.bytes", 1048576, 0),
         _int("request.timeout.ms", 30000, 0),
@@ -126,7 +144,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("group.min.session.timeout.ms", 6000, 0),
         _int("group.max.session.timeout.ms", 1800000, 0),
         _int("group.initial.rebalance.delay.ms", 3000, 0),
-        _int("group.max.size", 2**31 - 1, 1),
+        _int("group.max.size", INT_MAX, 1),
     )
 }
 
@@ -201,6 +219,9 @@ class BrokerConfig:
                 raise ConfigError(f"{where}unknown setting {name!r}")
             self._values[name] = _parse_setting(setting, raw, where)
             self._explicit.add(name)
+        if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
+            # As Kafka: refusing every address needs at least one override to let someone in.
+            raise ConfigError(f"{where}max.connections.per.ip=0 needs max.connections.per.ip.overrides")
 
     @classmethod
     def load(cls, properties_file: Path | None = None, sets: Iterable[str] = ()) -> BrokerConfig:

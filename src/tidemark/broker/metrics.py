@@ -27,3 +27,9 @@ FLUSH_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
 PARTITIONS = Gauge("tidemark_partitions", "Partitions hosted by this broker")
+CONNECTIONS_REFUSED = Counter(
+    "tidemark_connections_refused_total", "Connections closed at once for exceeding a limit, by setting", ["limit"]
+)
+CONNECTIONS_READ_PAUSED = Gauge(
+    "tidemark_connections_read_paused", "Connections not read while their unanswered requests are at a bound"
+)

@@ -1,8 +1,13 @@
 """The asyncio broker: accepts connections, decodes frames, dispatches APIs, writes responses.
 
-Each connection reads frames in order and starts each request's handler as a task at once, so
-a produce waiting for its fsync does not stop the next request from being appended; responses
-are written strictly in request order, as Kafka clients require.
+Each connection reads frames in order and starts each request's handler as a task, so a produce
+waiting for its fsync does not stop the next request from being appended; responses are written
+strictly in request order, as Kafka clients require. Kafka handles one request per connection at
+a time; we pipeline, within bounds: a request starts only while the connection has fewer than
+MAX_IN_FLIGHT_PER_CONNECTION in flight and the bytes it holds for responses (a fetch counts its
+size limit until it is answered, then its frame until the transport has it, plus what the
+transport has not sent) stay under MAX_UNSENT_BYTES_PER_CONNECTION. A connection with requests
+it may not start yet is not read further, so a client that never reads holds a bounded amount.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import asyncio
 import collections
 import contextvars
 import functools
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -78,6 +84,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
 }
 
 MAX_IN_FLIGHT_PER_CONNECTION = 128
+MAX_UNSENT_BYTES_PER_CONNECTION = 16 * 1024 * 1024
+FETCH = 1
 
 
 def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> dict[int, tuple[int, int]]:
@@ -99,6 +107,8 @@ class Broker:
         self.coordinator = GroupCoordinator(config, self.replicas)
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()
+        self._connections_per_ip: collections.Counter[str] = collections.Counter()
+        self._ip_limits = {_resolve(host): count for host, count in config["max.connections.per.ip.overrides"].items()}
 
     async def start(self) -> None:
         started = time.perf_counter()
@@ -126,6 +136,20 @@ class Broker:
         await self.coordinator.stop()
         await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=True)
+
+    def admit(self, host: str) -> str | None:
+        """Count a new connection from host; or name the limit it would exceed (not counted)."""
+        if len(self.connections) >= self.config["max.connections"]:
+            return "max.connections"
+        if self._connections_per_ip[host] >= self._ip_limits.get(host, self.config["max.connections.per.ip"]):
+            return "max.connections.per.ip"
+        self._connections_per_ip[host] += 1
+        return None
+
+    def release(self, host: str) -> None:
+        self._connections_per_ip[host] -= 1
+        if not self._connections_per_ip[host]:
+            del self._connections_per_ip[host]
 
     async def dispatch(self, request: Request) -> bytes | None:
         """Run one request's handler; return the encoded response frame, or None for no response."""
@@ -171,20 +195,33 @@ def _failure_response(request: Request, code: ErrorCode) -> bytes:
     return encode_response(request, body)
 
 
+def _resolve(host: str) -> str:
+    """An override's host as the address peers are seen from (names are looked up once)."""
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
+
+
 class Connection(asyncio.BufferedProtocol):
     """One client connection: frames received straight into the frame decoder's buffer, handler
-    tasks started in arrival order, responses written in the same order."""
+    tasks started in arrival order (within the connection's bounds), responses written in the
+    same order."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
         self.transport: asyncio.Transport | None = None
         self.peer: object = None
-        self._pending: collections.deque[asyncio.Task[bytes | None]] = collections.deque()
+        self._host: str | None = None  # set once admitted under the connection limits
+        self._waiting: collections.deque[Request | None] = collections.deque()  # None: end of input
+        self._pending: collections.deque[asyncio.Task[bytes | None] | None] = collections.deque()
+        self._held = 0  # bytes reserved for or held by responses not yet handed to the transport
         self._has_pending = asyncio.Event()
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._reading_paused = False
+        self._eof = False
         self._writer: asyncio.Task[None] | None = None
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
@@ -193,9 +230,18 @@ class Connection(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        host = self.peer[0] if isinstance(self.peer, tuple) else ""
+        refused = self.broker.admit(host)
+        if refused is not None:
+            # As Kafka: the connection is closed at once, before anything is read from it.
+            metrics.CONNECTIONS_REFUSED.labels(refused).inc()
+            log.warning("connection_refused", peer=str(self.peer), limit=refused)
+            transport.abort()
+            return
+        self._host = host
         # Handlers run in a context that knows the client's host (JoinGroup records it).
         self._context = contextvars.copy_context()
-        self._context.run(groups.CLIENT_HOST.set, self.peer[0] if isinstance(self.peer, tuple) else "")
+        self._context.run(groups.CLIENT_HOST.set, host)
         self.broker.connections.add(self)
         metrics.CONNECTIONS.inc()
         self._writer = asyncio.get_running_loop().create_task(self._write_responses())
@@ -204,41 +250,99 @@ class Connection(asyncio.BufferedProtocol):
         return self.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        loop = asyncio.get_running_loop()
         try:
             for frame in self.decoder.buffer_updated(nbytes):
-                request = decode_request(frame, self.broker.supported_versions)
-                self._pending.append(loop.create_task(self.broker.dispatch(request), context=self._context.copy()))
+                self._waiting.append(decode_request(frame, self.broker.supported_versions))
         except ProtocolError as exc:
             self._protocol_error(exc)
             return
-        if self._pending:
-            self._has_pending.set()
-            if len(self._pending) >= MAX_IN_FLIGHT_PER_CONNECTION and not self._reading_paused:
-                self._reading_paused = True
-                self.transport.pause_reading()
+        self._start_requests()
 
     def eof_received(self) -> bool:
         # Half-close: answer what was already asked, then close.
-        self._pending.append(None)  # type: ignore[arg-type]
-        self._has_pending.set()
+        self._eof = True
+        self._waiting.append(None)
+        self._start_requests()
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._host is None:
+            return  # refused: never counted
+        self.broker.release(self._host)
         self.broker.connections.discard(self)
         metrics.CONNECTIONS.dec()
+        if self._reading_paused:
+            self._reading_paused = False
+            metrics.CONNECTIONS_READ_PAUSED.dec()
         if self._writer is not None:
             self._writer.cancel()
         for task in self._pending:
             if task is not None:
                 task.cancel()
         self._pending.clear()
+        self._waiting.clear()
 
     def pause_writing(self) -> None:
         self._can_write.clear()
 
     def resume_writing(self) -> None:
         self._can_write.set()
+        self._start_requests()
+
+    # -- back-pressure ----------------------------------------------------------------------
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    def _cost(self, request: Request) -> int:
+        """Bytes a request may hold until answered: a fetch, up to its response's size limit."""
+        if request.api_key == FETCH and not request.unsupported:
+            return min(request.body.max_bytes, self.broker.config["fetch.max.bytes"])
+        return 0
+
+    def _start_requests(self) -> None:
+        """Start waiting requests in order while the connection's bounds allow; stop reading
+        while any has to wait."""
+        waiting, pending = self._waiting, self._pending
+        while waiting:
+            request = waiting[0]
+            task = None
+            if request is not None:
+                cost = self._cost(request)
+                unsent = self._held + self.transport.get_write_buffer_size()
+                if pending:
+                    if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or unsent + cost > MAX_UNSENT_BYTES_PER_CONNECTION:
+                        break
+                elif unsent >= MAX_UNSENT_BYTES_PER_CONNECTION:
+                    break  # the transport still holds an earlier large response
+                task = asyncio.get_running_loop().create_task(
+                    self.broker.dispatch(request), context=self._context.copy())
+                self._held += cost
+                task.add_done_callback(functools.partial(self._answered, cost))
+            waiting.popleft()
+            pending.append(task)
+            self._has_pending.set()
+        paused = bool(waiting) and not self._eof
+        if paused != self._reading_paused and not self.transport.is_closing():
+            self._set_reading_paused(paused)
+
+    def _set_reading_paused(self, paused: bool) -> None:
+        self._reading_paused = paused
+        if paused:
+            metrics.CONNECTIONS_READ_PAUSED.inc()
+            self.transport.pause_reading()
+        else:
+            metrics.CONNECTIONS_READ_PAUSED.dec()
+            self.transport.resume_reading()
+
+    def _answered(self, cost: int, task: asyncio.Task[bytes | None]) -> None:
+        # The reservation becomes the encoded frame's real size until the writer sends it.
+        self._held -= cost
+        if not task.cancelled() and task.exception() is None and task.result() is not None:
+            self._held += len(task.result())
+        if self._waiting:
+            self._start_requests()
 
     # -- responses --------------------------------------------------------------------------
 
@@ -273,10 +377,10 @@ class Connection(asyncio.BufferedProtocol):
                 self.transport.abort()
                 return
             pending.popleft()
-            if self._reading_paused and len(pending) < MAX_IN_FLIGHT_PER_CONNECTION // 2:
-                self._reading_paused = False
-                self.transport.resume_reading()
             if frame is not None:
+                self._held -= len(frame)
                 self.transport.write(frame)
-                if not self._can_write.is_set():
-                    await self._can_write.wait()
+            if self._waiting:
+                self._start_requests()
+            if not self._can_write.is_set():
+                await self._can_write.wait()

@@ -33,11 +33,18 @@ class FrameDecoder:
     ``get_buffer()`` to receive straight into the decoder's buffer (asyncio's
     ``BufferedProtocol``) followed by ``buffer_updated(nbytes)``. Each frame payload is
     copied out exactly once.
+
+    The buffer grows with the bytes that have arrived, not with the size a prefix claims (at most
+    doubling per receive), so a peer that sends a large prefix and then nothing holds little
+    memory; after a frame larger than ``RETAIN_BYTES`` is consumed it shrinks back.
     """
 
     __slots__ = ("max_frame_bytes", "_buffer", "_start", "_end")
 
     MIN_RECEIVE = 64 * 1024
+    # Kept across frames so that normal requests (a produce is at most ~1 MB) are received
+    # without reallocating; anything larger is given back once its frame is consumed.
+    RETAIN_BYTES = 2 * 1024 * 1024
 
     def __init__(self, max_frame_bytes: int) -> None:
         if max_frame_bytes < 0:
@@ -52,13 +59,19 @@ class FrameDecoder:
         """Bytes held for a frame that is not complete yet."""
         return self._end - self._start
 
+    @property
+    def capacity(self) -> int:
+        """Bytes allocated for receiving."""
+        return len(self._buffer)
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
-        """Writable space for the next receive, large enough for the frame in progress."""
+        """Writable space for the next receive: at least MIN_RECEIVE, and for a frame in progress
+        up to as much again as has arrived of it (never more than its rest)."""
         wanted = max(self.MIN_RECEIVE, sizehint)
         pending = self._end - self._start
         if pending >= 4:
-            # Room for the rest of the current frame in one go (its size is already checked).
-            wanted = max(wanted, 4 + _unpack_size_from(self._buffer, self._start)[0] - pending)
+            rest = 4 + _unpack_size_from(self._buffer, self._start)[0] - pending
+            wanted = max(wanted, min(rest, pending))
         if len(self._buffer) - self._end < wanted:
             self._make_room(pending, wanted)
         return memoryview(self._buffer)[self._end :]
@@ -102,6 +115,12 @@ class FrameDecoder:
                 pos += 4 + size
         if pos == end:
             pos = end = 0
+        if frames and len(self._buffer) > self.RETAIN_BYTES and end - pos <= self.MIN_RECEIVE:
+            # A large frame is done: give its memory back. (A new buffer, not a resize: the
+            # caller may still hold a view of the old one.)
+            smaller = bytearray(self.MIN_RECEIVE)
+            smaller[: end - pos] = self._buffer[pos:end]
+            self._buffer, pos, end = smaller, 0, end - pos
         self._start, self._end = pos, end
         return frames
 

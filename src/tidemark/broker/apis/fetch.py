@@ -21,7 +21,9 @@ READ_COMMITTED = 1
 def _read_all(broker: Broker, body: Any) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
     """One pass over the requested partitions: (topic responses, bytes read, partitions, any error)."""
     replicas = broker.replicas
-    remaining = body.max_bytes
+    # The broker's fetch.max.bytes bounds every response, whatever the client asks (KIP-74 still
+    # lets the first non-empty partition return one whole batch beyond it).
+    remaining = min(body.max_bytes, broker.config["fetch.max.bytes"])
     total = 0
     errors = False
     partitions: list[Partition] = []
