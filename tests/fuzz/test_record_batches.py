@@ -251,6 +251,14 @@ def test_decompression_bomb(client, fuzz_broker):
     assert result.error_code in REFUSALS
 
 
+@pytest.mark.xfail(strict=True, reason="produce to __consumer_offsets: clients may not append to an internal topic")
+def test_produce_to_the_offsets_topic(client):
+    found = client.request(10, 3, {"key": "fuzz-group", "key_type": 0})  # FindCoordinator creates the topic
+    assert found.error_code == ErrorCode.none
+    result = produce(client, "__consumer_offsets", build_batch([(b"k", b"v", (), BASE_TIMESTAMP)]))
+    assert result.error_code == ErrorCode.invalid_topic_exception
+
+
 # -- the end of the module: everything acknowledged reads back -----------------------------------
 
 
