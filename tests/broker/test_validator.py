@@ -135,6 +135,23 @@ def test_compacted_topic_needs_keys():
     assert error_code_for(info.value) == ErrorCode.invalid_record
 
 
+def test_header_keys_must_be_utf8():
+    good = bytearray()
+    _encode_record(good, 0, 0, b"k", b"v", [("h\u00e9", b"x")])
+    assert validate(raw_batch(bytes(good), 1, 0)).records_count == 1
+    bad = bytes(good).replace("h\u00e9".encode(), b"h\xc3(")  # same length, not UTF-8
+    with pytest.raises(InvalidRecordError, match="header key that is not UTF-8") as info:
+        validate(raw_batch(bad, 1, 0))
+    assert error_code_for(info.value) == ErrorCode.invalid_record
+
+
+def test_many_batches_are_refused_without_walking_them_all():
+    one = build_batch([(b"k", b"v", (), 1000)])
+    corrupt_third = one + one + b"\x00" * 70  # a third "batch" that is not one: never read
+    with pytest.raises(InvalidRecordError, match="exactly one record batch"):
+        validate(corrupt_third)
+
+
 def test_unparseable_bytes_are_corrupt():
     with pytest.raises(CorruptRecordError) as info:
         validate(raw_batch(b"", 1, 0, CompressionType.GZIP, payload=b"not gzip at all"))

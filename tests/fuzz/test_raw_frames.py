@@ -169,7 +169,6 @@ def test_partial_frames_from_many_connections_at_once(fuzz_broker):
             conn.sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="frame-buffer growth: a size prefix alone makes the broker allocate the whole frame")
 def test_size_prefixes_alone_do_not_grow_the_broker(fuzz_broker):
     """Connections that announce maximum-size frames and send one byte of them cost the broker
     what they sent, not what they announced."""

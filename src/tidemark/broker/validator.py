@@ -8,6 +8,8 @@ will a follower copying its leader's log. Failures are typed errors from `tidema
 
 from __future__ import annotations
 
+from itertools import islice
+
 from tidemark.cluster.embedded import InvalidTopicError
 from tidemark.log.config import LogConfig
 from tidemark.records import (
@@ -27,7 +29,9 @@ def validate_produce(records: bytes, config: LogConfig, *, topic: str, partition
         # from loading or shadow later commits.
         raise InvalidTopicError(f"Cannot append to internal topic {topic}")
     topic_partition = f"{topic}-{partition}"
-    batches = list(iter_batches(records))  # magic, length, CRC: CorruptRecordError / UnsupportedMagicError
+    # Magic, length, CRC: CorruptRecordError / UnsupportedMagicError. Two batches are enough to
+    # refuse, so a request of many batches is never walked (or CRC-checked) to its end.
+    batches = list(islice(iter_batches(records), 2))
     if len(batches) != 1:
         # Kafka's ProduceRequest rule for v2 batches. It also means a retried batch can never
         # shadow a new one behind it in the same request.

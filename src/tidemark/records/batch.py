@@ -406,6 +406,10 @@ def scan_records(batch, position: int = 0) -> Iterator[tuple[int, bool]]:
                 n, pos = read_varint(buf, pos)
                 if n < 0:
                     raise InvalidRecordError(f"record {index} has a header without a key")
+                try:  # header keys are protocol strings: clients decode them as UTF-8
+                    str(buf[pos:pos + n], "utf-8")
+                except UnicodeDecodeError:
+                    raise InvalidRecordError(f"record {index} has a header key that is not UTF-8") from None
                 pos += n
                 n, pos = read_varint(buf, pos)
                 pos += max(n, 0)

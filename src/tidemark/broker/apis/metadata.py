@@ -53,7 +53,12 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any]:
         topics = []
         for item in requested:
             name = item.name
-            if name is None:  # v10+ may ask by topic id
+            if name is None and request.api_version < 12:
+                # v10-11 carry a topic id field but cannot name a topic by it (Kafka refuses with
+                # INVALID_REQUEST), and their response cannot carry a null name.
+                topics.append(_error_entry("", ErrorCode.invalid_request))
+                continue
+            if name is None:  # v12+ may ask by topic id
                 topic = replicas.topic_by_id(item.topic_id)
                 topics.append(topic_entry(broker, topic) if topic else _error_entry(None, ErrorCode.unknown_topic_id))
                 continue
