@@ -3,7 +3,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark.log import Log, LogConfig
+from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import decode_records, iter_batches
 
 from .conftest import NOW, batch
@@ -11,7 +11,7 @@ from .conftest import NOW, batch
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=128)
 
 
-def all_records(log: Log) -> list[tuple[int, bytes]]:
+def all_records(log: UnifiedLog) -> list[tuple[int, bytes]]:
     out = []
     offset = log.log_start_offset
     while offset < log.log_end_offset:
@@ -24,7 +24,7 @@ def all_records(log: Log) -> list[tuple[int, bytes]]:
 
 
 def fill(path, n: int) -> list[tuple[int, bytes]]:
-    log = Log.open(path, CONFIG)
+    log = UnifiedLog.open(path, CONFIG)
     for i in range(n):
         log.append(batch(1 + i % 3, size=20 + i), now_ms=NOW)
     expected = all_records(log)
@@ -49,7 +49,7 @@ def test_truncation_at_every_byte_of_the_last_batch(tmp_path):
     survivors = [r for r in expected if r[0] not in lost]
     for cut in range(start, end):
         seg_path.write_bytes(original[:cut])
-        log = Log.open(path, CONFIG, clean_shutdown=False)
+        log = UnifiedLog.open(path, CONFIG, clean_shutdown=False)
         assert seg_path.stat().st_size == start
         assert all_records(log) == survivors
         assert log.log_end_offset == min(lost)
@@ -57,7 +57,7 @@ def test_truncation_at_every_byte_of_the_last_batch(tmp_path):
         assert info.first_offset == min(lost)
         log.close()
     seg_path.write_bytes(original)
-    log = Log.open(path, CONFIG)
+    log = UnifiedLog.open(path, CONFIG)
     assert all_records(log) == expected
     log.close()
 
@@ -70,7 +70,7 @@ def test_garbage_tail_is_cut(tmp_path):
     for garbage in [b"\x00" * 100, os.urandom(3), os.urandom(500), batch(1)[:-1] + b"\x00"]:
         with open(seg_path, "ab") as f:
             f.write(garbage)
-        log = Log.open(path, CONFIG, clean_shutdown=False)
+        log = UnifiedLog.open(path, CONFIG, clean_shutdown=False)
         assert seg_path.stat().st_size == size
         assert all_records(log) == expected
         log.close()
@@ -86,7 +86,7 @@ def test_corrupt_middle_segment_cuts_it_and_everything_after(tmp_path):
     start, _ = last_batch_span(victim)
     data[start + 30] ^= 0xFF  # inside the last batch's CRC-covered bytes
     victim.write_bytes(bytes(data))
-    log = Log.open(path, CONFIG, clean_shutdown=False)
+    log = UnifiedLog.open(path, CONFIG, clean_shutdown=False)
     assert [s.log_path for s in log.segments] == segs[:2]
     assert victim.stat().st_size == start
     assert log.log_end_offset == log.segments[-1].next_offset
@@ -101,10 +101,10 @@ def test_recovery_point_limits_validation(tmp_path):
     data = bytearray(segs[0].read_bytes())
     data[-1] ^= 0xFF  # a flipped byte in a flushed segment is not looked for
     segs[0].write_bytes(bytes(data))
-    log = Log.open(path, CONFIG, recovery_point=int(segs[2].stem), clean_shutdown=False)
+    log = UnifiedLog.open(path, CONFIG, recovery_point=int(segs[2].stem), clean_shutdown=False)
     assert len(log.segments) == len(segs)
     log.close()
-    log = Log.open(path, CONFIG, recovery_point=0, clean_shutdown=False)
+    log = UnifiedLog.open(path, CONFIG, recovery_point=0, clean_shutdown=False)
     assert len(log.segments) == 1
     log.close()
 
@@ -112,7 +112,7 @@ def test_recovery_point_limits_validation(tmp_path):
 def test_indexes_are_rebuilt(tmp_path):
     path = tmp_path / "t-0"
     expected = fill(path, 60)
-    log = Log.open(path, CONFIG, clean_shutdown=True)
+    log = UnifiedLog.open(path, CONFIG, clean_shutdown=True)
     indexes = {s.base_offset: (s.offset_index.entries(), s.time_index.entries()) for s in log.segments}
     log.close()
     assert any(entries for entries, _ in indexes.values())
@@ -122,12 +122,12 @@ def test_indexes_are_rebuilt(tmp_path):
         p.write_bytes(p.read_bytes()[:-5])  # torn
     for p in list(path.glob("*.timeindex"))[2:3]:
         p.write_bytes(b"\x00" * 24)  # wrong
-    log = Log.open(path, CONFIG, clean_shutdown=True)
+    log = UnifiedLog.open(path, CONFIG, clean_shutdown=True)
     assert {s.base_offset: (s.offset_index.entries(), s.time_index.entries()) for s in log.segments} == indexes
     assert all_records(log) == expected
     log.close()
     on_disk = {p.name: p.read_bytes() for p in path.glob("*index")}
-    log = Log.open(path, CONFIG, clean_shutdown=True)
+    log = UnifiedLog.open(path, CONFIG, clean_shutdown=True)
     log.close()
     assert {p.name: p.read_bytes() for p in path.glob("*index")} == on_disk  # consistent now: untouched
 
@@ -137,7 +137,7 @@ def test_stray_files_are_removed(tmp_path):
     fill(path, 3)
     (path / "00000000000000000099.index").write_bytes(b"")
     (path / "00000000000000000000.log.deleted").write_bytes(b"x")
-    log = Log.open(path, CONFIG)
+    log = UnifiedLog.open(path, CONFIG)
     log.close()
     assert sorted(p.name for p in path.iterdir()) == [
         "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex"
@@ -155,7 +155,7 @@ def test_stray_files_are_removed(tmp_path):
 def test_random_appends_then_damage(tmp_path_factory, sizes, damage):
     path = tmp_path_factory.mktemp("log") / "t-0"
     config = LogConfig(segment_bytes=1500, index_interval_bytes=200)
-    log = Log.open(path, config)
+    log = UnifiedLog.open(path, config)
     for n, size in sizes:
         log.append(batch(n, size=size), now_ms=NOW)
     expected = all_records(log)
@@ -172,7 +172,7 @@ def test_random_appends_then_damage(tmp_path_factory, sizes, damage):
         seg_path.write_bytes(data + arg)
         lost_from = None
     survivors = [r for r in expected if lost_from is None or r[0] < lost_from]
-    log = Log.open(path, config, clean_shutdown=False)
+    log = UnifiedLog.open(path, config, clean_shutdown=False)
     assert all_records(log) == survivors
     end = survivors[-1][0] + 1 if survivors else int(seg_path.stem)
     assert log.log_end_offset == end

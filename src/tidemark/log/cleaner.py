@@ -9,7 +9,7 @@ watermark. A cleaning builds a key -> last offset map over the dirty part, then 
 segment below that end, in groups of consecutive segments that fit into one segment, keeping a
 record only if no later offset has its key and dropping tombstones whose segment was last
 modified more than delete.retention.ms ago. Each group's ".cleaned" segment is swapped in with
-Log.replace_segments.
+LocalLog.replace_segments.
 
 Rewritten batches, as Kafka does for magic 2: each keeps its base offset, last offset delta,
 base timestamp, partition leader epoch, attributes and producer id/epoch/base sequence, so
@@ -42,7 +42,8 @@ from tidemark.records import BatchHeader, iter_key_values, read_header
 from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, read_varint
 from tidemark.records.compression import compress, decompress
 
-from .log import CLEANED_SUFFIX, Log
+from .local_log import CLEANED_SUFFIX
+from .unified_log import UnifiedLog
 from .manager import TopicPartition, read_checkpoint, write_checkpoint
 from .segment import LogSegment, pread_exact
 
@@ -117,7 +118,7 @@ class LogToClean:
     """Kafka's LogToClean: a log's clean and dirty byte counts and cleanable range."""
 
     tp: TopicPartition
-    log: Log
+    log: UnifiedLog
     first_dirty_offset: int
     first_uncleanable_offset: int
     clean_bytes: int
@@ -146,7 +147,7 @@ def first_uncleanable_offset(segments: list[LogSegment], active_base: int, high_
     return active_base
 
 
-def log_to_clean(tp: TopicPartition, log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
+def log_to_clean(tp: TopicPartition, log: UnifiedLog, checkpoint: int | None, now_ms: int) -> LogToClean:
     """Where the log's dirty part starts and ends, and how dirty it is. A checkpoint below the
     log start offset (retention moved on) or past the end (a recreated log) is reset to the
     log start offset, as Kafka does."""
@@ -226,7 +227,7 @@ class Cleaner:
         self.clock = clock
         self.abort = threading.Event()  # set to stop a cleaning between batches
 
-    def clean(self, log: Log, first_dirty_offset: int) -> tuple[int, CleanerStats]:
+    def clean(self, log: UnifiedLog, first_dirty_offset: int) -> tuple[int, CleanerStats]:
         """Clean the log from its start up to its first uncleanable offset (mapping keys from
         first_dirty_offset on). Returns the offset to checkpoint as the next first dirty
         offset, and the statistics of the run."""
@@ -307,7 +308,7 @@ class Cleaner:
                 groups.append([seg])
         return groups
 
-    def _clean_group(self, log: Log, group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
+    def _clean_group(self, log: UnifiedLog, group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
                      producers: dict[int, int], horizon: int, now: int, stats: CleanerStats) -> bool:
         cleaned = log.new_cleaned_segment(group[0].base_offset)
         try:
@@ -409,7 +410,7 @@ class LogCleanerManager:
     """Kafka's LogCleanerManager: the first dirty offset of every compacted log, kept in the
     data directory's cleaner-offset-checkpoint file, and the choice of the dirtiest log."""
 
-    def __init__(self, data_dir: Path, logs: Callable[[], dict[TopicPartition, Log]]):
+    def __init__(self, data_dir: Path, logs: Callable[[], dict[TopicPartition, UnifiedLog]]):
         self.path = Path(data_dir) / CLEANER_OFFSET_CHECKPOINT
         self.logs = logs
         try:
@@ -419,7 +420,7 @@ class LogCleanerManager:
             self.checkpoints = {}
         self.in_progress: set[TopicPartition] = set()
 
-    def compacted_logs(self) -> dict[TopicPartition, Log]:
+    def compacted_logs(self) -> dict[TopicPartition, UnifiedLog]:
         return {tp: log for tp, log in self.logs().items() if log.config.compact_enabled and log.offline is None}
 
     def dirtiness(self, now_ms: int) -> list[LogToClean]:

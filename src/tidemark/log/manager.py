@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .config import LogConfig
-from .log import Log, fsync_directory
+from .local_log import fsync_directory
+from .unified_log import UnifiedLog
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -63,7 +64,7 @@ class LogManager:
     def __init__(self, data_dir: Path, default_config: LogConfig | None = None):
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
-        self._logs: dict[TopicPartition, Log] = {}
+        self._logs: dict[TopicPartition, UnifiedLog] = {}
         self.clean_shutdown = False  # how the last run ended, as found by open()
 
     def open(self, *, now_ms: int | None = None, config_for: Callable[[str], LogConfig] | None = None) -> None:
@@ -85,7 +86,7 @@ class LogManager:
             tp = parse_partition_dir(path.name)
             if tp is None:
                 continue
-            self._logs[tp] = Log.open(
+            self._logs[tp] = UnifiedLog.open(
                 path,
                 config_for(tp[0]) if config_for else self.default_config,
                 recovery_point=recovery_points.get(tp, 0),
@@ -96,18 +97,18 @@ class LogManager:
         # From here on a crash must be seen as unclean.
         marker.unlink(missing_ok=True)
 
-    def get(self, topic: str, partition: int) -> Log | None:
+    def get(self, topic: str, partition: int) -> UnifiedLog | None:
         return self._logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> UnifiedLog:
         log = self._logs.get((topic, partition))
         if log is None:
-            log = Log.open(self.data_dir / f"{topic}-{partition}", config or self.default_config, clean_shutdown=True)
+            log = UnifiedLog.open(self.data_dir / f"{topic}-{partition}", config or self.default_config, clean_shutdown=True)
             fsync_directory(self.data_dir)
             self._logs[(topic, partition)] = log
         return log
 
-    def logs(self) -> dict[TopicPartition, Log]:
+    def logs(self) -> dict[TopicPartition, UnifiedLog]:
         return dict(self._logs)
 
     def delete_partition(self, topic: str, partition: int) -> None:
