@@ -1,9 +1,15 @@
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark.log import LogConfig, UnifiedLog
+from kio.schema.errors import ErrorCode
+
+from tidemark.broker.errors import error_code_for
+from tidemark.log import LogConfig, LogOfflineError, UnifiedLog
+from tidemark.log import segment as segment_module
+from tidemark.log.errors import CorruptSegmentError
 from tidemark.records import decode_records, iter_batches
 
 from .conftest import NOW, batch
@@ -178,4 +184,78 @@ def test_random_appends_then_damage(tmp_path_factory, sizes, damage):
     assert log.log_end_offset == end
     assert log.append(batch(1), now_ms=NOW).first_offset == end
     assert all_records(log)[-1][0] == end
+    log.close()
+
+
+def _flip_length_bit(seg_path) -> None:
+    """Flip a bit of the first batch's length field: the batch framing can no longer be walked."""
+    data = bytearray(seg_path.read_bytes())
+    data[8] ^= 0x40
+    seg_path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_corrupt_flushed_segment_takes_the_partition_offline_and_deletes_nothing(tmp_path, clean):
+    path = tmp_path / "t-0"
+    expected = fill(path, 130)
+    segs = sorted(path.glob("*.log"))
+    assert len(segs) >= 6
+    _flip_length_bit(segs[1])
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    log = UnifiedLog.open(path, CONFIG, recovery_point=expected[-1][0] + 1, clean_shutdown=clean)
+    try:
+        assert isinstance(log.offline, CorruptSegmentError)
+        assert segs[1].name in str(log.offline)
+        assert log.log_end_offset == expected[-1][0] + 1  # the later segments are all there
+        with pytest.raises(LogOfflineError):
+            log.append(batch(1), now_ms=NOW)
+        assert error_code_for(LogOfflineError("x")) == ErrorCode.kafka_storage_error
+        with pytest.raises(CorruptSegmentError, match=segs[1].name):
+            log.read(int(segs[1].stem), 1 << 20)
+        assert log.read(0, 1 << 20)  # what precedes it still reads
+    finally:
+        log.close()
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before  # no file touched
+
+
+def test_corruption_found_at_read_time_takes_the_partition_offline(tmp_path):
+    path = tmp_path / "t-0"
+    fill(path, 130)
+    log = UnifiedLog.open(path, CONFIG, clean_shutdown=True)
+    seg = log.segments[2]
+    _flip_length_bit(seg.log_path)
+    with pytest.raises(CorruptSegmentError, match=seg.log_path.name):
+        log.read(seg.base_offset, 1 << 20)
+    assert isinstance(log.offline, CorruptSegmentError)
+    with pytest.raises(LogOfflineError):
+        log.append(batch(1), now_ms=NOW)
+    log.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_restart_below_the_recovery_point_reads_only_batch_headers(tmp_path, monkeypatch, clean):
+    path = tmp_path / "t-0"
+    config = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=4096)
+    log = UnifiedLog.open(path, config)
+    for i in range(200):
+        log.append(batch(4, size=1000, ts=NOW + i), now_ms=NOW + i)
+    end, segments = log.log_end_offset, len(log.segments)
+    log.close()
+    total = sum(p.stat().st_size for p in path.glob("*.log"))
+    read = []
+    real = segment_module.pread_exact
+    monkeypatch.setattr(segment_module, "pread_exact", lambda fd, n, pos: read.append(n) or real(fd, n, pos))
+    log = UnifiedLog.open(path, config, recovery_point=end, clean_shutdown=clean)
+    assert (log.log_end_offset, len(log.segments), log.offline) == (end, segments, None)
+    assert sum(read) < total * 0.05  # 61 header bytes per 4 KB batch, plus each segment's tail
+    assert log.max_timestamp_entry() == (end - 1, NOW + 199 + 3)
+    log.close()
+
+
+def test_a_new_partition_directory_is_fsynced_with_its_parent(tmp_path, monkeypatch):
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real(fd))
+    log = UnifiedLog.open(tmp_path / "new-0", CONFIG, clean_shutdown=True)
+    assert str(tmp_path / "new-0") in synced and str(tmp_path) in synced
     log.close()

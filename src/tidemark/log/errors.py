@@ -4,6 +4,7 @@ from tidemark.records.errors import CorruptRecordError, RecordTooLargeError
 
 __all__ = [
     "CorruptRecordError",
+    "CorruptSegmentError",
     "LogOfflineError",
     "InvalidProducerEpochError",
     "LogError",
@@ -35,3 +36,9 @@ class LogOfflineError(LogError, OSError):
     After a failed fsync the kernel may have dropped the dirty pages while a later fsync
     reports success, so carrying on could acknowledge records that are gone (Kafka takes the
     whole log directory offline for the same reason)."""
+
+
+class CorruptSegmentError(LogOfflineError):
+    """A segment that was flushed (below the recovery point, or written before a clean
+    shutdown) cannot be walked. Recovery only ever cuts the unflushed tail, so this partition
+    goes offline instead, its files left as they are for an operator to look at."""

@@ -12,10 +12,12 @@ from typing import NamedTuple
 
 import structlog
 
+from tidemark.records import BATCH_OVERHEAD, CorruptRecordError
+
 from .config import LogConfig
 from .local_log import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, TEMP_SUFFIXES, LocalLog, fsync_directory
 from .producer_state import ProducerStateManager
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TornTailError
 
 _logger = structlog.get_logger("tidemark.log")
 
@@ -36,13 +38,19 @@ class LogLoader:
         self.clean_shutdown = clean_shutdown
 
     def load(self) -> LoadedLog:
-        """Load (or create) a partition log. After an unclean shutdown every segment that may
-        hold data past the recovery point is re-validated and cut at its first bad byte; later
-        segments go too. Indexes that are missing or disagree with the log are rebuilt."""
+        """Load (or create) a partition log.
+
+        Segments wholly below the recovery point (all of them after a clean shutdown) were
+        flushed: they are opened from their indexes, as Kafka does, reading only the batch
+        headers after each segment's last index entry. One found unreadable takes the
+        partition offline (CorruptSegmentError) and no file is changed: a flushed segment is
+        never cut, nor are the segments after it deleted. Segments that may hold data past the
+        recovery point are re-validated (CRCs) and cut at their first bad byte, later segments
+        going too: that is the torn tail of a crash."""
         directory = self.directory
+        created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         local = LocalLog(directory, self.config)
-        producer_state = ProducerStateManager()
         self._complete_swaps(local)
         bases = []
         for path in directory.iterdir():
@@ -59,26 +67,47 @@ class LogLoader:
         for i, base in enumerate(bases):
             seg = local.new_segment(base)
             segments = local.segments
-            if truncated or (segments and base < segments[-1].next_offset):
-                seg.delete()  # after a cut, or overlapping the previous segment: not trusted
-                truncated = cut = True
+            if truncated:
+                seg.delete()  # after the torn tail of a crash was cut: not trusted
                 continue
             upper = bases[i + 1] if i + 1 < len(bases) else None
-            validate = not self.clean_shutdown and (upper is None or upper > self.recovery_point)
-            truncated = seg.load(validate=validate, active=upper is None, on_batch=producer_state.update)
+            active = upper is None
+            flushed = self.clean_shutdown or (upper is not None and upper <= self.recovery_point)
+            try:
+                if segments and base < segments[-1].next_offset:
+                    raise CorruptRecordError(f"{seg.log_path.name} overlaps the segment before it")
+                if flushed:
+                    trusted = recovered = False
+                    try:
+                        trusted = seg.open_from_indexes(active=active)
+                    except TornTailError:
+                        if not active:
+                            raise
+                        # The active segment ends inside a batch: nothing whole follows, so
+                        # cutting it loses nothing; recover that segment as after a crash.
+                        truncated = seg.recover(validate=True, active=True)
+                        recovered = True
+                    if not trusted and not recovered:
+                        seg.recover(validate=False, active=active, truncate=False)  # rebuild the indexes
+                else:
+                    truncated = seg.recover(validate=True, active=active)
+                    seg.flushed_size = 0  # a process crash can leave valid bytes only in the page cache
+            except CorruptRecordError as exc:
+                error = local.corrupt(exc)
+                _logger.error("log_segment_corrupt", log=directory.name, error=str(error))
+                seg.close()
+                break  # later segments stay on disk, untouched, for the operator
             cut = cut or truncated
-            if validate:
-                seg.flushed_size = 0  # a process crash can leave valid bytes only in the page cache
             local.add_segment(seg)
         if not local.segments:
             local.add_segment(local.new_segment(self.log_start_offset or 0))
 
         start = max(self.log_start_offset or 0, local.segments[0].base_offset)
-        if start > local.log_end_offset:
+        if start > local.log_end_offset and local.offline is None:
             # The checkpointed start is past everything left (e.g. a truncated tail): start over there.
             local.clear_segments()
             local.add_segment(local.new_segment(start))
-            producer_state = ProducerStateManager()
+        producer_state = self._restore_producer_state(local)
         if cut:
             _logger.warning("log_truncated_at_recovery", log=directory.name, log_end_offset=local.log_end_offset,
                             clean_shutdown=self.clean_shutdown)
@@ -87,8 +116,32 @@ class LogLoader:
         else:
             local.recovery_point = min(self.recovery_point, local.log_end_offset)
             local.dir_dirty = True
-            local.flush()  # what recovery kept (and cut) is now durable
+            if local.offline is None:
+                local.flush()  # what recovery kept (and cut) is now durable
+        if created:  # a new partition: its directory entry and first files survive a power cut
+            fsync_directory(directory)
+            fsync_directory(directory.parent)
         return LoadedLog(local, start, producer_state)
+
+    @staticmethod
+    def _restore_producer_state(local: LocalLog) -> ProducerStateManager:
+        """The one place producer state (idempotent producers' last batches) is restored.
+
+        For now it is rebuilt by walking every batch header of the log (headers only, one
+        small read per batch, no CRCs); producer-state snapshots will replace this with a
+        snapshot load plus a walk of the segments after it. A header that cannot be walked
+        takes the partition offline like any other unreadable flushed segment."""
+        state = ProducerStateManager()
+        if local.offline is not None:
+            return state
+        for seg in local.segments:
+            try:
+                for _, h in seg.scan(read_ahead=BATCH_OVERHEAD):
+                    state.update(h)
+            except CorruptRecordError as exc:
+                _logger.error("log_segment_corrupt", log=local.directory.name, error=str(local.corrupt(exc)))
+                break
+        return state
 
     def _complete_swaps(self, local: LocalLog) -> None:
         """Kafka's recovery of an interrupted cleaner swap: ".cleaned" and ".deleted" files are
@@ -107,7 +160,7 @@ class LogLoader:
             base = int(path.name.split(".")[0])
             seg = local.new_segment(base, suffix=SWAP_SUFFIX)
             try:
-                seg.load(validate=True, active=False)
+                seg.recover(validate=True, active=False)
                 seg.fsync()
                 for other in list(directory.iterdir()):
                     if other.suffix == LOG_SUFFIX and other.stem.isdigit() and base <= int(other.stem) < seg.next_offset:

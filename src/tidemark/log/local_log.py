@@ -16,10 +16,10 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
-from tidemark.records import BatchHeader
+from tidemark.records import BatchHeader, CorruptRecordError
 
 from .config import LogConfig
-from .errors import LogOfflineError
+from .errors import CorruptSegmentError, LogOfflineError
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 
 # Kafka's file suffixes for segments mid-operation (see LocalLog.replace_segments).
@@ -143,6 +143,19 @@ class LocalLog:
         unless min_one_batch and the first batch alone is bigger."""
         if offset >= bound:
             return b""
+        try:
+            return self._read(offset, max_bytes, bound, min_one_batch)
+        except CorruptRecordError as exc:
+            raise self.corrupt(exc) from exc
+
+    def corrupt(self, exc: CorruptRecordError) -> CorruptSegmentError:
+        """Take the log offline after finding a flushed segment unreadable (see CorruptSegmentError)."""
+        error = CorruptSegmentError(f"{self.directory.name}/{exc}")
+        if self.offline is None:
+            self.offline = error
+        return error
+
+    def _read(self, offset: int, max_bytes: int, bound: int, min_one_batch: bool) -> bytes:
         segments = self._segments  # one snapshot: the cleaner swaps in a new list, never edits it
         i = max(0, bisect_right(segments, offset, key=_base_offset) - 1)
         for seg in segments[i:]:
@@ -151,7 +164,7 @@ class LocalLog:
                 continue  # offset lies past this segment's batches (a gap): try the next one
             start, _ = found
             stop = start
-            for pos, h in seg.iter_headers(start):
+            for pos, h in seg.scan(start):
                 if h.base_offset + h.last_offset_delta >= bound:
                     break
                 if pos + h.size - start > max_bytes and not (min_one_batch and stop == start):

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from tidemark.records import (
     BatchHeader,
+    CorruptRecordError,
     InvalidRecordError,
     RecordListTooLargeError,
     RecordTooLargeError,
@@ -215,12 +216,18 @@ class UnifiedLog:
     def offset_for_timestamp(self, timestamp_ms: int, *, upper_bound: int | None = None) -> tuple[int, int] | None:
         """ListOffsets by time: (offset, timestamp) of the first record with a timestamp >=
         the target, or None if there is none (below upper_bound, if given)."""
+        try:
+            return self._offset_for_timestamp(timestamp_ms, upper_bound)
+        except CorruptRecordError as exc:
+            raise self.local.corrupt(exc) from exc
+
+    def _offset_for_timestamp(self, timestamp_ms: int, upper_bound: int | None) -> tuple[int, int] | None:
         bound = self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
         for seg in self.local.segments:
             if seg.max_timestamp < timestamp_ms:
                 continue
             _, start = seg.offset_index.lookup(seg.time_index.lookup(timestamp_ms))
-            for pos, h in seg.iter_headers(start):
+            for pos, h in seg.scan(start):
                 if h.base_offset >= bound:
                     return None
                 if h.max_timestamp < timestamp_ms or h.base_offset + h.last_offset_delta < self.log_start_offset:
@@ -233,6 +240,12 @@ class UnifiedLog:
     def max_timestamp_entry(self) -> tuple[int, int] | None:
         """ListOffsets MAX_TIMESTAMP (KIP-734): (offset, timestamp) of the first record carrying
         the largest timestamp in the log, or None for an empty log."""
+        try:
+            return self._max_timestamp_entry()
+        except CorruptRecordError as exc:
+            raise self.local.corrupt(exc) from exc
+
+    def _max_timestamp_entry(self) -> tuple[int, int] | None:
         best = max((seg for seg in self.local.segments if seg.max_timestamp >= 0),
                    key=lambda seg: seg.max_timestamp, default=None)
         if best is None:
