@@ -37,6 +37,7 @@ bench: install
 	$(BIN)/python -m bench.cleaner
 	$(BIN)/python -m bench.spark_source
 	$(BIN)/python -m bench.offsets_log_spark
+	$(BIN)/python -m bench.restart
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -6,7 +6,7 @@ after cleaning, and commit latency while the broker's cleaner runs.
 Steps, all in one run (tidemark brokers as child processes, temporary data dirs,
 offsets.topic.segment.bytes=--segment-bytes so the partition spans several segments):
   (1) --records offset commit records over --keys keys of one group, written straight into one
-      offsets partition with tidemark.log.Log while the broker is down (the last record per key wins).
+      offsets partition with tidemark.log.UnifiedLog while the broker is down (the last record per key wins).
   (2) the broker restarted with log.cleaner.enable=false; its `offsets_partition_loaded` log line
       gives the load time and records/s of the dirty partition.
   (3) the partition cleaned in this process with tidemark.log.cleaner.Cleaner (everything below the
@@ -43,7 +43,7 @@ from bench.offsets import FIND_COORDINATOR, LOAD_BATCH, OFFSETS_PARTITIONS, TIDE
 from bench.produce_fetch import BenchError, BrokerProcess, TidemarkTarget, console, out
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
-from tidemark.log import Log, LogConfig
+from tidemark.log import LogConfig, UnifiedLog
 from tidemark.log.cleaner import Cleaner, CleanerStats
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
@@ -117,8 +117,8 @@ def create_offsets_topic(data_dir: Path, broker_settings: dict[str, str], group:
         stop_cleanly(broker)
 
 
-def offsets_log(data_dir: Path, group: str, segment_bytes: int) -> Log:
-    return Log.open(data_dir / f"__consumer_offsets-{partition_for(group, OFFSETS_PARTITIONS)}",
+def offsets_log(data_dir: Path, group: str, segment_bytes: int) -> UnifiedLog:
+    return UnifiedLog.open(data_dir / f"__consumer_offsets-{partition_for(group, OFFSETS_PARTITIONS)}",
                     LogConfig(segment_bytes=segment_bytes, cleanup_policy="compact"), clean_shutdown=True)
 
 

@@ -60,7 +60,7 @@ from bench.produce_fetch import (
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
-from tidemark.log import Log, LogConfig
+from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
     OffsetCommitKey,
@@ -344,7 +344,7 @@ def run_load(tmp: Path, records: int, profiler_dir: Path | None) -> LoadResult:
 
     index = partition_for(group, OFFSETS_PARTITIONS)
     written = time.perf_counter()
-    log = Log.open(broker.data_dir / f"__consumer_offsets-{index}",
+    log = UnifiedLog.open(broker.data_dir / f"__consumer_offsets-{index}",
                    LogConfig(segment_bytes=104857600, cleanup_policy="compact"), clean_shutdown=True)
     try:
         keys = [encode_key(OffsetCommitKey(group, "loaded", p)) for p in range(LOAD_KEYS)]

@@ -10,26 +10,9 @@ from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
 from tidemark.records.offsets_schema import decode_key, decode_offset_commit_value
 from tidemark.wire.build import build
 
-NOW = 1_700_000_000_000
+from .memory_log import NOW, InMemoryLog
+
 TOPICS = {("orders", 0), ("orders", 1), ("orders", 2)}
-
-
-class InMemoryLog:
-    """The offsets partition: records appended in order, replayed into shards."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes, bytes | None]] = []
-
-    def append_and_replay(self, shard: CoordinatorShard, result, now=NOW):
-        start = len(self.records)
-        self.records.extend((r.key, r.value) for r in result.records)
-        for offset, (key, value) in enumerate(self.records[start:], start=start):
-            shard.replay(offset, key, value, loading=False, now_ms=now)
-        return result
-
-    def replay_into(self, shard: CoordinatorShard) -> None:
-        for offset, (key, value) in enumerate(self.records):
-            shard.replay(offset, key, value, loading=True, now_ms=NOW)
 
 
 def new_shard() -> CoordinatorShard:

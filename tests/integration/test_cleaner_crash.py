@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
-from tidemark.log import Log, LogConfig
+from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_key, encode_offset_commit_value
 
@@ -39,7 +39,7 @@ def test_sigkill_while_cleaning_never_changes_the_latest_offsets(make_broker):
     assert broker.stop() == 0
 
     # A dirty offsets partition: 200,000 commits of 1,000 keys in 1 MB segments.
-    log = Log.open(broker.data_dir / f"__consumer_offsets-{partition_for(GROUP, 5)}",
+    log = UnifiedLog.open(broker.data_dir / f"__consumer_offsets-{partition_for(GROUP, 5)}",
                    LogConfig(segment_bytes=1 << 20, cleanup_policy="compact"), clean_shutdown=True)
     keys = [encode_key(OffsetCommitKey(GROUP, TOPIC, p)) for p in range(KEYS)]
     for start in range(0, RECORDS, 2000):

@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
-from tidemark.log import Log, LogConfig
+from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
     OffsetCommitKey,
@@ -104,7 +104,7 @@ def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):
 
     # 1,000,000 commit records for 1,000 partitions of one group, written straight into the log.
     partition_dir = broker.data_dir / f"__consumer_offsets-{partition_for(group, 50)}"
-    log = Log.open(partition_dir, LogConfig(segment_bytes=104857600, cleanup_policy="compact"), clean_shutdown=True)
+    log = UnifiedLog.open(partition_dir, LogConfig(segment_bytes=104857600, cleanup_policy="compact"), clean_shutdown=True)
     keys = [encode_key(OffsetCommitKey(group, "loaded", p)) for p in range(1000)]
     per_batch = 5000
     for start in range(0, 1_000_000, per_batch):

@@ -1,6 +1,6 @@
 import pytest
 
-from tidemark.log import Log, LogConfig
+from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import build_batch
 
 NOW = 1_700_000_000_000
@@ -15,8 +15,8 @@ def batch(n: int = 1, *, ts: int = NOW, size: int = 10, **kw) -> bytes:
 def open_log(tmp_path):
     opened = []
 
-    def _open(config: LogConfig | None = None, **kw) -> Log:
-        log = Log.open(tmp_path / "topic-0", config or LogConfig(), **{"now_ms": NOW, **kw})
+    def _open(config: LogConfig | None = None, **kw) -> UnifiedLog:
+        log = UnifiedLog.open(tmp_path / "topic-0", config or LogConfig(), **{"now_ms": NOW, **kw})
         opened.append(log)
         return log
 

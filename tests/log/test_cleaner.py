@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark.log import Log, LogConfig
+from tidemark.log import LogConfig, UnifiedLog
 from tidemark.log.config import CleanerConfig
 from tidemark.log.cleaner import Cleaner, LogCleanerManager, Throttler, log_to_clean
 from tidemark.log.manager import LogManager, read_checkpoint
@@ -27,13 +27,13 @@ def compact_config(**kw) -> LogConfig:
     return LogConfig(**{"cleanup_policy": "compact", "segment_bytes": 2048, "index_interval_bytes": 256, **kw})
 
 
-def write(log: Log, records, *, compression=CompressionType.NONE, now=NOW) -> None:
+def write(log: UnifiedLog, records, *, compression=CompressionType.NONE, now=NOW) -> None:
     """records: (key, value) pairs, one batch."""
     log.append(build_batch([(k, v, (), now) for k, v in records], compression=compression), now_ms=now)
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
 
 
-def read_all(log: Log) -> list:
+def read_all(log: UnifiedLog) -> list:
     records = []
     offset = log.log_start_offset
     while offset < log.log_end_offset:
@@ -86,7 +86,7 @@ values = st.one_of(st.none(), st.binary(min_size=1, max_size=40))
 @given(batches=st.lists(st.lists(st.tuples(keys, values), min_size=1, max_size=8), min_size=1, max_size=40),
        compressed=st.booleans(), expire=st.booleans())
 def test_clean_keeps_latest_value_per_key(tmp_path_factory, batches, compressed, expire):
-    log = Log.open(tmp_path_factory.mktemp("c") / "t-0", compact_config(), now_ms=NOW)
+    log = UnifiedLog.open(tmp_path_factory.mktemp("c") / "t-0", compact_config(), now_ms=NOW)
     try:
         for b in batches:
             write(log, b, compression=CompressionType.GZIP if compressed else CompressionType.NONE)
@@ -102,7 +102,7 @@ def test_clean_keeps_latest_value_per_key(tmp_path_factory, batches, compressed,
         assert [r for r in after if r.offset >= end] == [r for r in before if r.offset >= end]
         # and the log reopens to the same content
         log.close()
-        log = Log.open(log.directory, compact_config(), now_ms=NOW)
+        log = UnifiedLog.open(log.directory, compact_config(), now_ms=NOW)
         assert read_all(log) == after
     finally:
         log.close()
@@ -114,7 +114,7 @@ def test_tombstone_retention_follows_segment_mtime(open_log):
     write(log, [(b"a", None)])
     log.append(build_batch([(b"c", b"x" * 1900, (), NOW)]), now_ms=NOW)  # rolls
     write(log, [(b"d", b"1")])
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
     real_now = int(time.time() * 1000)
     Cleaner(clock=lambda: real_now).clean(log, 0)
     assert {r.key: r.value for r in read_all(log)} == {b"a": None, b"b": b"1", b"c": b"x" * 1900, b"d": b"1"}
@@ -131,7 +131,7 @@ def test_min_compaction_lag_and_high_watermark_bound_the_cleanable_range(open_lo
     ltc = log_to_clean(("t", 0), log, None, NOW + 2000)
     # segments holding records newer than now - lag are not cleanable
     assert ltc.first_uncleanable_offset < log.active_segment.base_offset
-    log.high_watermark = segs[1].next_offset
+    log.update_high_watermark(segs[1].next_offset)
     assert log_to_clean(("t", 0), log, None, NOW + 10**9).first_uncleanable_offset == segs[1].next_offset
 
 
@@ -196,7 +196,7 @@ def test_cleaning_beside_appends_reads_flush_and_retention(open_log):
 
 
 def _crash_log(tmp_path, step):
-    log = Log.open(tmp_path / "t-0", compact_config(), now_ms=NOW)
+    log = UnifiedLog.open(tmp_path / "t-0", compact_config(), now_ms=NOW)
     for i in range(300):
         write(log, [(b"k%d" % (i % 7), b"value-%d" % i), (b"j%d" % (i % 5), None if i % 3 == 0 else b"x")])
     log.flush()
@@ -216,16 +216,16 @@ def _crash_log(tmp_path, step):
         with pytest.raises(Crash):
             Cleaner().clean(log, 0)
     # the process dies: descriptors go away, nothing else happens
-    for seg in log._segments:
+    for seg in log.segments:
         seg.close()
-    log._closed = True
+    log.local._closed = True
     return want
 
 
 @pytest.mark.parametrize("step", ["cleaned", "swap", "deleted", "renamed", None])
 def test_crash_at_each_step_of_the_swap(tmp_path, step):
     want = _crash_log(tmp_path, step)
-    reopened = Log.open(tmp_path / "t-0", compact_config(), now_ms=NOW)
+    reopened = UnifiedLog.open(tmp_path / "t-0", compact_config(), now_ms=NOW)
     try:
         assert latest(read_all(reopened)) == want
         names = os.listdir(tmp_path / "t-0")
@@ -244,7 +244,7 @@ def test_leftover_cleaned_and_swap_files_are_recovered(tmp_path):
     d = tmp_path / "t-0"
     (d / "00000000000000000000.log.cleaned").write_bytes(b"partial garbage")
     (d / "00000000000000099999.index.swap").write_bytes(b"")
-    reopened = Log.open(d, compact_config(), now_ms=NOW)
+    reopened = UnifiedLog.open(d, compact_config(), now_ms=NOW)
     try:
         assert latest(read_all(reopened)) == want
         assert not [n for n in os.listdir(d) if n.endswith((".cleaned", ".swap", ".deleted"))]
@@ -264,7 +264,7 @@ def test_throttler_sleeps_to_the_rate():
 def test_large_offsets_like_log(tmp_path, capsys):
     """1,000,000 records over 1,000 keys, as an offsets topic sees them."""
     config = compact_config(segment_bytes=8 << 20, index_interval_bytes=4096)
-    log = Log.open(tmp_path / "__consumer_offsets-0", config, now_ms=NOW)
+    log = UnifiedLog.open(tmp_path / "__consumer_offsets-0", config, now_ms=NOW)
     try:
         value = b"\x00\x03" + b"\x00" * 40
         n, per_batch = 1_000_000, 500
@@ -273,9 +273,10 @@ def test_large_offsets_like_log(tmp_path, capsys):
             log.append(build_batch([(keys[i % 1000], value, (), NOW) for i in range(start, start + per_batch)]),
                        now_ms=NOW)
         log.append(build_batch([(keys[0], value, (), NOW)]), now_ms=NOW)
-        log.high_watermark = log.log_end_offset
+        log.update_high_watermark(log.log_end_offset)
         # roll so nearly everything is cleanable
-        log._roll(log.log_end_offset)
+        with log.local.lock:
+            log.local._roll(log.log_end_offset)
         write(log, [(keys[1], value)])
         size = log.size_in_bytes
         t0 = time.perf_counter()
@@ -346,7 +347,7 @@ def test_background_cleaner_cleans_by_itself(tmp_path):
 
 
 def _log_with_segments(directory, config=None):
-    log = Log.open(directory, config or compact_config(), now_ms=NOW)
+    log = UnifiedLog.open(directory, config or compact_config(), now_ms=NOW)
     for i in range(120):
         write(log, [(b"k%d" % (i % 5), b"value-%d" % i)])
     assert len(log.segments) > 3

@@ -5,7 +5,7 @@ import pytest
 
 from tidemark.log import (
     CorruptRecordError,
-    Log,
+    UnifiedLog,
     LogConfig,
     OffsetOutOfRangeError,
 )
@@ -169,7 +169,7 @@ def test_retention_by_time(open_log):
     log = open_log(LogConfig(segment_bytes=len(b) * 2, retention_ms=1000))
     for i in range(8):
         log.append(batch(1, size=100, ts=NOW + i * 100), now_ms=NOW)
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
     assert [s.base_offset for s in log.segments] == [0, 2, 4, 6]
     assert log.delete_retention(NOW + 1101) == 1  # segment 0 (max ts NOW+100) expired
     assert log.log_start_offset == 2
@@ -186,7 +186,7 @@ def test_retention_by_size(open_log):
     log = open_log(LogConfig(segment_bytes=len(b) * 2, retention_ms=-1, retention_bytes=len(b) * 5))
     for _ in range(10):
         log.append(b, now_ms=NOW)
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
     assert log.size_in_bytes == len(b) * 10
     # Kafka deletes a segment only if the log stays at or above retention.bytes without it
     assert log.delete_retention(NOW) == 2
@@ -199,13 +199,13 @@ def test_retention_only_below_high_watermark_and_with_delete_policy(open_log, tm
     log = open_log(LogConfig(segment_bytes=len(b) * 2, retention_ms=0))
     for _ in range(6):
         log.append(b, now_ms=NOW)
-    log.high_watermark = 3  # segment 2-3 is not wholly below it
+    log.update_high_watermark(3)  # segment 2-3 is not wholly below it
     assert log.delete_retention(NOW + 10**9) == 1
     assert log.log_start_offset == 2
-    compact = Log.open(tmp_path / "c-0", LogConfig(segment_bytes=len(b) * 2, retention_ms=0, cleanup_policy="compact"))
+    compact = UnifiedLog.open(tmp_path / "c-0", LogConfig(segment_bytes=len(b) * 2, retention_ms=0, cleanup_policy="compact"))
     for _ in range(6):
         compact.append(b, now_ms=NOW)
-    compact.high_watermark = 6
+    compact.update_high_watermark(6)
     assert compact.delete_retention(NOW + 10**9) == 0
     compact.close()
 
@@ -237,7 +237,7 @@ def test_flush_from_a_thread_while_appending_and_deleting(open_log):
     try:
         for i in range(300):
             log.append(b, now_ms=NOW)
-            log.high_watermark = log.log_end_offset
+            log.update_high_watermark(log.log_end_offset)
             if i % 10 == 0:
                 log.delete_retention(NOW)
     finally:
@@ -288,7 +288,7 @@ def test_failed_write_leaves_no_partial_batch_and_takes_the_log_offline(open_log
 
 
 def test_failed_fsync_takes_the_log_offline(open_log, monkeypatch):
-    import tidemark.log.log as log_module
+    import tidemark.log.local_log as log_module
     from tidemark.log import LogOfflineError
 
     log = open_log()

@@ -35,7 +35,7 @@ def test_checkpoints_and_clean_shutdown_round_trip(tmp_path):
     for _ in range(6):
         a.append(batch(1, size=40), now_ms=NOW)
     c.append(batch(3), now_ms=NOW)
-    a.high_watermark = a.log_end_offset
+    a.update_high_watermark(a.log_end_offset)
     a.config = LogConfig(segment_bytes=200, retention_ms=0)
     assert a.delete_retention(NOW + 10**6) > 0
     start = a.log_start_offset

@@ -1,11 +1,11 @@
 import pytest
 
-from tidemark.log import InvalidProducerEpochError, Log, LogConfig, OutOfOrderSequenceError
+from tidemark.log import InvalidProducerEpochError, UnifiedLog, LogConfig, OutOfOrderSequenceError
 
 from .conftest import NOW, batch
 
 
-def produce(log: Log, pid: int, epoch: int, seq: int, n: int = 2):
+def produce(log: UnifiedLog, pid: int, epoch: int, seq: int, n: int = 2):
     return log.append(batch(n, producer_id=pid, producer_epoch=epoch, base_sequence=seq), now_ms=NOW)
 
 
@@ -68,12 +68,12 @@ def test_errors_in_one_batch_store_nothing_of_the_request(open_log):
 def test_state_survives_reopen(tmp_path):
     path = tmp_path / "t-0"
     for clean in (True, False):
-        log = Log.open(path, LogConfig(segment_bytes=300))
+        log = UnifiedLog.open(path, LogConfig(segment_bytes=300))
         base = log.log_end_offset
         seq = base  # each round continues the same sequence
         originals = [produce(log, 42, 1, seq + i * 2) for i in range(6)]
         log.close()
-        log = Log.open(path, LogConfig(segment_bytes=300), clean_shutdown=clean)
+        log = UnifiedLog.open(path, LogConfig(segment_bytes=300), clean_shutdown=clean)
         dup = produce(log, 42, 1, seq + 10)
         assert dup.duplicate and dup.first_offset == originals[-1].first_offset
         with pytest.raises(OutOfOrderSequenceError):

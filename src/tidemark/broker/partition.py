@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 
-from tidemark.log.log import Log
+from tidemark.log.unified_log import UnifiedLog
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, log: Log, leader_epoch: int = 0) -> None:
+    def __init__(self, topic: str, index: int, log: UnifiedLog, leader_epoch: int = 0) -> None:
         self.topic = topic
         self.index = index
         self.log = log
@@ -31,7 +31,7 @@ class Partition:
     def advance_high_watermark(self, offset: int) -> None:
         if offset <= self.log.high_watermark:
             return
-        self.log.high_watermark = offset
+        self.log.update_high_watermark(offset)
         still_waiting = []
         for target, future in self._hw_waiters:
             if future.done():

@@ -23,7 +23,7 @@ from tidemark.broker.flusher import Flusher
 from tidemark.broker.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
 from tidemark.log.config import LogConfig
-from tidemark.log.log import AppendInfo
+from tidemark.log.unified_log import AppendInfo
 from tidemark.log.manager import LogManager
 
 log = structlog.get_logger("tidemark.partition_manager")

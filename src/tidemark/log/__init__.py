@@ -10,7 +10,7 @@ from .errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
 )
-from .log import AppendInfo, Log
+from .unified_log import AppendInfo, UnifiedLog
 from .manager import LogManager
 from .segment import LogSegment
 
@@ -18,7 +18,6 @@ __all__ = [
     "AppendInfo",
     "CorruptRecordError",
     "InvalidProducerEpochError",
-    "Log",
     "LogConfig",
     "LogError",
     "LogManager",
@@ -27,4 +26,5 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "RecordTooLargeError",
+    "UnifiedLog",
 ]

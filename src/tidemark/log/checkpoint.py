@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .log import fsync_directory
+from .local_log import fsync_directory
 
 TopicPartition = tuple[str, int]
 _CHECKPOINT_VERSION = 0

@@ -9,7 +9,7 @@ watermark. A cleaning builds a key -> last offset map over the dirty part, then 
 segment below that end, in groups of consecutive segments that fit into one segment, keeping a
 record only if no later offset has its key and dropping tombstones whose segment was last
 modified more than delete.retention.ms ago. Each group's ".cleaned" segment is swapped in with
-Log.replace_segments.
+LocalLog.replace_segments.
 
 Rewritten batches, as Kafka does for magic 2: each keeps its base offset, last offset delta,
 base timestamp, partition leader epoch, attributes and producer id/epoch/base sequence, so
@@ -42,8 +42,9 @@ from tidemark.records import BatchHeader, CorruptRecordError, iter_key_values, r
 from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, read_varint
 from tidemark.records.compression import compress, decompress
 
-from .log import CLEANED_SUFFIX, Log
 from .checkpoint import TopicPartition, read_checkpoint, write_checkpoint
+from .local_log import CLEANED_SUFFIX
+from .unified_log import UnifiedLog
 from .segment import LogSegment, pread_exact
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -117,7 +118,7 @@ class LogToClean:
     """Kafka's LogToClean: a log's clean and dirty byte counts and cleanable range."""
 
     tp: TopicPartition
-    log: Log
+    log: UnifiedLog
     first_dirty_offset: int
     first_uncleanable_offset: int
     clean_bytes: int
@@ -146,7 +147,7 @@ def first_uncleanable_offset(segments: list[LogSegment], active_base: int, high_
     return active_base
 
 
-def log_to_clean(tp: TopicPartition, log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
+def log_to_clean(tp: TopicPartition, log: UnifiedLog, checkpoint: int | None, now_ms: int) -> LogToClean:
     """Where the log's dirty part starts and ends, and how dirty it is. A checkpoint below the
     log start offset (retention moved on) or past the end (a recreated log) is reset to the
     log start offset, as Kafka does."""
@@ -236,7 +237,7 @@ class Cleaner:
         self.clock = clock
         self.abort = threading.Event()  # set to stop a cleaning between batches
 
-    def clean(self, log: Log, first_dirty_offset: int) -> tuple[int, CleanerStats]:
+    def clean(self, log: UnifiedLog, first_dirty_offset: int) -> tuple[int, CleanerStats]:
         """Clean the log from its start up to its first uncleanable offset (mapping keys from
         first_dirty_offset on). Returns the offset to checkpoint as the next first dirty
         offset, and the statistics of the run."""
@@ -317,7 +318,7 @@ class Cleaner:
                 groups.append([seg])
         return groups
 
-    def _clean_group(self, log: Log, group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
+    def _clean_group(self, log: UnifiedLog, group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
                      producers: dict[int, int], horizon: int, now: int, stats: CleanerStats) -> bool:
         cleaned = log.new_cleaned_segment(group[0].base_offset)
         try:
@@ -421,7 +422,7 @@ class LogCleanerManager:
     logs a cleaning failed on (uncleanable: skipped until restart, so one bad batch does not
     stop the cleaning of every other log)."""
 
-    def __init__(self, data_dir: Path, logs: Callable[[], dict[TopicPartition, Log]]):
+    def __init__(self, data_dir: Path, logs: Callable[[], dict[TopicPartition, UnifiedLog]]):
         self.path = Path(data_dir) / CLEANER_OFFSET_CHECKPOINT
         self.logs = logs
         try:
@@ -430,10 +431,10 @@ class LogCleanerManager:
             _logger.warning("cleaner_checkpoint_unreadable", file=self.path.name)
             self.checkpoints = {}
         self.in_progress: set[TopicPartition] = set()
-        # The Log itself, so a partition deleted and created again is cleaned again.
-        self.uncleanable: dict[TopicPartition, Log] = {}
+        # The UnifiedLog itself, so a partition deleted and created again is cleaned again.
+        self.uncleanable: dict[TopicPartition, UnifiedLog] = {}
 
-    def compacted_logs(self) -> dict[TopicPartition, Log]:
+    def compacted_logs(self) -> dict[TopicPartition, UnifiedLog]:
         return {tp: log for tp, log in self.logs().items() if log.config.compact_enabled and log.offline is None}
 
     def dirtiness(self, now_ms: int) -> list[LogToClean]:
@@ -456,7 +457,7 @@ class LogCleanerManager:
     def is_uncleanable(self, candidate: LogToClean) -> bool:
         return self.uncleanable.get(candidate.tp) is candidate.log
 
-    def mark_uncleanable(self, tp: TopicPartition, log: Log) -> None:
+    def mark_uncleanable(self, tp: TopicPartition, log: UnifiedLog) -> None:
         self.uncleanable[tp] = log
 
     def uncleanable_count(self) -> int:

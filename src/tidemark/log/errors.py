@@ -4,6 +4,7 @@ from tidemark.records.errors import CorruptRecordError, RecordTooLargeError
 
 __all__ = [
     "CorruptRecordError",
+    "CorruptSegmentError",
     "DataDirLockedError",
     "LogOfflineError",
     "InvalidProducerEpochError",
@@ -40,3 +41,9 @@ class LogOfflineError(LogError, OSError):
 
 class DataDirLockedError(LogError):
     """Another process holds the data directory's lock (another broker runs on it)."""
+
+
+class CorruptSegmentError(LogOfflineError):
+    """A segment that was flushed (below the recovery point, or written before a clean
+    shutdown) cannot be walked. Recovery only ever cuts the unflushed tail, so this partition
+    goes offline instead, its files left as they are for an operator to look at."""

@@ -15,7 +15,7 @@ from prometheus_client import Counter, Gauge
 
 from .cleaner import Cleaner, CleanerStats, LogCleanerManager, Throttler
 from .config import CleanerConfig
-from .log import Log
+from .unified_log import UnifiedLog
 
 log = structlog.get_logger("tidemark.log.log_cleaner")
 
@@ -37,7 +37,7 @@ MAX_DIRTY_PERCENT = Gauge("tidemark_log_cleaner_max_dirty_percent", "Largest dir
 class LogCleaner:
     """Owns the cleaner task over the logs of one data directory (`logs()` lists them)."""
 
-    def __init__(self, data_dir: Path, logs: Callable[[], dict[tuple[str, int], Log]], config: CleanerConfig, *,
+    def __init__(self, data_dir: Path, logs: Callable[[], dict[tuple[str, int], UnifiedLog]], config: CleanerConfig, *,
                  clock: Callable[[], int] | None = None):
         self.enabled = config.enable
         self.backoff_s = config.backoff_ms / 1000

@@ -17,8 +17,9 @@ import structlog
 from .checkpoint import TopicPartition, read_checkpoint, write_checkpoint
 from .config import CleanerConfig, LogConfig
 from .dir_lock import DirLock
-from .log import Log, fsync_directory
+from .local_log import fsync_directory
 from .log_cleaner import LogCleaner
+from .unified_log import UnifiedLog
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -44,7 +45,7 @@ class LogManager:
                  checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS):
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
-        self._logs: dict[TopicPartition, Log] = {}
+        self._logs: dict[TopicPartition, UnifiedLog] = {}
         self.clean_shutdown = False  # how the last run ended, as found by open()
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
@@ -77,7 +78,7 @@ class LogManager:
             tp = parse_partition_dir(path.name)
             if tp is None:
                 continue
-            self._logs[tp] = Log.open(
+            self._logs[tp] = UnifiedLog.open(
                 path,
                 config_for(tp[0]) if config_for else self.default_config,
                 recovery_point=recovery_points.get(tp, 0),
@@ -91,18 +92,18 @@ class LogManager:
             marker.unlink()
             fsync_directory(self.data_dir)
 
-    def get(self, topic: str, partition: int) -> Log | None:
+    def get(self, topic: str, partition: int) -> UnifiedLog | None:
         return self._logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> UnifiedLog:
         log = self._logs.get((topic, partition))
         if log is None:
-            log = Log.open(self.data_dir / f"{topic}-{partition}", config or self.default_config, clean_shutdown=True)
-            fsync_directory(self.data_dir)
+            # A new partition's directory is fsynced with its parent by the loader.
+            log = UnifiedLog.open(self.data_dir / f"{topic}-{partition}", config or self.default_config, clean_shutdown=True)
             self._logs[(topic, partition)] = log
         return log
 
-    def logs(self) -> dict[TopicPartition, Log]:
+    def logs(self) -> dict[TopicPartition, UnifiedLog]:
         return dict(self._logs)
 
     def delete_partition(self, topic: str, partition: int) -> None:

@@ -29,7 +29,7 @@ from tidemark.records import (
     iter_timestamped_key_values,
 )
 
-from .log import SWAP_SUFFIX
+from .local_log import SWAP_SUFFIX
 from .segment import LOG_SUFFIX, pread_exact
 
 Warn = Callable[[str], None]

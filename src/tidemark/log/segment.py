@@ -7,7 +7,7 @@ and gets a sparse index entry every index_interval_bytes of batches appended.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from tidemark.records import BATCH_OVERHEAD, BatchHeader, CorruptRecordError, read_header, validate_batch
@@ -18,7 +18,8 @@ from .index import OffsetIndex, TimeIndex
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-_SCAN_CHUNK = 1 << 20
+_SCAN_CHUNK = 1 << 20  # reads when validating CRCs
+_READ_AHEAD = 64 * 1024  # reads when walking headers
 
 
 def segment_name(base_offset: int) -> str:
@@ -33,6 +34,10 @@ def pread_exact(fd: int, n: int, position: int) -> bytes:
             break
         data += more
     return data
+
+
+class TornTailError(CorruptRecordError):
+    """The file ends inside a batch: a write that did not finish (nothing whole follows it)."""
 
 
 class LogSegment:
@@ -62,12 +67,14 @@ class LogSegment:
 
     # -- loading ----------------------------------------------------------------------------
 
-    def load(self, *, validate: bool, active: bool, on_batch: Callable[[BatchHeader], None] | None = None) -> bool:
-        """Scan every batch, truncate the file after the last good one, and rebuild the indexes
-        if they are missing or disagree with the log. Returns True if bytes were truncated.
+    def recover(self, *, validate: bool, active: bool, truncate: bool = True) -> bool:
+        """Scan every batch and rebuild the indexes if they are missing or disagree with the
+        log. Returns True if bytes were truncated.
 
         validate checks each batch's CRC (for segments not known to be flushed); batches must
         also have increasing, non-overlapping offsets starting at or after the base offset.
+        With truncate the file is cut after the last good batch (a torn tail); without, a bad
+        batch raises CorruptRecordError naming the file and nothing is changed.
         """
         self._reset_state()
         offsets: list[tuple[int, int]] = []
@@ -78,15 +85,15 @@ class LogSegment:
                 times.append((ts, offset - self.base_offset))
 
         valid_end = 0
-        for pos, h in self._scan(validate):
-            if h.base_offset < self.next_offset:
-                break  # overlapping or going backwards: corrupt from here on
-            if valid_end == 0:
-                self.rolling_time_ms = h.max_timestamp
-            self._track(pos, h, lambda o, p: offsets.append((o - self.base_offset, p)), add_time)
-            valid_end = pos + h.size
-            if on_batch is not None:
-                on_batch(h)
+        try:
+            for pos, h in self.scan(validate=validate):
+                if valid_end == 0:
+                    self.rolling_time_ms = h.max_timestamp
+                self._track(pos, h, lambda o, p: offsets.append((o - self.base_offset, p)), add_time)
+                valid_end = pos + h.size
+        except CorruptRecordError:
+            if not truncate:
+                raise
         truncated = valid_end < self.size
         if truncated:
             os.ftruncate(self.fd, valid_end)
@@ -101,6 +108,33 @@ class LogSegment:
             self.offset_index._load(offsets)
             self.time_index._load(times)
         return truncated
+
+    def open_from_indexes(self, *, active: bool) -> bool:
+        """Load a segment known to be whole (flushed below the recovery point, or after a clean
+        shutdown) from its indexes, as Kafka does: only the batch headers after the last
+        offset index entry are read. Returns False, with nothing loaded, if the indexes fail
+        the sanity check (torn, out of order, pointing past the file, or missing an entry the
+        tail shows they should have): the caller then rebuilds them with recover()."""
+        offsets = self.offset_index.read_entries()
+        times = self.time_index.read_entries()
+        if offsets is None or times is None or not _increasing(offsets, self.size) or not _increasing(times, None):
+            return False
+        self._reset_state()
+        if times:
+            self.max_timestamp, self.offset_of_max_timestamp = times[-1][0], self.base_offset + times[-1][1]
+        start = offsets[-1][1] if offsets else 0
+        missing: list[int] = []
+        for pos, h in self.scan(start, read_ahead=BATCH_OVERHEAD):  # the indexed batch and those after it
+            if pos == start and offsets and h.last_offset != self.base_offset + offsets[-1][0]:
+                return False
+            self._track(pos, h, lambda o, p: missing.append(o), lambda ts, o: None)
+        if missing:
+            return False
+        if active and self.size:
+            self.rolling_time_ms = read_header(pread_exact(self.fd, BATCH_OVERHEAD, 0)).max_timestamp
+        self.offset_index._load(offsets)
+        self.time_index._load(times)
+        return True
 
     def _reset_state(self) -> None:
         self.next_offset = self.base_offset
@@ -121,27 +155,39 @@ class LogSegment:
         self.bytes_since_last_index_entry += h.batch_length + LOG_OVERHEAD
         self.next_offset = last + 1
 
-    def _scan(self, validate: bool) -> Iterator[tuple[int, BatchHeader]]:
-        """Yield (position, header) of whole, sane batches from the start; stop at the first
-        bad or partial one."""
+    def scan(self, position: int = 0, *, validate: bool = False,
+             read_ahead: int = _READ_AHEAD) -> Iterator[tuple[int, BatchHeader]]:
+        """The one walk over this segment file's batches: (position, header) of each batch
+        from position to the end. Only headers are read (read_ahead bytes at a time) unless
+        validate, which reads each whole batch to check its CRC. A batch that is not whole
+        and sane raises CorruptRecordError naming the file; so does one whose offsets do not
+        grow (the walk would otherwise serve them out of order)."""
         end = self.size
-        pos = 0
+        pos = position
         chunk = b""
         chunk_start = 0
-        while end - pos >= BATCH_OVERHEAD:
+        next_offset = -1
+        while pos < end:
+            if end - pos < BATCH_OVERHEAD:
+                raise TornTailError(f"{self.log_path.name}: partial batch header at {pos}")
             if pos + BATCH_OVERHEAD > chunk_start + len(chunk):
-                chunk_start, chunk = pos, pread_exact(self.fd, min(_SCAN_CHUNK, end - pos), pos)
+                chunk_start, chunk = pos, pread_exact(self.fd, min(max(read_ahead, BATCH_OVERHEAD), end - pos), pos)
             h = read_header(chunk, pos - chunk_start)
-            if h.magic != MAGIC or h.batch_length < MIN_BATCH_LENGTH or pos + h.size > end:
-                return
+            if h.batch_length >= MIN_BATCH_LENGTH and pos + h.size > end:
+                raise TornTailError(f"{self.log_path.name}: partial batch at {pos}")
+            if h.magic != MAGIC or h.batch_length < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(f"{self.log_path.name}: no whole batch at {pos}")
+            if h.base_offset < next_offset or h.base_offset < self.base_offset or h.last_offset_delta < 0:
+                raise CorruptRecordError(f"{self.log_path.name}: batch at {pos} has offset {h.base_offset}")
             if validate:
                 if pos + h.size > chunk_start + len(chunk):
                     chunk_start, chunk = pos, pread_exact(self.fd, max(_SCAN_CHUNK, h.size), pos)
                 try:
                     validate_batch(chunk, pos - chunk_start, pos - chunk_start + h.size)
-                except CorruptRecordError:
-                    return
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(f"{self.log_path.name}: {exc}") from None
             yield pos, h
+            next_offset = h.next_offset
             pos += h.size
 
     # -- appending --------------------------------------------------------------------------
@@ -186,23 +232,10 @@ class LogSegment:
     def read(self, position: int, size: int) -> bytes:
         return pread_exact(self.fd, size, position)
 
-    def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        """Batch headers from position on (only the 61 header bytes of each are read)."""
-        end = self.size
-        pos = position
-        chunk = b""
-        chunk_start = 0
-        while end - pos >= BATCH_OVERHEAD:
-            if pos + BATCH_OVERHEAD > chunk_start + len(chunk):
-                chunk_start, chunk = pos, pread_exact(self.fd, min(64 * 1024, end - pos), pos)
-            h = read_header(chunk, pos - chunk_start)
-            yield pos, h
-            pos += h.batch_length + LOG_OVERHEAD
-
     def find(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset >= offset, via the sparse index."""
         _, start = self.offset_index.lookup(offset)
-        for pos, h in self.iter_headers(start):
+        for pos, h in self.scan(start):
             if h.base_offset + h.last_offset_delta >= offset:
                 return pos, h
         return None
@@ -249,3 +282,14 @@ class LogSegment:
         self.close()
         for path in self.files:
             path.unlink(missing_ok=True)
+
+
+def _increasing(entries: list[tuple[int, int]], size: int | None) -> bool:
+    """Index entries in strictly increasing order, relative offsets >= 0, positions (offset
+    index: the second field) within the file of `size` bytes."""
+    prev = (-1, -1)
+    for entry in entries:
+        if entry[0] <= prev[0] or entry[1] < 0 or (size is not None and (entry[1] <= prev[1] or entry[1] >= size)):
+            return False
+        prev = entry
+    return True

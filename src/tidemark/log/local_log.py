@@ -1,0 +1,318 @@
+"""Kafka's LocalLog: the segment files of one partition directory.
+
+It owns the segment list (under a lock that flush() shares with the appending thread), rolls
+and appends to the active segment, reads whole batches, makes appends durable (the recovery
+point) and swaps the cleaner's segments in. Offsets, producers, the high watermark and the
+log start offset are the UnifiedLog's business.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from pathlib import Path
+from typing import Any
+
+from tidemark.records import BatchHeader, CorruptRecordError
+
+from .config import LogConfig
+from .errors import CorruptSegmentError, LogOfflineError
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+
+# Kafka's file suffixes for segments mid-operation (see LocalLog.replace_segments).
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+TEMP_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
+# Kafka's file.delete.delay.ms: how long a replaced segment's descriptors stay open for readers
+# that picked it up just before the swap.
+FILE_DELETE_DELAY_S = 60.0
+
+
+def _base_offset(seg: LogSegment) -> int:
+    return seg.base_offset
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalLog:
+    def __init__(self, directory: Path, config: LogConfig):
+        self.offline: BaseException | None = None  # the write or fsync failure that stopped this log
+        self.directory = directory
+        self.config = config
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []  # segment base offsets, for bisect
+        self._recovery_point = 0
+        # Guards what flush() snapshots from another thread: the segment list, sizes, offsets.
+        self.lock = threading.Lock()
+        self.dir_dirty = False  # segment files created since the last directory fsync
+        self._closed = False
+        self._retired: list[tuple[float, LogSegment]] = []  # (when, segment) replaced by the cleaner
+        # Test hook: called with each step name of replace_segments (raise to simulate a crash).
+        self.swap_hook: Any = None
+
+    # -- segments ---------------------------------------------------------------------------
+
+    def new_segment(self, base_offset: int, *, suffix: str = "") -> LogSegment:
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            index_max_bytes=self.config.segment_index_bytes,
+            suffix=suffix,
+        )
+
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
+        """An empty "<base>.log.cleaned" segment for the cleaner to write into (any leftover
+        from an earlier attempt is discarded first)."""
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (self.directory / (f"{base_offset:020d}" + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
+        return self.new_segment(base_offset, suffix=CLEANED_SUFFIX)
+
+    def add_segment(self, seg: LogSegment) -> None:
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    def clear_segments(self) -> None:
+        """Delete every segment's files (loading found nothing worth keeping)."""
+        for seg in self._segments:
+            seg.delete()
+        self._segments.clear()
+        self._bases.clear()
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @recovery_point.setter
+    def recovery_point(self, offset: int) -> None:
+        self._recovery_point = offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # -- append -----------------------------------------------------------------------------
+
+    def append(self, buf: bytearray, assigned: list[tuple[int, BatchHeader]], last_offset: int, now_ms: int) -> None:
+        """Write batches whose offsets are assigned (from log_end_offset on), rolling first if
+        the active segment is full or old."""
+        with self.lock:
+            seg = self.active_segment
+            if seg.should_roll(len(buf), last_offset, now_ms, self.config.segment_bytes, self.config.segment_ms):
+                seg = self._roll(assigned[0][1].base_offset)
+            try:
+                seg.append(buf, assigned, now_ms)
+            except OSError as exc:
+                self.offline = exc
+                raise LogOfflineError(f"append to {self.directory.name} failed: {exc}") from exc
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        """Start a new active segment (caller holds the lock)."""
+        self.active_segment.on_roll()
+        seg = self.new_segment(base_offset)
+        self.add_segment(seg)
+        self.dir_dirty = True
+        return seg
+
+    # -- read -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, bound: int, *, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one containing offset, none reaching bound, at most max_bytes
+        unless min_one_batch and the first batch alone is bigger."""
+        if offset >= bound:
+            return b""
+        try:
+            return self._read(offset, max_bytes, bound, min_one_batch)
+        except CorruptRecordError as exc:
+            raise self.corrupt(exc) from exc
+
+    def corrupt(self, exc: CorruptRecordError) -> CorruptSegmentError:
+        """Take the log offline after finding a flushed segment unreadable (see CorruptSegmentError)."""
+        error = CorruptSegmentError(f"{self.directory.name}/{exc}")
+        if self.offline is None:
+            self.offline = error
+        return error
+
+    def _read(self, offset: int, max_bytes: int, bound: int, min_one_batch: bool) -> bytes:
+        segments = self._segments  # one snapshot: the cleaner swaps in a new list, never edits it
+        i = max(0, bisect_right(segments, offset, key=_base_offset) - 1)
+        for seg in segments[i:]:
+            found = seg.find(offset)
+            if found is None:
+                continue  # offset lies past this segment's batches (a gap): try the next one
+            start, _ = found
+            stop = start
+            for pos, h in seg.scan(start):
+                if h.base_offset + h.last_offset_delta >= bound:
+                    break
+                if pos + h.size - start > max_bytes and not (min_one_batch and stop == start):
+                    break
+                stop = pos + h.size
+            return seg.read(start, stop - start) if stop > start else b""
+        return b""
+
+    # -- durability -------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync everything appended so far and advance the recovery point to it.
+
+        Safe to call from a worker thread while the event loop appends: the files and end
+        offset are snapshotted under the lock, then synced outside it on duplicated
+        descriptors, so a segment deleted meanwhile cannot break the sync."""
+        with self.lock:
+            if self._closed:
+                return self._recovery_point
+            if self.offline is not None:
+                raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
+            end = self.log_end_offset
+            active = self.active_segment
+            targets: list[tuple[LogSegment, int, int]] = []  # (segment, size synced, dup fd)
+            index_fds: list[tuple[Any, int]] = []  # (index, dup fd)
+            for seg in self._segments:
+                if seg.flushed_size != seg.size:
+                    targets.append((seg, seg.size, os.dup(seg.fd)))
+                if seg is not active:
+                    for index in (seg.offset_index, seg.time_index):
+                        if index.dirty:
+                            index_fds.append((index, os.dup(index.fd)))
+            dir_fd = os.open(self.directory, os.O_RDONLY) if self.dir_dirty else -1
+            self.dir_dirty = False
+        try:
+            for _, _, fd in targets:
+                os.fsync(fd)
+            for _, fd in index_fds:
+                os.fsync(fd)
+            if dir_fd >= 0:
+                os.fsync(dir_fd)
+        except OSError as exc:
+            self.offline = exc
+            raise LogOfflineError(f"fsync of {self.directory.name} failed: {exc}") from exc
+        finally:
+            for fd in [fd for _, _, fd in targets] + [fd for _, fd in index_fds] + ([dir_fd] if dir_fd >= 0 else []):
+                os.close(fd)
+        with self.lock:
+            for index, _ in index_fds:
+                index.dirty = False
+            for seg, size, _ in targets:
+                seg.flushed_size = max(seg.flushed_size, size)
+            self._recovery_point = max(self._recovery_point, end)
+            return self._recovery_point
+
+    # -- deletion and replacement -----------------------------------------------------------
+
+    def delete_oldest_segments(self, doomed: list[LogSegment]) -> bool:
+        """Drop `doomed`, the oldest segments (never the active one), and delete their files.
+        False, with nothing changed, if they are no longer the oldest (the cleaner swapped
+        segments meanwhile)."""
+        with self.lock:
+            if len(doomed) >= len(self._segments) or any(a is not b for a, b in zip(self._segments, doomed)):
+                return False
+            self._segments = self._segments[len(doomed):]
+            self._bases = self._bases[len(doomed):]
+            self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
+            for seg in doomed:
+                seg.delete()
+            self.dir_dirty = True
+        return True
+
+    def cleaning_snapshot(self) -> tuple[list[tuple[LogSegment, int]], int]:
+        """For the cleaner: the non-active segments, each with a duplicated descriptor (valid
+        whatever happens to the segment meanwhile; the caller closes them), and the active
+        segment's base offset, taken together under the lock."""
+        with self.lock:
+            if self._closed:
+                raise LogOfflineError(f"{self.directory.name} is closed")
+            segments = self._segments
+            return [(seg, os.dup(seg.fd)) for seg in segments[:-1]], segments[-1].base_offset
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
+        """Swap the cleaner's `new` (".cleaned", complete and fsynced) in for the consecutive
+        segments `old`, crash-safely, as Kafka's replaceSegments: rename it to ".swap" (the
+        commit point: recovery completes the swap from here on), rename the old segments'
+        files to ".deleted", give the new one its final names, then fsync the directory.
+        Readers that picked up an old segment keep its descriptors (closed after
+        FILE_DELETE_DELAY_S); the files themselves are unlinked at once. Returns False, with
+        nothing changed, if the old segments are no longer all in the log (retention deleted
+        some meanwhile) or the log is closed; the caller then deletes `new`."""
+        hook = self.swap_hook or (lambda step: None)
+        with self.lock:
+            segments = self._segments
+            if self._closed or self.offline is not None or not old:
+                return False
+            try:
+                i = next(n for n, seg in enumerate(segments) if seg is old[0])
+            except StopIteration:
+                return False
+            if len(segments) - 1 < i + len(old) or any(a is not b for a, b in zip(segments[i:], old)):
+                return False  # gone, changed, or reaching the active segment
+            hook("cleaned")
+            new.change_suffix(SWAP_SUFFIX)
+            fsync_directory(self.directory)
+            hook("swap")
+            for seg in old:
+                seg.change_suffix(DELETED_SUFFIX)
+            hook("deleted")
+            new.change_suffix("")
+            fsync_directory(self.directory)
+            hook("renamed")
+            self._segments = segments[:i] + [new] + segments[i + len(old):]
+            self._bases = [seg.base_offset for seg in self._segments]
+            for seg in old:
+                for path in seg.files:
+                    path.unlink(missing_ok=True)
+            now = time.monotonic()
+            self._retired.extend((now, seg) for seg in old)
+            self._close_retired(now - FILE_DELETE_DELAY_S)
+        return True
+
+    def _close_retired(self, before: float) -> None:
+        keep = []
+        for when, seg in self._retired:
+            if when <= before:
+                seg.close()
+            else:
+                keep.append((when, seg))
+        self._retired = keep
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self, *, flush: bool = True) -> None:
+        """Close the files; with `flush` (and the log still online) make everything durable first."""
+        if self._closed:
+            return
+        if flush and self.offline is None:
+            self.flush()
+            with self.lock:
+                for index in (self.active_segment.offset_index, self.active_segment.time_index):
+                    os.fsync(index.fd)
+        with self.lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+            self._close_retired(float("inf"))
+
+    def delete(self) -> None:
+        self.close(flush=False)
+        shutil.rmtree(self.directory, ignore_errors=True)

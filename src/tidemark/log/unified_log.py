@@ -1,0 +1,307 @@
+"""Kafka's UnifiedLog: one partition's log as the broker sees it, on top of a LocalLog.
+
+It assigns offsets and checks idempotent producers on append, keeps the high watermark and
+the log start offset, deletes segments past retention and answers ListOffsets by time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from tidemark.records import (
+    BatchHeader,
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    decode_records,
+    iter_batches,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+
+from .config import LogConfig
+from .errors import LogOfflineError, OffsetOutOfRangeError
+from .loader import LogLoader
+from .local_log import LocalLog
+from .producer_state import ProducerStateManager
+from .segment import LogSegment
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int = -1
+    duplicate: bool = False
+
+
+class UnifiedLog:
+    def __init__(self, local: LocalLog, *, log_start_offset: int = 0,
+                 producer_state: ProducerStateManager | None = None):
+        self.local = local
+        self.log_start_offset = log_start_offset
+        self.producer_state = producer_state or ProducerStateManager()
+        # On one broker, the durably flushed end; moved by update_high_watermark only.
+        self._high_watermark = local.log_end_offset
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int | None = None,
+        clean_shutdown: bool = False,
+        now_ms: int | None = None,
+    ) -> UnifiedLog:
+        """Load (or create) the partition log in `directory` (see LogLoader)."""
+        loaded = LogLoader(directory, config, recovery_point=recovery_point, log_start_offset=log_start_offset,
+                           clean_shutdown=clean_shutdown).load()
+        return cls(loaded.local, log_start_offset=loaded.log_start_offset, producer_state=loaded.producer_state)
+
+    # -- what the LocalLog knows ------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self.local.directory
+
+    @property
+    def config(self) -> LogConfig:
+        return self.local.config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:  # a topic's configs changed
+        self.local.config = config
+
+    @property
+    def offline(self) -> BaseException | None:
+        return self.local.offline
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return self.local.segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.local.active_segment
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.local.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self.local.recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.local.size_in_bytes
+
+    @property
+    def swap_hook(self) -> Any:
+        return self.local.swap_hook
+
+    @swap_hook.setter
+    def swap_hook(self, hook: Any) -> None:
+        self.local.swap_hook = hook
+
+    def flush(self) -> int:
+        return self.local.flush()
+
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
+        return self.local.new_cleaned_segment(base_offset)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
+        return self.local.replace_segments(old, new)
+
+    def close(self, *, flush: bool = True) -> None:
+        self.local.close(flush=flush)
+
+    def delete(self) -> None:
+        self.local.delete()
+
+    # -- high watermark ---------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, kept within [log start offset, log end offset] as Kafka does."""
+        self._high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self._high_watermark
+
+    # -- append -----------------------------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int) -> AppendInfo:
+        """Assign offsets to and write the batches of one append (a produce request, validated
+        before by broker/validator.py, or the coordinator's records).
+
+        Nothing is written unless every batch is valid; an idempotent producer's retried batch
+        is answered with its original offsets (duplicate=True) and not written again.
+        """
+        if self.offline is not None:
+            raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
+        buf = bytearray(records)
+        batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
+        if not batches:
+            return AppendInfo(-1, -1, -1, -1)
+        # Sizes bound every append, the coordinator's too (Kafka's UnifiedLog does the same);
+        # the rules for what clients may write live in broker/validator.py.
+        for _, h in batches:
+            if h.size > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {h.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}"
+                )
+        if len(buf) > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{len(buf)} bytes of batches exceed segment.bytes {self.config.segment_bytes}"
+            )
+        duplicate = self.producer_state.check([h for _, h in batches])
+        if duplicate is not None:
+            return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, duplicate=True)
+
+        log_append_time = now_ms if self.config.message_timestamp_type == "LogAppendTime" else -1
+        # Appends come from one thread, so the end offset cannot move between here and the write.
+        first = next_offset = self.log_end_offset
+        assigned: list[tuple[int, BatchHeader]] = []
+        max_ts, offset_of_max_ts = -1, first
+        for pos, h in batches:
+            set_base_offset(buf, pos, next_offset)
+            set_partition_leader_epoch(buf, pos, leader_epoch)
+            h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
+            if log_append_time >= 0:
+                set_log_append_time(buf, pos, log_append_time)
+                h = h._replace(attributes=h.attributes | 0x08, max_timestamp=log_append_time)
+            assigned.append((pos, h))
+            next_offset = h.next_offset
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = h.max_timestamp, h.last_offset
+        last = next_offset - 1
+        self.local.append(buf, assigned, last, now_ms)
+        for _, h in assigned:
+            self.producer_state.update(h)
+        return AppendInfo(first, last, max_ts, offset_of_max_ts, log_append_time)
+
+    # -- read -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, upper_bound: int | None = None, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one containing offset, none reaching upper_bound (the high
+        watermark for consumers), at most max_bytes unless min_one_batch and the first batch
+        alone is bigger."""
+        end = self.log_end_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {end}] in {self.directory.name}"
+            )
+        bound = end if upper_bound is None else min(upper_bound, end)
+        return self.local.read(offset, max_bytes, bound, min_one_batch=min_one_batch)
+
+    def offset_for_timestamp(self, timestamp_ms: int, *, upper_bound: int | None = None) -> tuple[int, int] | None:
+        """ListOffsets by time: (offset, timestamp) of the first record with a timestamp >=
+        the target, or None if there is none (below upper_bound, if given)."""
+        try:
+            return self._offset_for_timestamp(timestamp_ms, upper_bound)
+        except CorruptRecordError as exc:
+            raise self.local.corrupt(exc) from exc
+
+    def _offset_for_timestamp(self, timestamp_ms: int, upper_bound: int | None) -> tuple[int, int] | None:
+        bound = self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
+        for seg in self.local.segments:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            _, start = seg.offset_index.lookup(seg.time_index.lookup(timestamp_ms))
+            for pos, h in seg.scan(start):
+                if h.base_offset >= bound:
+                    return None
+                if h.max_timestamp < timestamp_ms or h.base_offset + h.last_offset_delta < self.log_start_offset:
+                    continue
+                for r in decode_records(seg.read(pos, h.size)):
+                    if r.timestamp >= timestamp_ms and self.log_start_offset <= r.offset < bound:
+                        return r.offset, r.timestamp
+        return None
+
+    def max_timestamp_entry(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (KIP-734): (offset, timestamp) of the first record carrying
+        the largest timestamp in the log, or None for an empty log."""
+        try:
+            return self._max_timestamp_entry()
+        except CorruptRecordError as exc:
+            raise self.local.corrupt(exc) from exc
+
+    def _max_timestamp_entry(self) -> tuple[int, int] | None:
+        best = max((seg for seg in self.local.segments if seg.max_timestamp >= 0),
+                   key=lambda seg: seg.max_timestamp, default=None)
+        if best is None:
+            return None
+        found = best.find(best.offset_of_max_timestamp)
+        if found is not None:
+            pos, h = found
+            for r in decode_records(best.read(pos, h.size)):
+                if r.timestamp == best.max_timestamp and r.offset >= self.log_start_offset:
+                    return r.offset, r.timestamp
+        return best.offset_of_max_timestamp, best.max_timestamp
+
+    # -- retention --------------------------------------------------------------------------
+
+    def delete_retention(self, now_ms: int | None = None) -> int:
+        """Delete the oldest segments past retention.ms or beyond retention.bytes (never the
+        active segment, only segments wholly below the high watermark) and move the log start
+        offset up. Returns the number of segments deleted."""
+        if not self.config.delete_enabled:
+            return 0
+        now_ms = _now_ms() if now_ms is None else now_ms
+        size_excess = self.size_in_bytes - self.config.retention_bytes if self.config.retention_bytes >= 0 else -1
+        doomed = []
+        for seg in self.local.segments[:-1]:
+            if seg.next_offset > self.high_watermark:
+                break
+            if seg.next_offset <= self.log_start_offset:
+                pass  # already below the log start offset
+            elif self.config.retention_ms >= 0 and now_ms - self._largest_timestamp(seg) > self.config.retention_ms:
+                pass
+            elif size_excess >= 0 and size_excess - seg.size >= 0:
+                pass
+            else:
+                break
+            size_excess -= seg.size
+            doomed.append(seg)
+        if not doomed or not self.local.delete_oldest_segments(doomed):
+            return 0
+        self.log_start_offset = max(self.log_start_offset, self.local.segments[0].base_offset)
+        return len(doomed)
+
+    @staticmethod
+    def _largest_timestamp(seg: LogSegment) -> int:
+        # Like Kafka, fall back to the file's modification time for batches without timestamps.
+        if seg.max_timestamp >= 0:
+            return seg.max_timestamp
+        return int(os.fstat(seg.fd).st_mtime * 1000)
+
+    # -- compaction -------------------------------------------------------------------------
+
+    def cleaning_snapshot(self) -> tuple[list[tuple[LogSegment, int]], int, int]:
+        """For the cleaner: the non-active segments with duplicated descriptors (see
+        LocalLog.cleaning_snapshot), the active segment's base offset and the high watermark.
+        The high watermark is read first: it only grows, so it never covers more than the
+        segments taken."""
+        high_watermark = self.high_watermark
+        segments, active_base = self.local.cleaning_snapshot()
+        return segments, active_base, high_watermark
+
+    def __repr__(self) -> str:
+        return (
+            f"UnifiedLog({self.directory.name}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"hw={self.high_watermark}, segments={len(self.local.segments)})"
+        )
