@@ -172,12 +172,12 @@ def test_help_lists_dump():
 def test_dump_beside_a_cleaner_swapping_segments(tmp_path, monkeypatch):
     """A running broker's cleaner replaces segments between the dump's listing and its reads:
     every record of the log is printed once, none missed."""
-    from tidemark.log import Log, LogConfig, offline
+    from tidemark.log import LogConfig, UnifiedLog, offline
     from tidemark.log.cleaner import Cleaner
     from tidemark.records import decode_records, iter_batches
 
     config = LogConfig(cleanup_policy="compact", segment_bytes=2048)
-    log = Log.open(tmp_path / "__consumer_offsets-0", config, now_ms=T)
+    log = UnifiedLog.open(tmp_path / "__consumer_offsets-0", config, now_ms=T)
     for i in range(300):
         value = encode_offset_commit_value(OffsetCommitValue(i, -1, "", T))
         log.append(build_batch([(encode_key(OffsetCommitKey("g", "t", i % 7)), value, (), T)]), now_ms=T)

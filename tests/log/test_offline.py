@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from tidemark.log import Log, LogConfig, offline
+from tidemark.log import LogConfig, UnifiedLog, offline
 from tidemark.log.cleaner import Cleaner
 from tidemark.log.offline import (
     iter_log_records,
@@ -61,7 +61,7 @@ def test_partition_dirs_and_empty_logs(tmp_path):
 
 
 def _cleanable_log(directory):
-    log = Log.open(directory, compact_config(), now_ms=NOW)
+    log = UnifiedLog.open(directory, compact_config(), now_ms=NOW)
     for i in range(300):
         write(log, [(b"k%d" % (i % 7), b"value-%d" % i)])
     log.flush()
