@@ -181,7 +181,7 @@ def test_dump_beside_a_cleaner_swapping_segments(tmp_path, monkeypatch):
     for i in range(300):
         value = encode_offset_commit_value(OffsetCommitValue(i, -1, "", T))
         log.append(build_batch([(encode_key(OffsetCommitKey("g", "t", i % 7)), value, (), T)]), now_ms=T)
-    log.high_watermark = log.log_end_offset
+    log.update_high_watermark(log.log_end_offset)
     listings = []
 
     def listed(directory, names):
