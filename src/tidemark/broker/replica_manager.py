@@ -75,6 +75,8 @@ class ReplicaManager:
         self._tasks = [
             loop.create_task(self._every(self.config["log.retention.check.interval.ms"] / 1000, self.enforce_retention)),
             loop.create_task(self._every(CHECKPOINT_INTERVAL_S, self.logs.checkpoint)),
+            loop.create_task(self._every(self.config["producer.id.expiration.check.interval.ms"] / 1000,
+                                         self.remove_expired_producers)),
         ]
 
     async def close(self) -> None:
@@ -105,6 +107,15 @@ class ReplicaManager:
                     segments=deleted,
                     log_start_offset=partition.log.log_start_offset,
                 )
+
+    def remove_expired_producers(self, now: int | None = None) -> int:
+        """Kafka's periodic producer expiration check over every partition; returns how many
+        producer ids were dropped."""
+        now = now_ms() if now is None else now
+        removed = sum(partition.log.producer_state.remove_expired(now) for partition in self.partitions.values())
+        if removed:
+            log.info("producer_ids_expired", count=removed)
+        return removed
 
     def _ensure_partitions(self, topic: TopicMetadata) -> None:
         config = self.config.log_config(topic.configs)
@@ -142,7 +153,8 @@ class ReplicaManager:
     def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None) -> AppendInfo:
         """Append to a partition's log and schedule the group-commit flush that commits it."""
         info = partition.log.append(records, leader_epoch=partition.leader_epoch,
-                                    now_ms=now_ms() if timestamp_ms is None else timestamp_ms)
+                                    now_ms=now_ms() if timestamp_ms is None else timestamp_ms,
+                                    producer_id_end=self.metadata.producer_id_end)
         if not info.duplicate:
             self.flusher.mark_dirty(partition)
         return info

@@ -77,7 +77,7 @@ class Log:
         self.log_start_offset = 0
         self.high_watermark = 0  # set by the broker; on one broker, the durably flushed end
         self._recovery_point = 0
-        self.producer_state = ProducerStateManager()
+        self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
         # Guards what flush() snapshots from another thread: the segment list, sizes, offsets.
         self._lock = threading.Lock()
         self._dir_dirty = False  # segment files created since the last directory fsync
@@ -126,7 +126,7 @@ class Log:
                 continue
             upper = bases[i + 1] if i + 1 < len(bases) else None
             validate = not clean_shutdown and (upper is None or upper > recovery_point)
-            truncated = seg.load(validate=validate, active=upper is None, on_batch=log.producer_state.update)
+            truncated = seg.load(validate=validate, active=upper is None)
             cut = cut or truncated
             if validate:
                 seg.flushed_size = 0  # a process crash can leave valid bytes only in the page cache
@@ -142,8 +142,9 @@ class Log:
             log._segments.clear()
             log._bases.clear()
             log._add_segment(log._new_segment(start))
-            log.producer_state = ProducerStateManager()
         log.log_start_offset = start
+        # Producer state: from the latest snapshot, then only the batches after it.
+        log.producer_state.load(log._segments, start, _now_ms() if now_ms is None else now_ms)
         log.high_watermark = log.log_end_offset
         if cut:
             _logger.warning("log_truncated_at_recovery", log=directory.name, log_end_offset=log.log_end_offset,
@@ -233,11 +234,13 @@ class Log:
 
     # -- append -----------------------------------------------------------------------------
 
-    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int) -> AppendInfo:
+    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int,
+               producer_id_end: int | None = None) -> AppendInfo:
         """Validate, assign offsets and write the batches of one produce request.
 
         Nothing is written unless every batch is valid; an idempotent producer's retried batch
-        is answered with its original offsets (duplicate=True) and not written again.
+        is answered with its original offsets (duplicate=True) and not written again. A new
+        producer id at or above producer_id_end (never issued) is refused.
         """
         if self.offline is not None:
             raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
@@ -261,7 +264,7 @@ class Log:
             raise RecordListTooLargeError(
                 f"{len(buf)} bytes of batches exceed segment.bytes {self.config.segment_bytes}"
             )
-        duplicate = self.producer_state.check([h for _, h in batches])
+        duplicate = self.producer_state.check([h for _, h in batches], producer_id_end)
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, duplicate=True)
 
@@ -297,6 +300,7 @@ class Log:
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new active segment (caller holds the lock)."""
         self.active_segment.on_roll()
+        self.producer_state.take_snapshot(base_offset, self.log_start_offset)
         seg = self._new_segment(base_offset)
         self._add_segment(seg)
         self._dir_dirty = True
@@ -530,6 +534,7 @@ class Log:
             with self._lock:
                 for index in (self.active_segment.offset_index, self.active_segment.time_index):
                     os.fsync(index.fd)
+                self.producer_state.take_snapshot(self.log_end_offset, self.log_start_offset)
         with self._lock:
             self._closed = True
             for seg in self._segments:
