@@ -194,7 +194,9 @@ def test_snapshot_keeps_state_of_producers_whose_segments_retention_deleted(tmp_
     log.append(batch(1, producer_id=2, producer_epoch=0, base_sequence=0), now_ms=NOW)  # roll: snapshot at 1
     log.high_watermark = log.log_end_offset
     assert log.delete_retention(NOW) == 1 and log.log_start_offset == 1
-    for clean in (True, False):  # a clean close snapshots at the end; an unclean open scans past 1
+    # Unclean (no snapshot at close): the snapshot at the roll to 1, then a scan of what follows.
+    # Clean: the snapshot the close wrote at the end.
+    for clean in (False, True):
         log.close(flush=clean)
         log = Log.open(path, config, clean_shutdown=clean, now_ms=NOW, log_start_offset=1)
         dup = log.append(b, now_ms=NOW)
