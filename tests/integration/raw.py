@@ -128,3 +128,10 @@ class RawClient:
         """Fetch v11 of (topic, partition, offset, partition_max_bytes); returns partition responses."""
         response = self.request(1, 11, fetch_body(wanted, max_wait_ms, min_bytes, max_bytes))
         return [p for t in response.responses for p in t.partitions]
+
+    def init_producer_id(self) -> int:
+        """InitProducerId v4 for an idempotent (non-transactional) producer; returns its id."""
+        response = self.request(22, 4, {"transactional_id": None, "transaction_timeout": 60000,
+                                        "producer_id": -1, "producer_epoch": -1})
+        assert response.error_code == 0, response
+        return int(response.producer_id)

@@ -10,6 +10,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.integration.clients import consume_assigned, create_topic, produce_all
+from tests.integration.raw import RawClient
+from tidemark.records import build_batch
 
 PARTITIONS = 3
 STORM_MAX_MESSAGES = 300_000
@@ -129,3 +131,33 @@ def test_clean_shutdown_writes_marker_and_checkpoints(make_broker):
     seen = consume_assigned(restarted.bootstrap, "clean", 2, expected=100, timeout_s=30)
     assert {p: len(v) for p, v in seen.items()} == {0: 50, 1: 50}
     restarted.stop()
+
+
+@pytest.mark.parametrize("shutdown", ["clean", "sigkill"])
+def test_retried_idempotent_batches_are_deduplicated_after_restart(make_broker, shutdown):
+    """Producer 1 wrote only into a segment retention deleted, so its state exists only in the
+    producer-state snapshot taken when that segment rolled; producer 2 wrote after it. Clean:
+    the snapshot written at shutdown holds both. SIGKILL: the snapshot at the roll, then a scan
+    of the batches after it. Either way both retries get their original offsets and nothing is
+    written twice."""
+    broker = make_broker({"log.retention.check.interval.ms": "50"}).start()
+    with RawClient(broker.bootstrap) as client:
+        # One batch per segment; retention deletes every segment but the active one.
+        assert client.create_topic("dedup", configs={"segment.bytes": "100", "retention.bytes": "1"}).error_code == 0
+        batches = [build_batch([(None, b"v%d" % i, (), None)], producer_id=client.init_producer_id(),
+                               producer_epoch=0, base_sequence=0) for i in range(2)]
+        assert [client.produce("dedup", b).base_offset for b in batches] == [0, 1]
+        deadline = time.monotonic() + 30
+        while client.list_offset("dedup", -2).offset != 1:
+            assert time.monotonic() < deadline, "retention did not delete the first segment"
+            time.sleep(0.05)
+    if shutdown == "clean":
+        broker.stop()
+    else:
+        broker.kill()
+    broker.start()
+    with RawClient(broker.bootstrap) as client:
+        for offset, b in enumerate(batches):
+            response = client.produce("dedup", b)
+            assert (response.error_code, response.base_offset) == (0, offset)
+        assert client.list_offset("dedup", -1).offset == 2

@@ -306,3 +306,34 @@ def test_segment_bytes_is_bounded(broker, tmp_path):
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode != 0
         assert f"{setting}='2147483648' is invalid: must be at most 2147483647" in result.stderr
+
+
+def test_producer_id_never_issued_is_refused_and_writes_nothing(make_broker):
+    """UNKNOWN_PRODUCER_ID (59) for an idempotent batch whose producer id this cluster never
+    issued, INVALID_PRODUCER_ID_MAPPING (49) for a transactional one; ids issued before a
+    restart keep working after it."""
+    broker = make_broker().start()
+
+    def idempotent(producer_id: int, sequence: int, transactional: bool = False) -> bytes:
+        return build_batch([(None, b"v", (), None)], producer_id=producer_id, producer_epoch=0,
+                           base_sequence=sequence, is_transactional=transactional)
+
+    with RawClient(broker.bootstrap) as client:
+        assert client.create_topic("pids").error_code == 0
+        issued = client.init_producer_id()
+        for fabricated in (issued + 1, 2**40, 2**63 - 1):
+            response = client.produce("pids", idempotent(fabricated, 0))
+            assert (response.error_code, response.base_offset) == (ErrorCode.unknown_producer_id, -1)
+            assert client.produce("pids", idempotent(fabricated, 7)).error_code == ErrorCode.unknown_producer_id
+        assert client.produce("pids", idempotent(2**40, 0, transactional=True)).error_code == \
+            ErrorCode.invalid_producer_id_mapping
+        assert client.list_offset("pids", -1).offset == 0  # nothing was written
+        assert client.produce("pids", idempotent(issued, 0)).base_offset == 0
+    broker.stop()
+    broker.start()
+    with RawClient(broker.bootstrap) as client:
+        assert client.produce("pids", idempotent(issued, 1)).base_offset == 1
+        assert client.produce("pids", idempotent(2**40, 0)).error_code == ErrorCode.unknown_producer_id
+        later = client.init_producer_id()
+        assert later > issued
+        assert client.produce("pids", idempotent(later, 0)).base_offset == 2

@@ -123,6 +123,9 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("message.max.bytes", 1048588, 0),
         _int("replica.fetch.max.bytes", 1048576, 0),
         _int("request.timeout.ms", 30000, 0),
+        # Idempotent producer state (ProducerStateManager).
+        _int("producer.id.expiration.ms", 86400000, 1),
+        _int("producer.id.expiration.check.interval.ms", 600000, 1),
         # The offsets topic and the offset manager (shared/reference/kafka-offsets-facts.md §3).
         _int("offsets.topic.num.partitions", 50, 1),
         _int("offsets.topic.replication.factor", 3, 1),
@@ -275,7 +278,8 @@ class BrokerConfig:
     def log_config(self, topic_configs: Mapping[str, Any]) -> LogConfig:
         """The LogConfig of a topic: its own overrides over the broker's defaults."""
         effective = {**self.topic_defaults(), **topic_configs}
-        return LogConfig(**{field: effective[name] for name, (_, field) in TOPIC_SETTINGS.items() if field})
+        return LogConfig(**{field: effective[name] for name, (_, field) in TOPIC_SETTINGS.items() if field},
+                         producer_id_expiration_ms=self["producer.id.expiration.ms"])
 
 
 def _minutes_to_ms(minutes: int) -> int:

@@ -23,6 +23,8 @@ _MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (log_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (log_errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (log_errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (log_errors.UnknownProducerIdError, ErrorCode.unknown_producer_id),
+    (log_errors.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
     (OSError, ErrorCode.kafka_storage_error),
     (PartitionDeletedError, ErrorCode.unknown_topic_or_partition),
     (TimeoutError, ErrorCode.request_timed_out),

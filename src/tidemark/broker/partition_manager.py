@@ -39,7 +39,8 @@ class PartitionManager:
         self.data_dir = data_dir
         self.metadata: EmbeddedMetadata  # loaded by open(), under the data directory's lock
         self.logs = LogManager(data_dir, self.config.log_config({}), cleaner_config=config.cleaner_config(),
-                               retention_check_interval_ms=config["log.retention.check.interval.ms"])
+                               retention_check_interval_ms=config["log.retention.check.interval.ms"],
+                               producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"])
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.flusher = Flusher()
 
@@ -111,7 +112,8 @@ class PartitionManager:
     def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None) -> AppendInfo:
         """Append to a partition's log and schedule the group-commit flush that commits it."""
         info = partition.log.append(records, leader_epoch=partition.leader_epoch,
-                                    now_ms=now_ms() if timestamp_ms is None else timestamp_ms)
+                                    now_ms=now_ms() if timestamp_ms is None else timestamp_ms,
+                                    producer_id_end=self.metadata.producer_id_end)
         if not info.duplicate:
             self.flusher.mark_dirty(partition)
         return info

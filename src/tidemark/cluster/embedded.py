@@ -160,6 +160,13 @@ class EmbeddedMetadata:
         self._save()
         return topic
 
+    @property
+    def producer_id_end(self) -> int:
+        """Every producer id ever issued is below this: the next id of the current block, or
+        after a restart the end of the last block reserved (ids of a block are handed out
+        without being recorded one by one, so all of it counts as issued)."""
+        return self._next_producer_id
+
     def next_producer_id(self) -> int:
         """A producer id never handed out before, even across restarts (reserved in blocks)."""
         if self._next_producer_id >= self._producer_id_limit:

@@ -4,11 +4,13 @@ from .config import LogConfig
 from .errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
     LogError,
     LogOfflineError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
+    UnknownProducerIdError,
 )
 from .unified_log import AppendInfo, UnifiedLog
 from .manager import LogManager
@@ -18,6 +20,7 @@ __all__ = [
     "AppendInfo",
     "CorruptRecordError",
     "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "LogConfig",
     "LogError",
     "LogManager",
@@ -27,4 +30,5 @@ __all__ = [
     "OutOfOrderSequenceError",
     "RecordTooLargeError",
     "UnifiedLog",
+    "UnknownProducerIdError",
 ]

@@ -20,6 +20,7 @@ class LogConfig:
     delete_retention_ms: int = 86400000  # delete.retention.ms (log.cleaner.delete.retention.ms)
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio (log.cleaner.min.cleanable.ratio)
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms (log.cleaner.min.compaction.lag.ms)
+    producer_id_expiration_ms: int = 86400000  # producer.id.expiration.ms (a broker setting)
 
     @property
     def delete_enabled(self) -> bool:

@@ -8,10 +8,12 @@ __all__ = [
     "DataDirLockedError",
     "LogOfflineError",
     "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "LogError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "RecordTooLargeError",
+    "UnknownProducerIdError",
 ]
 
 
@@ -29,6 +31,15 @@ class InvalidProducerEpochError(LogError):
 
 class OutOfOrderSequenceError(LogError):
     """An idempotent producer's batch does not follow its last sequence number."""
+
+
+class UnknownProducerIdError(LogError):
+    """An idempotent batch names a producer id the cluster never issued (Kafka's
+    UNKNOWN_PRODUCER_ID: the broker has no metadata for it; the client gets a new id)."""
+
+
+class InvalidProducerIdMappingError(LogError):
+    """A transactional batch names a producer id no transactional id was ever given."""
 
 
 class LogOfflineError(LogError, OSError):

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import structlog
 
-from tidemark.records import BATCH_OVERHEAD, CorruptRecordError
+from tidemark.records import CorruptRecordError
 
 from .config import LogConfig
 from .local_log import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, TEMP_SUFFIXES, LocalLog, fsync_directory
@@ -30,8 +30,9 @@ class LoadedLog(NamedTuple):
 
 class LogLoader:
     def __init__(self, directory: Path, config: LogConfig, *, recovery_point: int = 0,
-                 log_start_offset: int | None = None, clean_shutdown: bool = False):
+                 log_start_offset: int | None = None, clean_shutdown: bool = False, now_ms: int):
         self.directory = Path(directory)
+        self.now_ms = now_ms  # producers idle past producer.id.expiration.ms are not restored
         self.config = config
         self.recovery_point = recovery_point
         self.log_start_offset = log_start_offset
@@ -107,7 +108,7 @@ class LogLoader:
             # The checkpointed start is past everything left (e.g. a truncated tail): start over there.
             local.clear_segments()
             local.add_segment(local.new_segment(start))
-        producer_state = self._restore_producer_state(local)
+        producer_state = self._restore_producer_state(local, start)
         if cut:
             _logger.warning("log_truncated_at_recovery", log=directory.name, log_end_offset=local.log_end_offset,
                             clean_shutdown=self.clean_shutdown)
@@ -123,24 +124,18 @@ class LogLoader:
             fsync_directory(directory.parent)
         return LoadedLog(local, start, producer_state)
 
-    @staticmethod
-    def _restore_producer_state(local: LocalLog) -> ProducerStateManager:
-        """The one place producer state (idempotent producers' last batches) is restored.
-
-        For now it is rebuilt by walking every batch header of the log (headers only, one
-        small read per batch, no CRCs); producer-state snapshots will replace this with a
-        snapshot load plus a walk of the segments after it. A header that cannot be walked
-        takes the partition offline like any other unreadable flushed segment."""
-        state = ProducerStateManager()
+    def _restore_producer_state(self, local: LocalLog, log_start_offset: int) -> ProducerStateManager:
+        """The one place producer state (idempotent producers' last batches) is restored: from
+        the newest intact .snapshot file, then by walking only the batch headers after it (all
+        of them without one). A header that cannot be walked takes the partition offline like
+        any other unreadable flushed segment."""
+        state = ProducerStateManager(local.directory, self.config.producer_id_expiration_ms)
         if local.offline is not None:
             return state
-        for seg in local.segments:
-            try:
-                for _, h in seg.scan(read_ahead=BATCH_OVERHEAD):
-                    state.update(h)
-            except CorruptRecordError as exc:
-                _logger.error("log_segment_corrupt", log=local.directory.name, error=str(local.corrupt(exc)))
-                break
+        try:
+            state.load(local.segments, log_start_offset, self.now_ms)
+        except CorruptRecordError as exc:
+            _logger.error("log_segment_corrupt", log=local.directory.name, error=str(local.corrupt(exc)))
         return state
 
     def _complete_swaps(self, local: LocalLog) -> None:

@@ -14,6 +14,7 @@ import threading
 import time
 from bisect import bisect_right
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from tidemark.records import BatchHeader, CorruptRecordError
@@ -56,6 +57,9 @@ class LocalLog:
         self.lock = threading.Lock()
         self.dir_dirty = False  # segment files created since the last directory fsync
         self._closed = False
+        # Called with the new segment's base offset when the log rolls (UnifiedLog snapshots
+        # producer state there), under the lock.
+        self.on_roll: Callable[[int], None] | None = None
         self._retired: list[tuple[float, LogSegment]] = []  # (when, segment) replaced by the cleaner
         # Test hook: called with each step name of replace_segments (raise to simulate a crash).
         self.swap_hook: Any = None
@@ -131,6 +135,8 @@ class LocalLog:
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new active segment (caller holds the lock)."""
         self.active_segment.on_roll()
+        if self.on_roll is not None:
+            self.on_roll(base_offset)
         seg = self.new_segment(base_offset)
         self.add_segment(seg)
         self.dir_dirty = True
@@ -297,6 +303,10 @@ class LocalLog:
         self._retired = keep
 
     # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self, *, flush: bool = True) -> None:
         """Close the files; with `flush` (and the log still online) make everything durable first."""

@@ -42,13 +42,15 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
 class LogManager:
     def __init__(self, data_dir: Path, default_config: LogConfig | None = None, *,
                  cleaner_config: CleanerConfig | None = None, retention_check_interval_ms: int = 300000,
-                 checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS):
+                 checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
+                 producer_id_expiration_check_interval_ms: int = 600000):
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self.clean_shutdown = False  # how the last run ended, as found by open()
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.cleaner_config = cleaner_config or CleanerConfig()
         self.cleaner: LogCleaner | None = None  # from start() on
         self._tasks: list[asyncio.Task[None]] = []
@@ -126,11 +128,14 @@ class LogManager:
     # -- background work ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the retention and checkpoint loops and the log cleaner (Kafka's LogManager.startup)."""
+        """Start the retention, checkpoint and producer-expiration loops and the log cleaner
+        (Kafka's LogManager.startup)."""
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self.retention_check_interval_ms / 1000, self.enforce_retention)),
             loop.create_task(self._every(self.checkpoint_interval_ms / 1000, self.checkpoint)),
+            loop.create_task(self._every(self.producer_id_expiration_check_interval_ms / 1000,
+                                         self.remove_expired_producers)),
         ]
         self.cleaner = LogCleaner(self.data_dir, self.logs, self.cleaner_config)
         self.cleaner.start()
@@ -161,6 +166,15 @@ class LogManager:
             if deleted:
                 _logger.info("retention_deleted_segments", topic=topic, partition=partition, segments=deleted,
                              log_start_offset=log.log_start_offset)
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Kafka's producer expiration check (producer.id.expiration.ms) over every log; returns
+        how many producer ids were dropped."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        removed = sum(log.producer_state.remove_expired(now) for log in list(self._logs.values()))
+        if removed:
+            _logger.info("producer_ids_expired", count=removed)
+        return removed
 
     def close(self) -> None:
         """Flush and close every log, checkpoint, then mark the shutdown clean."""

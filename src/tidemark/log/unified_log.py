@@ -51,6 +51,8 @@ class UnifiedLog:
         self.local = local
         self.log_start_offset = log_start_offset
         self.producer_state = producer_state or ProducerStateManager()
+        # Kafka snapshots producer state at every roll: a restart walks only the newest segment.
+        local.on_roll = lambda base_offset: self.producer_state.take_snapshot(base_offset, self.log_start_offset)
         # On one broker, the durably flushed end; moved by update_high_watermark only.
         self._high_watermark = local.log_end_offset
 
@@ -67,7 +69,7 @@ class UnifiedLog:
     ) -> UnifiedLog:
         """Load (or create) the partition log in `directory` (see LogLoader)."""
         loaded = LogLoader(directory, config, recovery_point=recovery_point, log_start_offset=log_start_offset,
-                           clean_shutdown=clean_shutdown).load()
+                           clean_shutdown=clean_shutdown, now_ms=_now_ms() if now_ms is None else now_ms).load()
         return cls(loaded.local, log_start_offset=loaded.log_start_offset, producer_state=loaded.producer_state)
 
     # -- what the LocalLog knows ------------------------------------------------------------
@@ -126,6 +128,10 @@ class UnifiedLog:
         return self.local.replace_segments(old, new)
 
     def close(self, *, flush: bool = True) -> None:
+        if flush and self.offline is None and not self.local.closed:
+            self.local.flush()
+            # Kafka's snapshot at shutdown: the next start restores producers without a walk.
+            self.producer_state.take_snapshot(self.log_end_offset, self.log_start_offset)
         self.local.close(flush=flush)
 
     def delete(self) -> None:
@@ -144,12 +150,14 @@ class UnifiedLog:
 
     # -- append -----------------------------------------------------------------------------
 
-    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int) -> AppendInfo:
+    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int,
+               producer_id_end: int | None = None) -> AppendInfo:
         """Assign offsets to and write the batches of one append (a produce request, validated
         before by broker/validator.py, or the coordinator's records).
 
         Nothing is written unless every batch is valid; an idempotent producer's retried batch
-        is answered with its original offsets (duplicate=True) and not written again.
+        is answered with its original offsets (duplicate=True) and not written again. A new
+        producer id at or above producer_id_end (never issued) is refused.
         """
         if self.offline is not None:
             raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
@@ -168,7 +176,7 @@ class UnifiedLog:
             raise RecordListTooLargeError(
                 f"{len(buf)} bytes of batches exceed segment.bytes {self.config.segment_bytes}"
             )
-        duplicate = self.producer_state.check([h for _, h in batches])
+        duplicate = self.producer_state.check([h for _, h in batches], producer_id_end)
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, -1, duplicate=True)
 
