@@ -158,6 +158,9 @@ SCENARIOS = {
     "to-datetime-with-offset": (["--topic", "{topic}", "--to-datetime", "2026-11-22T11:02:00.000+01:00"],
                                 {0: 2, 1: 2, 2: 2}),
     "two-topic-args": (["--topic", "{topic}:1", "--topic", "{topic}:2", "--to-earliest"], {1: 0, 2: 0}),
+    # 0 is a value like any other (it once counted as a missing option: 0 == False).
+    "to-offset-zero": (["--topic", "{topic}", "--to-offset", "0"], {0: 0, 1: 0, 2: 0}),
+    "shift-by-zero": (["--all-topics", "--shift-by", "0"], {0: 4, 1: 2}),
 }
 
 

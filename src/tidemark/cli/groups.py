@@ -775,7 +775,8 @@ def reset_offsets_command(group: str, topics: tuple[str, ...], all_topics: bool,
     Give a scope (--topic ... or --all-topics; --from-file brings its own) and exactly one scenario."""
     chosen = [name for name, value in zip(_SCENARIOS, (to_earliest, to_latest, to_current, to_offset, shift_by,
                                                        to_datetime, by_duration, from_file))
-              if value not in (None, False)]
+              # `is`, not `in`: 0 == False, and --to-offset 0 / --shift-by 0 are real values.
+              if value is not None and value is not False]
     if len(chosen) != 1:
         raise click.UsageError(f"give exactly one of {', '.join(_SCENARIOS)}"
                                + (f" (got {', '.join(chosen)})" if chosen else ""))
