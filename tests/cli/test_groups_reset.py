@@ -136,11 +136,13 @@ def check_dry_run_then_execute(bootstrap: str, group: str, topic: str, args: lis
     dry = run(bootstrap, "reset-offsets", group, *args)
     assert dry.exit_code == 0, dry.output
     assert table(dry.stdout) == plan_rows(group, topic, plan)
+    assert dry.stderr.endswith("Dry run: nothing was committed; add --execute to commit these offsets.\n")
     assert committed(bootstrap, group, topic) == COMMITS
 
     executed = run(bootstrap, "reset-offsets", group, *args, "--execute")
     assert executed.exit_code == 0, executed.output
     assert table(executed.stdout) == plan_rows(group, topic, plan)
+    assert "Dry run" not in executed.stderr
     assert committed(bootstrap, group, topic) == {**COMMITS, **plan}
 
 

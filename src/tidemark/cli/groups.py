@@ -844,3 +844,6 @@ def reset_offsets_command(group: str, topics: tuple[str, ...], all_topics: bool,
     else:
         rows = [[group, topic, partition, offset] for (topic, partition), offset in sorted(plan.items())]
         click.echo(format_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows))
+    if not execute:
+        # The plan alone looks exactly like what --execute prints; say that nothing changed.
+        click.echo("Dry run: nothing was committed; add --execute to commit these offsets.", err=True)
