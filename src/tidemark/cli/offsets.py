@@ -136,11 +136,14 @@ def dump(data_dir: Path, partition: int | None) -> None:
     def warn(message: str) -> None:
         stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
-    segments = [
-        (number, segment)
-        for number, directory in partition_dirs(data_dir, partition)
-        for segment in segment_files(directory)
-    ]
+    directories = partition_dirs(data_dir, partition)
+    if not directories:
+        # Most likely the wrong directory, or a broker no group has committed to yet (the topic is
+        # created on first use): say which, rather than print nothing and succeed.
+        raise click.ClickException(f"no {OFFSETS_TOPIC}-N directories in {data_dir}: not a tidemark data directory, "
+                                   f"or no consumer group has committed offsets to it yet")
+    segments = [(number, segment) for number, directory in directories for segment in segment_files(directory)]
+    printed = 0
     progress = None
     if len(segments) > 1:
         progress = Progress(
@@ -162,11 +165,14 @@ def dump(data_dir: Path, partition: int | None) -> None:
             data = segment.read_bytes()
             for line in dump_segment(number, data, warn):
                 click.echo(line)
+                printed += 1
             if progress is not None:
                 progress.advance(task, len(data))
     finally:
         if progress is not None:
             progress.stop()
+    if not printed:
+        click.echo(f"{len(directories)} {OFFSETS_TOPIC} partition(s) in {data_dir}, no records in them", err=True)
 
 
 __all__ = ["dump", "dump_segment", "format_control_record", "format_record", "offsets", "partition_dirs", "render"]
