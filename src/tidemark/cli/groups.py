@@ -45,6 +45,8 @@ from kio.schema.request_header.v1.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i32
 
+from tidemark.cli.reach import split_host_port, unreachable
+
 DEFAULT_TIMEOUT_MS = 10_000
 UNKNOWN = "-"
 
@@ -97,28 +99,11 @@ class Cluster:
             raise GroupsError(f"Error: invalid client configuration for {bootstrap}: {_describe(exc)}") from exc
 
     def check_reachable(self) -> None:
-        """Open a TCP connection to a bootstrap server first: an address nobody listens on then fails
-        at once with one clear line instead of every admin call timing out. (The admin calls that
-        follow carry their own bounded timeouts for anything else going wrong.)"""
-        deadline = time.monotonic() + self.timeout_s
-        last = "no address given"
-        for server in (part.strip() for part in self.bootstrap.split(",")):
-            if not server:
-                continue
-            host, port = _split_host_port(server)
-            if port is None:
-                last = f"{server!r} is not HOST:PORT"
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                last = "timed out"
-                break
-            try:
-                with socket.create_connection((host, port), timeout=remaining):
-                    return
-            except OSError as exc:
-                last = exc.strerror or str(exc) or type(exc).__name__
-        raise GroupsError(f"Error: cannot reach bootstrap server {self.bootstrap}: {last}")
+        """Fail at once with one clear line when no bootstrap server accepts a connection. (The admin
+        calls that follow carry their own bounded timeouts for anything else going wrong.)"""
+        why = unreachable(self.bootstrap, self.timeout_s)
+        if why is not None:
+            raise GroupsError(f"Error: cannot reach bootstrap server {self.bootstrap}: {why}")
 
     def wait(self, future: Future, what: str) -> Any:
         try:
@@ -253,15 +238,6 @@ class Cluster:
                 raise GroupsError(f"Error: deleting group '{group}' timed out after {self.timeout_s:g}s "
                                   f"against {self.bootstrap}") from exc
         return outcome
-
-
-def _split_host_port(server: str) -> tuple[str, int | None]:
-    """"host:port" or "[v6addr]:port", optionally with a "PLAINTEXT://"-style scheme in front."""
-    server = server.split("://", 1)[-1]
-    host, sep, port = server.rpartition(":")
-    if not sep or not port.isdigit():
-        return server, None
-    return host.strip("[]"), int(port)
 
 
 def _describe(exc: BaseException | KafkaError) -> str:
@@ -496,7 +472,7 @@ class _Connection:
 def _connect_any(bootstrap: str, deadline: float) -> _Connection:
     last: Exception | None = None
     for server in (part.strip() for part in bootstrap.split(",")):
-        host, port = _split_host_port(server)
+        host, port = split_host_port(server)
         if server and port is not None:
             try:
                 return _Connection(host, port, deadline)
