@@ -109,7 +109,18 @@ def partition_dirs(data_dir: Path, partition: int | None) -> list[tuple[int, Pat
         if not path.is_dir():
             raise click.ClickException(f"no {OFFSETS_TOPIC}-{partition} directory in {data_dir}")
         return [(partition, path)]
-    return topic_partition_dirs(data_dir, OFFSETS_TOPIC)
+    return require_offsets_partitions(data_dir)
+
+
+def require_offsets_partitions(data_dir: str | Path) -> list[tuple[int, Path]]:
+    """The offsets partition directories of data_dir; none is an error saying the likely reasons (the
+    wrong directory, or a broker no group has committed to yet: the topic is created on first use),
+    rather than an empty answer and success."""
+    directories = topic_partition_dirs(Path(data_dir), OFFSETS_TOPIC)
+    if not directories:
+        raise click.ClickException(f"no {OFFSETS_TOPIC}-N directories in {data_dir}: not a tidemark data directory, "
+                                   f"or no consumer group has committed offsets to it yet")
+    return directories
 
 
 @click.group()
@@ -137,11 +148,6 @@ def dump(data_dir: Path, partition: int | None) -> None:
         stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
     directories = partition_dirs(data_dir, partition)
-    if not directories:
-        # Most likely the wrong directory, or a broker no group has committed to yet (the topic is
-        # created on first use): say which, rather than print nothing and succeed.
-        raise click.ClickException(f"no {OFFSETS_TOPIC}-N directories in {data_dir}: not a tidemark data directory, "
-                                   f"or no consumer group has committed offsets to it yet")
     segments = [(number, segment) for number, directory in directories for segment in segment_files(directory)]
     printed = 0
     progress = None
@@ -175,4 +181,5 @@ def dump(data_dir: Path, partition: int | None) -> None:
         click.echo(f"{len(directories)} {OFFSETS_TOPIC} partition(s) in {data_dir}, no records in them", err=True)
 
 
-__all__ = ["dump", "dump_segment", "format_control_record", "format_record", "offsets", "partition_dirs", "render"]
+__all__ = ["dump", "dump_segment", "format_control_record", "format_record", "offsets", "partition_dirs", "render",
+           "require_offsets_partitions"]
