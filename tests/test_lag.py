@@ -65,6 +65,7 @@ def test_a_consumer_catching_up_is_ok() -> None:
     window = history(*[(10 * i, 100 - i) for i in range(10)])
     assert partition_status(window, 90, NOW) == OK
     assert partition_status([], 90, NOW) == OK   # no history: nothing to judge
+    assert partition_status(history((50, 5)), 5, NOW) == OK   # one commit spans no time
 
 
 def test_rules_are_checked_worst_first() -> None:

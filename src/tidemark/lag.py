@@ -14,7 +14,7 @@ describe` (which gathers the same numbers over the Kafka protocol from any clust
     STOP    no commit for longer than the window spans (now - last > last - first) (an error)
     STALL   the group keeps committing the same offset while lagging            (an error)
     WARN    the offset moves, but the lag never decreased from one commit to the next
-  checked in that order; a group's status is its worst partition's, with REWIND, STOP and
+  checked in that order, once the window holds two commits; a group's status is its worst partition's, with REWIND, STOP and
   STALL reported as ERR.
 """
 
@@ -61,7 +61,11 @@ def time_lag_ms(now_ms: int, lag: int | None, first_unconsumed_timestamp_ms: int
 
 def partition_status(window: Sequence[Commit], current_lag: int | None, now_ms: int) -> str:
     """Burrow's status of one partition from its last commits (oldest first) and its lag now."""
-    if not window or not current_lag or any(commit.lag == 0 for commit in window):
+    if not current_lag or any(commit.lag == 0 for commit in window):
+        return OK
+    if len(window) < 2:
+        # One commit spans no time and no movement: nothing to judge yet (Burrow would call a single
+        # commit STOP a millisecond later).
         return OK
     pairs = list(zip(window, window[1:]))
     if any(later.offset < earlier.offset for earlier, later in pairs):
