@@ -136,11 +136,13 @@ def check_dry_run_then_execute(bootstrap: str, group: str, topic: str, args: lis
     dry = run(bootstrap, "reset-offsets", group, *args)
     assert dry.exit_code == 0, dry.output
     assert table(dry.stdout) == plan_rows(group, topic, plan)
+    assert dry.stderr.endswith("Dry run: nothing was committed; add --execute to commit these offsets.\n")
     assert committed(bootstrap, group, topic) == COMMITS
 
     executed = run(bootstrap, "reset-offsets", group, *args, "--execute")
     assert executed.exit_code == 0, executed.output
     assert table(executed.stdout) == plan_rows(group, topic, plan)
+    assert "Dry run" not in executed.stderr
     assert committed(bootstrap, group, topic) == {**COMMITS, **plan}
 
 
@@ -158,6 +160,9 @@ SCENARIOS = {
     "to-datetime-with-offset": (["--topic", "{topic}", "--to-datetime", "2026-11-22T11:02:00.000+01:00"],
                                 {0: 2, 1: 2, 2: 2}),
     "two-topic-args": (["--topic", "{topic}:1", "--topic", "{topic}:2", "--to-earliest"], {1: 0, 2: 0}),
+    # 0 is a value like any other (it once counted as a missing option: 0 == False).
+    "to-offset-zero": (["--topic", "{topic}", "--to-offset", "0"], {0: 0, 1: 0, 2: 0}),
+    "shift-by-zero": (["--all-topics", "--shift-by", "0"], {0: 4, 1: 2}),
 }
 
 

@@ -137,10 +137,22 @@ def test_missing_partition_is_an_error(data_dir):
     assert result.stdout == ""
 
 
-def test_empty_data_dir_prints_nothing(tmp_path):
+def test_a_directory_without_offsets_partitions_is_an_error(tmp_path):
+    (tmp_path / "orders-0").mkdir()
+    result = run("--data-dir", tmp_path)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr == (f"Error: no __consumer_offsets-N directories in {tmp_path}: not a tidemark data "
+                             f"directory, or no consumer group has committed offsets to it yet\n")
+
+
+def test_empty_offsets_partitions_say_so(tmp_path):
+    (tmp_path / "__consumer_offsets-0").mkdir()
+    (tmp_path / "__consumer_offsets-0" / "00000000000000000000.log").write_bytes(b"")
     result = run("--data-dir", tmp_path)
     assert result.exit_code == 0
     assert result.stdout == ""
+    assert result.stderr == f"1 __consumer_offsets partition(s) in {tmp_path}, no records in them\n"
 
 
 def test_malformed_records_and_a_torn_tail(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -73,23 +74,63 @@ def test_offsets_snapshot_prints_and_writes_csv(data_dir, tmp_path):
     rows = [row[:5] for row in _table_rows(result.stdout)]
     assert rows == [["etl", "orders", "0", "4", "2"], ["etl", "orders", "1", "6", "2"],
                     ["solo", "orders", "1", "2", "2"]]
-    written = []
-    for path in out.glob("part-*.csv"):  # each part file starts with the header line
-        header, *lines = path.read_text().splitlines()
-        assert header.startswith("group,topic,partition,committed_offset,leader_epoch,metadata,")
-        written += [line.split(",")[:4] for line in lines]
+    # One CSV file with one header line, whatever the number of Spark partitions.
+    [path] = out.glob("part-*.csv")
+    header, *lines = path.read_text().splitlines()
+    assert header.startswith("group,topic,partition,committed_offset,leader_epoch,metadata,")
+    written = [line.split(",")[:4] for line in lines]
     assert sorted(written) == [["etl", "orders", "0", "4"], ["etl", "orders", "1", "6"], ["solo", "orders", "1", "2"]]
+    # Piped, the steps show as lines on stderr while Spark starts and works.
+    steps = [line for line in result.stderr.splitlines() if line.endswith(" ...")]
+    assert steps == ["starting Spark ...", "reading the offsets log ..."]
 
 
 def test_lag_report_prints_writes_parquet_and_draws(data_dir, tmp_path):
     chart = tmp_path / "lag.png"
-    result = _run("lag-report", "--data-dir", str(data_dir), "--output", str(tmp_path / "lag"), "--chart", str(chart))
+    (tmp_path / "lag").mkdir()
+    (tmp_path / "lag" / "old-report.txt").write_text("replaced, as --overwrite asks")
+    result = _run("lag-report", "--data-dir", str(data_dir), "--output", str(tmp_path / "lag"), "--chart", str(chart),
+                  "--overwrite")
     assert _table_rows(result.stdout) == [
         ["etl", "orders", "0", "4", "10", "6"], ["etl", "orders", "1", "6", "20", "14"],
         ["solo", "orders", "1", "2", "20", "18"],
         ["etl", "2", "20"], ["solo", "1", "18"]]
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((tmp_path / "lag").glob("part-*.parquet"))
+    assert not (tmp_path / "lag" / "old-report.txt").exists()
+
+
+@pytest.mark.parametrize("job", ["offsets-snapshot", "lag-report", "expiry-report"])
+def test_a_non_empty_output_is_refused_before_spark_starts(data_dir, tmp_path, job):
+    """`--output tidemark-data` would have deleted the broker's data (Spark writes with overwrite)."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("broker data")
+    for output in (tmp_path, precious):
+        result = CliRunner().invoke(main, ["spark", job, "--data-dir", str(data_dir), "--output", str(output),
+                                           "--at", "0"][: 6 if job != "expiry-report" else 8])
+        assert result.exit_code == 2, result.output
+        assert (f"--output {output} exists and is not empty; its contents would be deleted. Give another path, "
+                f"or --overwrite to replace it.") in " ".join(result.stderr.split())
+        assert precious.read_text() == "broker data"
+
+
+def test_a_data_dir_without_offsets_partitions_is_an_error(tmp_path):
+    (tmp_path / "orders-0").mkdir()
+    result = CliRunner().invoke(main, ["spark", "lag-report", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.stderr == (f"Error: no __consumer_offsets-N directories in {tmp_path}: not a tidemark data "
+                             f"directory, or no consumer group has committed offsets to it yet\n")
+
+
+def test_an_unreachable_bootstrap_server_fails_before_spark_starts():
+    with socket.socket() as probe:  # a port nothing listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        for job in (["offsets-snapshot"], ["lag-report"], ["expiry-report", "--at", "0"]):
+            result = CliRunner().invoke(main, ["spark", *job, "--bootstrap-server", f"127.0.0.1:{port}"])
+            assert result.exit_code == 1
+            assert result.stderr == f"Error: cannot reach bootstrap server 127.0.0.1:{port}: Connection refused\n"
+            assert result.stdout == ""
 
 
 def test_expiry_report_at_a_time(data_dir):

@@ -95,3 +95,27 @@ def test_limit_takes_exactly_the_smaller_of_limit_and_backlog(ranges, max_rows):
     backlog = sum(latest[p] - start[p] for p in latest)
     assert sum(end[p] - start[p] for p in end) == min(max_rows, backlog)
     assert all(start[p] <= end[p] <= latest[p] for p in end)
+
+
+@pytest.mark.parametrize("typo, meant", [
+    ("startingOffset", "startingOffsets"),
+    ("maxOffsetPerTrigger", "maxOffsetsPerTrigger"),
+    ("failOnDatLoss", "failOnDataLoss"),
+    ("subscribePatern", "subscribePattern"),
+])
+def test_a_misspelled_option_is_an_error_naming_the_closest(typo, meant):
+    """Ignored, a misspelled option made the query read everything."""
+    with pytest.raises(OptionError) as raised:
+        parse(subscribe="a", **{typo: "5"})
+    assert str(raised.value) == (f'unknown option "{typo.lower()}"; did you mean "{meant}"? '
+                                 f'(client settings go as "kafka.<name>")')
+
+
+def test_an_unknown_option_without_a_close_one_and_on_the_sink():
+    with pytest.raises(OptionError, match='^unknown option "linger.ms" \\(client'):
+        parse(subscribe="a", **{"linger.ms": "5"})
+    with pytest.raises(OptionError, match='unknown option "topics"; did you mean "topic"'):
+        parse_sink_options(CaseInsensitiveDict({**BOOTSTRAP, "topics": "a"}))
+    sink = parse_sink_options(CaseInsensitiveDict({**BOOTSTRAP, "topic": "a", "checkpointLocation": "/c",
+                                                   "kafka.linger.ms": "5"}))
+    assert sink.client_config == {"linger.ms": "5"}

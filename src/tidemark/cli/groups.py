@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import datetime
 import io
+import json
 import re
 import socket
 import struct
@@ -44,6 +45,10 @@ from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
 from kio.schema.request_header.v1.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i32
+
+from tidemark import lag as lag_math
+from tidemark.cli import group_lag
+from tidemark.cli.reach import split_host_port, unreachable
 
 DEFAULT_TIMEOUT_MS = 10_000
 UNKNOWN = "-"
@@ -97,28 +102,11 @@ class Cluster:
             raise GroupsError(f"Error: invalid client configuration for {bootstrap}: {_describe(exc)}") from exc
 
     def check_reachable(self) -> None:
-        """Open a TCP connection to a bootstrap server first: an address nobody listens on then fails
-        at once with one clear line instead of every admin call timing out. (The admin calls that
-        follow carry their own bounded timeouts for anything else going wrong.)"""
-        deadline = time.monotonic() + self.timeout_s
-        last = "no address given"
-        for server in (part.strip() for part in self.bootstrap.split(",")):
-            if not server:
-                continue
-            host, port = _split_host_port(server)
-            if port is None:
-                last = f"{server!r} is not HOST:PORT"
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                last = "timed out"
-                break
-            try:
-                with socket.create_connection((host, port), timeout=remaining):
-                    return
-            except OSError as exc:
-                last = exc.strerror or str(exc) or type(exc).__name__
-        raise GroupsError(f"Error: cannot reach bootstrap server {self.bootstrap}: {last}")
+        """Fail at once with one clear line when no bootstrap server accepts a connection. (The admin
+        calls that follow carry their own bounded timeouts for anything else going wrong.)"""
+        why = unreachable(self.bootstrap, self.timeout_s)
+        if why is not None:
+            raise GroupsError(f"Error: cannot reach bootstrap server {self.bootstrap}: {why}")
 
     def wait(self, future: Future, what: str) -> Any:
         try:
@@ -255,15 +243,6 @@ class Cluster:
         return outcome
 
 
-def _split_host_port(server: str) -> tuple[str, int | None]:
-    """"host:port" or "[v6addr]:port", optionally with a "PLAINTEXT://"-style scheme in front."""
-    server = server.split("://", 1)[-1]
-    host, sep, port = server.rpartition(":")
-    if not sep or not port.isdigit():
-        return server, None
-    return host.strip("[]"), int(port)
-
-
 def _describe(exc: BaseException | KafkaError) -> str:
     error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
     if isinstance(error, KafkaError):
@@ -353,17 +332,106 @@ def list_command(bootstrap: str, timeout_ms: int, command_config: tuple[str, ...
 
 
 @groups.command("describe")
-@click.argument("group")
+@click.argument("group_args", metavar="[GROUP]...", nargs=-1)
+@click.option("--group", "group_opts", multiple=True, metavar="GROUP", help="A group to describe; repeatable.")
+@click.option("--all-groups", is_flag=True, help="Describe every group the cluster lists.")
 @common_options
 @click.option("--members", "view", flag_value="members", help="One row per member with its partition count.")
 @click.option("--state", "view", flag_value="state", help="Coordinator, assignment strategy, state and member count.")
 @click.option("--offsets", "view", flag_value="offsets", default=True, help="Committed offsets and lag (default).")
 @click.option("--verbose", is_flag=True, help="With --members: add each member's ASSIGNMENT.")
-def describe_command(group: str, bootstrap: str, timeout_ms: int, command_config: tuple[str, ...], view: str,
-                     verbose: bool) -> None:
-    """Describe GROUP: offsets and lag per partition, its members, or its state."""
-    cluster = Cluster(bootstrap, timeout_ms, _parse_config(command_config))
+@click.option("--output", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: one object per group (offsets view), for scripts.")
+def describe_command(group_args: tuple[str, ...], group_opts: tuple[str, ...], all_groups: bool, bootstrap: str,
+                     timeout_ms: int, command_config: tuple[str, ...], view: str, verbose: bool, output: str) -> None:
+    """Describe groups: offsets and lag per partition (in records and seconds, with Burrow's status),
+    their members, or their state."""
+    named = list(dict.fromkeys(group_args + group_opts))
+    if bool(named) == all_groups:
+        raise click.UsageError("give the groups (GROUP... or --group G, repeatable) or --all-groups")
+    if output == "json" and view != "offsets":
+        raise click.UsageError("--output json is for the offsets view")
+    config = _parse_config(command_config)
+    cluster = Cluster(bootstrap, timeout_ms, config)
     cluster.check_reachable()
+    names = [group for group, _state in cluster.list_groups()] if all_groups else named
+    failed = False
+    described: list[dict[str, Any]] = []
+    for number, group in enumerate(names):
+        try:
+            if output == "json":
+                described.append(_describe_offsets(cluster, group, config)[0])
+                continue
+            if number and view != "state":
+                click.echo()
+            _describe_one(cluster, group, view, verbose, config)
+        except GroupsError as exc:
+            if len(names) == 1:
+                raise
+            exc.show()
+            failed = True
+    if output == "json":
+        click.echo(json.dumps(described, indent=2))
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+_OFFSETS_HEADERS = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+                    "CLIENT-ID", "LAG-SECONDS", "STATUS"]
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else round(ms / 1000, 3)
+
+
+def _describe_offsets(cluster: Cluster, group: str, config: dict[str, str]
+                      ) -> tuple[dict[str, Any], list[Member]]:
+    """The offsets view of one group as a JSON-ready dict, and its members."""
+    description = cluster.describe(group)
+    state = _state_name(description.state)
+    members = _members(description)
+    committed = cluster.committed(group)
+    owner: dict[tuple[str, int], Member] = {tp: m for m in members for tp in m.partitions}
+    partitions = sorted(set(committed) | set(owner))
+    ends = cluster.log_end_offsets(partitions)
+    deadline = time.monotonic() + cluster.timeout_s
+    consumer = group_lag.probe_consumer(cluster.bootstrap, int(cluster.timeout_s * 1000), config)
+    try:
+        known = {tp: offset for tp, offset in committed.items() if offset is not None}
+        stamps = group_lag.first_unconsumed_timestamps(consumer, known, ends, deadline)
+        history = group_lag.commit_histories(consumer, [group], deadline)[group]
+        windows = group_lag.lag_windows(consumer, history, ends, deadline)
+    finally:
+        consumer.close()
+    now_ms = int(time.time() * 1000)
+    rows = []
+    for tp in partitions:
+        current, end = committed.get(tp), ends.get(tp)
+        lag = lag_math.records_lag(current, end)
+        window = windows.get(tp, [])
+        m = owner.get(tp)
+        rows.append({
+            "topic": tp[0], "partition": tp[1], "current_offset": current, "log_end_offset": end, "lag": lag,
+            "lag_seconds": _seconds(lag_math.time_lag_ms(now_ms, lag, stamps.get(tp))),
+            "last_commit_age_seconds": _seconds(now_ms - window[-1].timestamp_ms) if window else None,
+            "status": lag_math.partition_status(window, lag, now_ms) if lag is not None else None,
+            "consumer_id": m.consumer_id if m else None, "host": m.host if m else None,
+            "client_id": m.client_id if m else None,
+        })
+    status = lag_math.group_status(row["status"] for row in rows if row["status"] is not None)
+    return {"group": group, "state": state, "status": status, "partitions": rows}, members
+
+
+def _describe_one(cluster: Cluster, group: str, view: str, verbose: bool, config: dict[str, str]) -> None:
+    if view == "offsets":
+        described, members = _describe_offsets(cluster, group, config)
+        _notes(group, described["state"], members)
+        click.echo(format_table(_OFFSETS_HEADERS, [
+            [group, row["topic"], row["partition"], row["current_offset"], row["log_end_offset"], row["lag"],
+             row["consumer_id"], row["host"], row["client_id"],
+             None if row["lag_seconds"] is None else f"{row['lag_seconds']:.3f}", row["status"]]
+            for row in described["partitions"]]))
+        return
     description = cluster.describe(group)
     state = _state_name(description.state)
     members = _members(description)
@@ -378,34 +446,14 @@ def describe_command(group: str, bootstrap: str, timeout_ms: int, command_config
         return
 
     _notes(group, state, members)
-
-    if view == "members":
-        headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else [])
-        rows = []
-        for m in members:
-            row: list[object] = [group, m.consumer_id, m.host, m.client_id, len(m.partitions)]
-            if verbose:
-                row.append(_assignment_text(m.partitions))
-            rows.append(row)
-        click.echo(format_table(headers, rows))
-        return
-
-    committed = cluster.committed(group)
-    owner: dict[tuple[str, int], Member] = {tp: m for m in members for tp in m.partitions}
-    partitions = sorted(set(committed) | set(owner))
-    ends = cluster.log_end_offsets(partitions)
+    headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else [])
     rows = []
-    for tp in partitions:
-        current = committed.get(tp)
-        end = ends.get(tp)
-        lag = end - current if current is not None and end is not None else None
-        m = owner.get(tp)
-        rows.append([group, tp[0], tp[1], current, end, lag,
-                     m.consumer_id if m else None, m.host if m else None, m.client_id if m else None])
-    click.echo(format_table(
-        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"],
-        rows,
-    ))
+    for m in members:
+        row: list[object] = [group, m.consumer_id, m.host, m.client_id, len(m.partitions)]
+        if verbose:
+            row.append(_assignment_text(m.partitions))
+        rows.append(row)
+    click.echo(format_table(headers, rows))
 
 
 # -- delete -----------------------------------------------------------------------------------
@@ -496,7 +544,7 @@ class _Connection:
 def _connect_any(bootstrap: str, deadline: float) -> _Connection:
     last: Exception | None = None
     for server in (part.strip() for part in bootstrap.split(",")):
-        host, port = _split_host_port(server)
+        host, port = split_host_port(server)
         if server and port is not None:
             try:
                 return _Connection(host, port, deadline)
@@ -775,7 +823,8 @@ def reset_offsets_command(group: str, topics: tuple[str, ...], all_topics: bool,
     Give a scope (--topic ... or --all-topics; --from-file brings its own) and exactly one scenario."""
     chosen = [name for name, value in zip(_SCENARIOS, (to_earliest, to_latest, to_current, to_offset, shift_by,
                                                        to_datetime, by_duration, from_file))
-              if value not in (None, False)]
+              # `is`, not `in`: 0 == False, and --to-offset 0 / --shift-by 0 are real values.
+              if value is not None and value is not False]
     if len(chosen) != 1:
         raise click.UsageError(f"give exactly one of {', '.join(_SCENARIOS)}"
                                + (f" (got {', '.join(chosen)})" if chosen else ""))
@@ -843,3 +892,6 @@ def reset_offsets_command(group: str, topics: tuple[str, ...], all_topics: bool,
     else:
         rows = [[group, topic, partition, offset] for (topic, partition), offset in sorted(plan.items())]
         click.echo(format_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows))
+    if not execute:
+        # The plan alone looks exactly like what --execute prints; say that nothing changed.
+        click.echo("Dry run: nothing was committed; add --execute to commit these offsets.", err=True)

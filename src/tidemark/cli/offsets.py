@@ -117,7 +117,18 @@ def partition_dirs(data_dir: Path, partition: int | None) -> list[tuple[int, Pat
         if not path.is_dir():
             raise click.ClickException(f"no {OFFSETS_TOPIC}-{partition} directory in {data_dir}")
         return [(partition, path)]
-    return topic_partition_dirs(data_dir, OFFSETS_TOPIC)
+    return require_offsets_partitions(data_dir)
+
+
+def require_offsets_partitions(data_dir: str | Path) -> list[tuple[int, Path]]:
+    """The offsets partition directories of data_dir; none is an error saying the likely reasons (the
+    wrong directory, or a broker no group has committed to yet: the topic is created on first use),
+    rather than an empty answer and success."""
+    directories = topic_partition_dirs(Path(data_dir), OFFSETS_TOPIC)
+    if not directories:
+        raise click.ClickException(f"no {OFFSETS_TOPIC}-N directories in {data_dir}: not a tidemark data directory, "
+                                   f"or no consumer group has committed offsets to it yet")
+    return directories
 
 
 def _size(path: Path) -> int:
@@ -155,6 +166,7 @@ def dump(data_dir: Path, partition: int | None) -> None:
         stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
     directories = partition_dirs(data_dir, partition)
+    printed = 0
     progress = None
     sizes = [_size(segment) for _, directory in directories for segment in segment_files(directory)]
     if len(sizes) > 1:
@@ -177,11 +189,15 @@ def dump(data_dir: Path, partition: int | None) -> None:
                     progress.update(task, description=f"{OFFSETS_TOPIC}-{number}/{name}")
                 for line in dump_segment(number, data, warn, first):
                     click.echo(line)
+                    printed += 1
                 if progress is not None:
                     progress.advance(task, len(data))
     finally:
         if progress is not None:
             progress.stop()
+    if not printed:
+        click.echo(f"{len(directories)} {OFFSETS_TOPIC} partition(s) in {data_dir}, no records in them", err=True)
 
 
-__all__ = ["dump", "dump_segment", "format_control_record", "format_record", "offsets", "partition_dirs", "render"]
+__all__ = ["dump", "dump_segment", "format_control_record", "format_record", "offsets", "partition_dirs", "render",
+           "require_offsets_partitions"]

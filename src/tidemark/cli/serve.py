@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -38,10 +40,17 @@ def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str
         config = BrokerConfig.load(config_file, sets)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    # Before any log is opened (recovery can take a while): a port in use is the commonest
+    # mistake (`make serve` twice) and deserves one line, not a traceback.
+    if port:
+        _check_port_free(host, port, "--listen")
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
-        start_http_server(metrics_port, addr=host)
+        try:
+            start_http_server(metrics_port, addr=host)
+        except OSError as exc:
+            raise click.ClickException(_bind_error(host, metrics_port, "--metrics-port", exc)) from None
     # The log cleaner and the flusher run in threads beside the event loop. CPython hands the GIL
     # from a busy thread to a waiting one only every switch interval (5 ms by default), and every
     # request crosses threads a few times (fsync hand-offs), so a short interval keeps commit
@@ -51,6 +60,28 @@ def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str
         asyncio.run(_serve(config, data_dir, host, port))
     except DataDirLockedError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _bind_error(host: str, port: int, option: str, exc: OSError) -> str:
+    text = f"cannot listen on {host}:{port} ({option}): {exc.strerror or exc}"
+    if exc.errno == errno.EADDRINUSE:
+        text += " (is another broker already running there?)"
+    return text
+
+
+def _check_port_free(host: str, port: int, option: str) -> None:
+    """Bind and release the port, with SO_REUSEADDR as asyncio's server binds it."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise click.ClickException(_bind_error(host, port, option, exc)) from None
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise click.ClickException(_bind_error(host, port, option, exc)) from None
 
 
 async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> None:

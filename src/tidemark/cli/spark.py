@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from typing import Any
 import click
 
 DEFAULT_SHOW = 50
+REACH_TIMEOUT_S = 10.0
 
 
 def parse_time(value: str) -> int:
@@ -48,6 +50,7 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--master", default="local[*]", show_default=True,
                      help="Spark master of a new session (ignored under spark-submit)."),
         click.option("--output", default=None, help="Write the result here (a directory, as Spark writes)."),
+        click.option("--overwrite", is_flag=True, help="Replace what --output holds (refused otherwise)."),
         click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True),
         click.option("--show", type=click.IntRange(min=0), default=DEFAULT_SHOW, show_default=True,
                      help="Rows of the result to print."),
@@ -59,9 +62,32 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(**kwargs: Any) -> Any:
         if (kwargs["bootstrap"] is None) == (kwargs["data_dir"] is None):
             raise click.UsageError("give one of --bootstrap-server and --data-dir")
+        # Everything checkable without Spark is checked before its ~40 s start.
+        _check_output(kwargs["output"], kwargs.pop("overwrite"))
+        if kwargs["data_dir"] is not None:
+            from tidemark.cli.offsets import require_offsets_partitions
+
+            require_offsets_partitions(kwargs["data_dir"])
+        else:
+            from tidemark.cli.reach import unreachable
+
+            why = unreachable(kwargs["bootstrap"], REACH_TIMEOUT_S)
+            if why is not None:
+                raise click.ClickException(f"cannot reach bootstrap server {kwargs['bootstrap']}: {why}")
         return func(**kwargs)
 
     return wrapper
+
+
+def _check_output(output: str | None, overwrite: bool) -> None:
+    """Spark writes with mode overwrite, deleting whatever the path holds: `--output tidemark-data`
+    would wipe a broker's data. Only an absent path or an empty directory is taken unasked."""
+    if output is None or overwrite or not os.path.lexists(output):
+        return
+    if os.path.isdir(output) and not os.listdir(output):
+        return
+    raise click.UsageError(f"--output {output} exists and is not empty; its contents would be deleted. "
+                           f"Give another path, or --overwrite to replace it.")
 
 
 def _console():
@@ -84,7 +110,16 @@ def _session(console, app_name: str, master: str):
 
 @contextmanager
 def _status(console, message: str) -> Iterator[None]:
-    with console.status(message, spinner="dots"):
+    """Say what is going on, on stderr: a spinner on a terminal, otherwise one line per step (stdout
+    keeps only the results)."""
+    from rich.console import Console
+
+    progress = Console(stderr=True)
+    if progress.is_terminal:
+        with progress.status(message, spinner="dots"):
+            yield
+    else:
+        click.echo(f"{message} ...", err=True)
         yield
 
 
@@ -156,6 +191,8 @@ def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str,
                                             fmt=fmt, chart=chart)
         print_table(console, "lag per partition", report, lag_report.REPORT_COLUMNS, show)
         print_table(console, "lag per group", per_group, lag_report.PER_GROUP_COLUMNS, show)
+    if not per_group.take(1):
+        click.echo("no committed offsets in __consumer_offsets: no group has committed yet", err=True)
     if output:
         console.print(f"written as {fmt} to {output}")
     if chart:
@@ -164,15 +201,15 @@ def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str,
 
 @spark.command("expiry-report")
 @_source_options
-@click.option("--at", "at", required=True, help="When: epoch milliseconds or an ISO-8601 date-time (UTC if naive).")
+@click.option("--at", "at_ms", required=True, callback=lambda _ctx, _param, value: parse_time(value),
+              help="When: epoch milliseconds or an ISO-8601 date-time (UTC if naive).")
 @click.option("--retention-minutes", type=click.IntRange(min=1), default=10080, show_default=True,
               help="offsets.retention.minutes")
 def expiry_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
-                          show: int, at: str, retention_minutes: int) -> None:
+                          show: int, at_ms: int, retention_minutes: int) -> None:
     """Which committed offsets expire at --at under KIP-211, and which the pre-KIP-211 rules would delete."""
     from tidemark.spark.jobs import expiry_report
 
-    at_ms = parse_time(at)
     console = _console()
     session = _session(console, "tidemark expiry-report", master)
     with _status(console, "reading the offsets log"):

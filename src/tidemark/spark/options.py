@@ -6,6 +6,7 @@ Offsets travel as Spark's Kafka connector writes them in its checkpoint: {"topic
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -83,6 +84,26 @@ class SourceOptions:
         return {"bootstrap.servers": self.bootstrap_servers, **self.client_config}
 
 
+SOURCE_OPTIONS = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "startingOffsets",
+                  "endingOffsets", "group.id", "maxOffsetsPerTrigger", "failOnDataLoss",
+                  "kafkaConsumer.pollTimeoutMs")
+# Spark's DataFrameWriter / DataStreamWriter hand their own settings to the sink among the options.
+SINK_OPTIONS = ("bootstrap.servers", "topic", "checkpointLocation", "path")
+
+
+def check_known(options: Mapping[str, str], known: tuple[str, ...]) -> None:
+    """A misspelled option (startingOffset, maxOffsetPerTrigger) would otherwise be ignored and the
+    query read everything: name it, and the closest valid one. Spark matches names case-insensitively."""
+    by_lower = {name.lower(): name for name in known}
+    for key in options:
+        lower = key.lower()
+        if lower in by_lower or lower.startswith("kafka."):
+            continue
+        close = difflib.get_close_matches(lower, by_lower, n=1, cutoff=0.6)
+        hint = f'; did you mean "{by_lower[close[0]]}"?' if close else ""
+        raise OptionError(f'unknown option "{key}"{hint} (client settings go as "kafka.<name>")')
+
+
 def _client_config(options: Mapping[str, str]) -> dict[str, str]:
     """kafka.* options go to the client unchanged, prefix stripped (as in Spark's connector)."""
     return {key[len("kafka."):]: value for key, value in options.items() if key.lower().startswith("kafka.")}
@@ -158,6 +179,7 @@ def parse_offset_spec(options: Mapping[str, str], name: str, default: str, allow
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    check_known(options, SOURCE_OPTIONS)
     group_id = options.get("group.id") or options.get("kafka.group.id")
     starting = parse_offset_spec(
         options, "startingOffsets", "latest" if streaming else "earliest", ("earliest", "latest", "group")
@@ -195,6 +217,7 @@ class SinkOptions:
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    check_known(options, SINK_OPTIONS)
     return SinkOptions(
         bootstrap_servers=_required(options, "bootstrap.servers"),
         topic=options.get("topic"),

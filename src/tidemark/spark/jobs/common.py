@@ -58,7 +58,8 @@ def read_offsets_log(spark: SparkSession, *, bootstrap_servers: str | None = Non
 def write(df: DataFrame, path: str, fmt: str) -> None:
     """Write a result as Parquet or CSV (with a header line), replacing what was at `path`.
 
-    CSV cannot hold arrays or structs: such columns are written as JSON strings."""
+    CSV cannot hold arrays or structs: such columns are written as JSON strings. CSV is one part
+    file (one header), for people and scripts to open; the reports are small."""
     if fmt not in OUTPUT_FORMATS:
         raise ValueError(f"unknown output format {fmt!r}, expected one of {', '.join(OUTPUT_FORMATS)}")
     if fmt == "csv":
@@ -68,6 +69,6 @@ def write(df: DataFrame, path: str, fmt: str) -> None:
         nested = (ArrayType, MapType, StructType)
         df = df.select([F.to_json(F.col(f.name)).alias(f.name) if isinstance(f.dataType, nested) else F.col(f.name)
                         for f in df.schema.fields])
-        df.write.mode("overwrite").option("header", True).csv(path)
+        df.coalesce(1).write.mode("overwrite").option("header", True).csv(path)
     else:
         df.write.mode("overwrite").parquet(path)
