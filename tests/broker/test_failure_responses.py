@@ -23,6 +23,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 from tidemark.broker.config import BrokerConfig
+from tidemark.broker.context import RequestContext
 from tidemark.broker.server import HANDLERS, Broker, supported_versions
 from tidemark.wire import list_offsets_v0
 from tidemark.wire.build import build
@@ -118,7 +119,7 @@ def _read_response(key: int, version: int, frame: bytes, correlation_id: int) ->
     return body
 
 
-async def _crashing_handler(broker: Broker, request: Any) -> Any:
+async def _crashing_handler(ctx: RequestContext, request: Any) -> Any:
     raise RuntimeError("injected handler failure")
 
 

@@ -16,13 +16,14 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidemark.broker.config import BrokerConfig
+from tidemark.broker.context import RequestContext
 from tidemark.broker.server import HANDLERS, Broker
 
 PRODUCE = 0
 WAIT_S = 30
 
 
-async def _crash(broker: Broker, request: Any) -> Any:
+async def _crash(ctx: RequestContext, request: Any) -> Any:
     raise RuntimeError("injected produce failure")
 
 

@@ -359,6 +359,19 @@ class GroupCoordinator:
                 response.cancel()
         return await response
 
+    def list_groups(self, body: Any, version: int) -> tuple[list[dict[str, Any]], ErrorCode]:
+        """ListGroups across every loaded shard: (groups, COORDINATOR_LOAD_IN_PROGRESS while any
+        shard is not loaded, else NONE)."""
+        self.ensure_offsets_topic()
+        groups: list[dict[str, Any]] = []
+        error = ErrorCode.none
+        for runtime in self.shards.values():
+            if runtime.state is not LoadState.ACTIVE:
+                error = ErrorCode.coordinator_load_in_progress
+                continue
+            groups.extend(runtime.shard.membership.list_groups(body, version)["groups"])
+        return groups, error
+
     def read(self, group_id: str, reader: Callable[[CoordinatorShard], Any],
              error_response: Callable[[ErrorCode], Any]) -> Any:
         """A read of committed state (OffsetFetch, DescribeGroups): no queue, no records."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import functools
 import socket
 import time
@@ -40,7 +39,8 @@ from tidemark.broker.apis import (
     topics,
 )
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.group_coordinator import GroupCoordinator
+from tidemark.broker.context import Clock, Node, RequestContext
+from tidemark.broker.group_coordinator import GroupCoordinator, now_ms
 from tidemark.broker.partition_manager import PartitionManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
@@ -57,7 +57,7 @@ from tidemark.wire.framing import FrameDecoder
 
 log = structlog.get_logger("tidemark.broker")
 
-Handler = Callable[["Broker", Request], Awaitable[Any]]
+Handler = Callable[[RequestContext, Request], Awaitable[Any]]
 
 # api key -> (handler, lowest version served); the highest is what the codec covers.
 HANDLERS: dict[int, tuple[Handler, int]] = {
@@ -94,9 +94,10 @@ def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> d
 
 class Broker:
     def __init__(self, config: BrokerConfig, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
-                 handlers: dict[int, tuple[Handler, int]] | None = None) -> None:
+                 handlers: dict[int, tuple[Handler, int]] | None = None, clock: Clock = now_ms) -> None:
         self.config = config
         self.handlers = HANDLERS if handlers is None else handlers
+        self.clock = clock
         self.node_id = config.node_id
         self.host = host
         self.port = port
@@ -151,7 +152,16 @@ class Broker:
         if not self._connections_per_ip[host]:
             del self._connections_per_ip[host]
 
-    async def dispatch(self, request: Request) -> bytes | None:
+    def connection_context(self, client_host: str) -> RequestContext:
+        """The context a connection's requests are handled in (each request gets a copy carrying
+        its own header facts)."""
+        return RequestContext(
+            client_host=client_host, clock=self.clock, config=self.config,
+            node=Node(self.node_id, self.advertised_host, self.advertised_port),
+            replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
+        )
+
+    async def dispatch(self, connection_context: RequestContext, request: Request) -> bytes | None:
         """Run one request's handler; return the encoded response frame, or None for no response."""
         api = api_key_map.get(request.api_key, str(request.api_key))
         metrics.REQUESTS.labels(api).inc()
@@ -162,7 +172,7 @@ class Broker:
             return _failure_response(request, ErrorCode.unsupported_version)
         handler, _ = self.handlers[request.api_key]
         try:
-            result = await handler(self, request)
+            result = await handler(connection_context.for_request(request), request)
         except Exception:
             log.exception("handler_failed", api=api, version=request.api_version)
             return _failure_response(request, ErrorCode.unknown_server_error)
@@ -239,9 +249,7 @@ class Connection(asyncio.BufferedProtocol):
             transport.abort()
             return
         self._host = host
-        # Handlers run in a context that knows the client's host (JoinGroup records it).
-        self._context = contextvars.copy_context()
-        self._context.run(groups.CLIENT_HOST.set, host)
+        self._context = self.broker.connection_context(host)
         self.broker.connections.add(self)
         metrics.CONNECTIONS.inc()
         self._writer = asyncio.get_running_loop().create_task(self._write_responses())
@@ -316,8 +324,7 @@ class Connection(asyncio.BufferedProtocol):
                         break
                 elif unsent >= MAX_UNSENT_BYTES_PER_CONNECTION:
                     break  # the transport still holds an earlier large response
-                task = asyncio.get_running_loop().create_task(
-                    self.broker.dispatch(request), context=self._context.copy())
+                task = asyncio.get_running_loop().create_task(self.broker.dispatch(self._context, request))
                 self._held += cost
                 task.add_done_callback(functools.partial(self._answered, cost))
             waiting.popleft()

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tidemark.broker.server import Broker
+    from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
 
-async def handle(broker: Broker, request: Request) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     return {
         "error_code": 0,
         "api_keys": [
             {"api_key": key, "min_version": low, "max_version": high}
-            for key, (low, high) in sorted(broker.supported_versions.items())
+            for key, (low, high) in sorted(ctx.supported_versions.items())
         ],
         "throttle_time": 0,
     }

@@ -12,18 +12,18 @@ from tidemark.broker.errors import error_code_for
 from tidemark.broker.partition import Partition
 
 if TYPE_CHECKING:
-    from tidemark.broker.server import Broker
+    from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
 READ_COMMITTED = 1
 
 
-def _read_all(broker: Broker, body: Any) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
+def _read_all(ctx: RequestContext, body: Any) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
     """One pass over the requested partitions: (topic responses, bytes read, partitions, any error)."""
-    replicas = broker.replicas
+    replicas = ctx.replicas
     # The broker's fetch.max.bytes bounds every response, whatever the client asks (KIP-74 still
     # lets the first non-empty partition return one whole batch beyond it).
-    remaining = min(body.max_bytes, broker.config["fetch.max.bytes"])
+    remaining = min(body.max_bytes, ctx.config["fetch.max.bytes"])
     total = 0
     errors = False
     partitions: list[Partition] = []
@@ -69,12 +69,12 @@ def _read_all(broker: Broker, body: Any) -> tuple[list[dict[str, Any]], int, lis
     return responses, total, partitions, errors
 
 
-async def handle(broker: Broker, request: Request) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
     while True:
-        responses, total, partitions, errors = _read_all(broker, body)
+        responses, total, partitions, errors = _read_all(ctx, body)
         remaining = deadline - loop.time()
         if total >= body.min_bytes or errors or remaining <= 0:
             break

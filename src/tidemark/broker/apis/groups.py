@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -11,17 +10,14 @@ from tidemark.coordinator.result import Result
 from tidemark.wire import error_responses
 
 if TYPE_CHECKING:
-    from tidemark.broker.server import Broker
+    from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
-
-# The connection's peer host, set per connection so JoinGroup can record the member's host.
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 GROUP_KEY_TYPE = 0
 
 
-async def handle_find_coordinator(broker: Broker, request: Request) -> dict[str, Any]:
-    body, version = request.body, request.api_version
+async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
     keys = list(body.coordinator_keys) if version >= 4 else [body.key]
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
     coordinators = []
@@ -31,9 +27,9 @@ async def handle_find_coordinator(broker: Broker, request: Request) -> dict[str,
         elif not key:
             entry = error_responses.coordinator(key, ErrorCode.invalid_request, "empty group id")
         else:
-            broker.coordinator.ensure_offsets_topic()
-            entry = {"key": key, "node_id": broker.node_id, "host": broker.advertised_host,
-                     "port": broker.advertised_port, "error_code": 0, "error_message": None}
+            ctx.coordinator.ensure_offsets_topic()
+            entry = {"key": key, "node_id": ctx.node.id, "host": ctx.node.host,
+                     "port": ctx.node.port, "error_code": 0, "error_message": None}
         coordinators.append(entry)
     if version >= 4:
         return {"throttle_time": 0, "coordinators": coordinators}
@@ -45,50 +41,50 @@ def _immediate(response: Any, token: int) -> Result:
     return Result().respond(token, response)
 
 
-async def handle_join(broker: Broker, request: Request) -> dict[str, Any]:
-    body, version = request.body, request.api_version
-    client_id, client_host = request.client_id or "", CLIENT_HOST.get()
-    return await broker.coordinator.call(
+async def handle_join(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
+    client_id, client_host = ctx.client_id or "", ctx.client_host
+    return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.membership.join_group(body, version, token, now, client_id, client_host),
         lambda code: error_responses.join_group(version, code, body.member_id),
     )
 
 
-async def handle_sync(broker: Broker, request: Request) -> dict[str, Any]:
-    body, version = request.body, request.api_version
-    return await broker.coordinator.call(
+async def handle_sync(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
+    return await ctx.coordinator.call(
         body.group_id, lambda shard, token, now: shard.membership.sync_group(body, version, token, now),
         error_responses.sync_group,
     )
 
 
-async def handle_heartbeat(broker: Broker, request: Request) -> dict[str, Any]:
-    body, version = request.body, request.api_version
-    return await broker.coordinator.call(
+async def handle_heartbeat(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
+    return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: _immediate(shard.membership.heartbeat(body, version, now), token),
         error_responses.heartbeat,
     )
 
 
-async def handle_leave(broker: Broker, request: Request) -> dict[str, Any]:
-    body, version = request.body, request.api_version
-    return await broker.coordinator.call(
+async def handle_leave(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
+    return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.membership.leave_group(body, version, token, now),
         error_responses.leave_group,
     )
 
 
-async def handle_describe(broker: Broker, request: Request) -> dict[str, Any]:
-    body, version = request.body, request.api_version
+async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
     groups = []
     for group_id in body.groups:
         def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
             return {"groups": [error_responses.described_group(group_id, code)]}
 
-        described = broker.coordinator.read(
+        described = ctx.coordinator.read(
             group_id, lambda shard, g=group_id: shard.membership.describe_groups(_OneGroup(g), version), failed
         )
         groups.extend(described["groups"])
@@ -103,24 +99,17 @@ class _OneGroup:
         self.include_authorized_operations = False
 
 
-async def handle_list(broker: Broker, request: Request) -> dict[str, Any]:
-    body, version = request.body, request.api_version
-    broker.coordinator.ensure_offsets_topic()
-    groups: list[dict[str, Any]] = []
-    error = ErrorCode.none
-    for runtime in broker.coordinator.shards.values():
-        if runtime.state.value != "active":
-            error = ErrorCode.coordinator_load_in_progress
-            continue
-        groups.extend(runtime.shard.membership.list_groups(body, version)["groups"])
+async def handle_list(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
+    groups, error = ctx.coordinator.list_groups(body, version)
     return {"throttle_time": 0, "error_code": error, "groups": groups}
 
 
-async def handle_delete_groups(broker: Broker, request: Request) -> dict[str, Any]:
+async def handle_delete_groups(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     results = []
     for group_id in body.groups_names:
-        result = await broker.coordinator.call(
+        result = await ctx.coordinator.call(
             group_id,
             lambda shard, token, now, g=group_id: shard.delete_group(g, token, now),
             lambda code, g=group_id: error_responses.deleted_group(g, code),

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tidemark.broker.server import Broker
+    from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
-async def handle(broker: Broker, request: Request) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     if body.transactional_id == "":
         return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "producer_id": -1, "producer_epoch": -1}
@@ -24,6 +24,6 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "error_code": 0,
-        "producer_id": broker.replicas.metadata.next_producer_id(),
+        "producer_id": ctx.replicas.metadata.next_producer_id(),
         "producer_epoch": 0,
     }

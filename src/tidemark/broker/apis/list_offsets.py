@@ -9,8 +9,8 @@ from kio.schema.errors import ErrorCode
 from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, ListOffsetsV0Response
 
 if TYPE_CHECKING:
+    from tidemark.broker.context import RequestContext
     from tidemark.broker.partition import Partition
-    from tidemark.broker.server import Broker
     from tidemark.wire.codec import Request
 
 LATEST = -1
@@ -34,15 +34,15 @@ def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
     return found
 
 
-async def handle(broker: Broker, request: Request) -> dict[str, Any] | ListOffsetsV0Response:
+async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | ListOffsetsV0Response:
     body = request.body
     if isinstance(body, ListOffsetsV0Request):
-        return _handle_v0(broker, body)
+        return _handle_v0(ctx, body)
     topics = []
     for wanted_topic in body.topics:
         partitions = []
         for wanted in wanted_topic.partitions:
-            partition = broker.replicas.partition(wanted_topic.name, wanted.partition_index)
+            partition = ctx.replicas.partition(wanted_topic.name, wanted.partition_index)
             if partition is None:
                 partitions.append({"partition_index": wanted.partition_index,
                                    "error_code": ErrorCode.unknown_topic_or_partition,
@@ -56,12 +56,12 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any] | ListOffse
     return {"throttle_time": 0, "topics": topics}
 
 
-def _handle_v0(broker: Broker, body: ListOffsetsV0Request) -> ListOffsetsV0Response:
+def _handle_v0(ctx: RequestContext, body: ListOffsetsV0Request) -> ListOffsetsV0Response:
     topics = []
     for name, wanted_partitions in body.topics:
         partitions = []
         for index, timestamp, max_num_offsets in wanted_partitions:
-            partition = broker.replicas.partition(name, index)
+            partition = ctx.replicas.partition(name, index)
             if partition is None:
                 partitions.append((index, int(ErrorCode.unknown_topic_or_partition), ()))
                 continue

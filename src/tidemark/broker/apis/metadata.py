@@ -9,12 +9,12 @@ from kio.schema.errors import ErrorCode
 from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, TopicMetadata, validate_topic_name
 
 if TYPE_CHECKING:
-    from tidemark.broker.server import Broker
+    from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
 
-def topic_entry(broker: Broker, topic: TopicMetadata) -> dict[str, Any]:
-    node = broker.node_id
+def topic_entry(ctx: RequestContext, topic: TopicMetadata) -> dict[str, Any]:
+    node = ctx.node.id
     return {
         "error_code": 0,
         "name": topic.name,
@@ -25,7 +25,7 @@ def topic_entry(broker: Broker, topic: TopicMetadata) -> dict[str, Any]:
                 "error_code": 0,
                 "partition_index": index,
                 "leader_id": node,
-                "leader_epoch": broker.replicas.partitions[(topic.name, index)].leader_epoch,
+                "leader_epoch": ctx.replicas.partitions[(topic.name, index)].leader_epoch,
                 "replica_nodes": [node],
                 "isr_nodes": [node],
                 "offline_replicas": [],
@@ -39,16 +39,16 @@ def _error_entry(name: str | None, code: ErrorCode) -> dict[str, Any]:
     return {"error_code": code, "name": name, "topic_id": None, "is_internal": False, "partitions": []}
 
 
-async def handle(broker: Broker, request: Request) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
-    replicas = broker.replicas
+    replicas = ctx.replicas
     # Auto-creation: v4+ carries the client's wish; older versions always allow it.
-    allow_auto_create = broker.config["auto.create.topics.enable"] and getattr(
+    allow_auto_create = ctx.config["auto.create.topics.enable"] and getattr(
         body, "allow_auto_topic_creation", True
     )
     requested = body.topics
-    if requested is None or (request.api_version == 0 and not requested):
-        topics = [topic_entry(broker, t) for t in replicas.metadata.topics.values()]
+    if requested is None or (ctx.api_version == 0 and not requested):
+        topics = [topic_entry(ctx, t) for t in replicas.metadata.topics.values()]
     else:
         topics = []
         for item in requested:
@@ -60,7 +60,7 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any]:
                 continue
             if name is None:  # v12+ may ask by topic id
                 topic = replicas.topic_by_id(item.topic_id)
-                topics.append(topic_entry(broker, topic) if topic else _error_entry(None, ErrorCode.unknown_topic_id))
+                topics.append(topic_entry(ctx, topic) if topic else _error_entry(None, ErrorCode.unknown_topic_id))
                 continue
             topic = replicas.topic(name)
             if topic is None and allow_auto_create and name not in INTERNAL_TOPICS:
@@ -69,15 +69,15 @@ async def handle(broker: Broker, request: Request) -> dict[str, Any]:
                 except InvalidTopicError:
                     topics.append(_error_entry(name, ErrorCode.invalid_topic_exception))
                     continue
-                topic = replicas.create_topic(name, broker.config["num.partitions"], {})
+                topic = replicas.create_topic(name, ctx.config["num.partitions"], {})
             topics.append(
-                topic_entry(broker, topic) if topic else _error_entry(name, ErrorCode.unknown_topic_or_partition)
+                topic_entry(ctx, topic) if topic else _error_entry(name, ErrorCode.unknown_topic_or_partition)
             )
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.advertised_port}],
+        "brokers": [{"node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port}],
         "cluster_id": replicas.metadata.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": ctx.node.id,
         "topics": topics,
         "error_code": 0,
     }

@@ -8,7 +8,6 @@ idempotent producer keeps up to five in flight per partition) reach the log in t
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -18,15 +17,15 @@ from tidemark.broker.errors import error_code_for
 from tidemark.broker.validator import validate_produce
 
 if TYPE_CHECKING:
-    from tidemark.broker.server import Broker
+    from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
 
-async def handle(broker: Broker, request: Request) -> dict[str, Any] | None:
+async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None:
     body = request.body
     acks = body.acks
-    replicas = broker.replicas
-    now_ms = int(time.time() * 1000)
+    replicas = ctx.replicas
+    now_ms = ctx.clock()
     topic_responses: list[dict[str, Any]] = []
     waits = []  # acks=-1: (partition response, partition, end offset its high watermark must reach)
     for topic_data in body.topic_data:

@@ -14,12 +14,12 @@ from tidemark.cluster.embedded import (
 )
 
 if TYPE_CHECKING:
-    from tidemark.broker.server import Broker
+    from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
 
-def _create_one(broker: Broker, item: Any, validate_only: bool) -> dict[str, Any]:
-    replicas = broker.replicas
+def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str, Any]:
+    replicas = ctx.replicas
     name = item.name
 
     def failed(code: ErrorCode, message: str) -> dict[str, Any]:
@@ -37,16 +37,16 @@ def _create_one(broker: Broker, item: Any, validate_only: bool) -> dict[str, Any
     if item.assignments:
         if partitions != -1 or item.replication_factor != -1:
             return failed(ErrorCode.invalid_request, "Both assignments and partitions/replication factor given.")
-        if any(list(a.broker_ids) != [broker.node_id] for a in item.assignments):
+        if any(list(a.broker_ids) != [ctx.node.id] for a in item.assignments):
             return failed(ErrorCode.invalid_replica_assignment, "Replicas must be this broker only.")
         partitions = len(item.assignments)
     if partitions == -1:
-        partitions = broker.config["num.partitions"]
+        partitions = ctx.config["num.partitions"]
     if partitions < 1:
         return failed(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
     replication_factor = item.replication_factor
     if replication_factor == -1:
-        replication_factor = broker.config["default.replication.factor"]
+        replication_factor = ctx.config["default.replication.factor"]
     if replication_factor < 1:
         return failed(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
     if replication_factor > 1:
@@ -77,7 +77,7 @@ def _duplicates(names: list[Any]) -> set[Any]:
     return {name for name in names if name in seen or seen.add(name)}
 
 
-async def handle_create(broker: Broker, request: Request) -> dict[str, Any]:
+async def handle_create(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     validate_only = getattr(body, "validate_only", False)
     duplicated = _duplicates([item.name for item in body.topics])
@@ -87,15 +87,15 @@ async def handle_create(broker: Broker, request: Request) -> dict[str, Any]:
             results.append({"name": item.name, "topic_id": None, "error_code": ErrorCode.invalid_request,
                             "error_message": "Duplicate topic name.", "configs": None})
         else:
-            results.append(_create_one(broker, item, validate_only))
+            results.append(_create_one(ctx, item, validate_only))
     return {"throttle_time": 0, "topics": results}
 
 
-def _create_partitions_one(broker: Broker, item: Any, validate_only: bool) -> dict[str, Any]:
+def _create_partitions_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str, Any]:
     def result(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
         return {"name": item.name, "error_code": code, "error_message": message}
 
-    topic = broker.replicas.topic(item.name)
+    topic = ctx.replicas.topic(item.name)
     if topic is None:
         return result(ErrorCode.unknown_topic_or_partition, f"The topic '{item.name}' does not exist.")
     if topic.internal:
@@ -109,14 +109,14 @@ def _create_partitions_one(broker: Broker, item: Any, validate_only: bool) -> di
             return result(ErrorCode.invalid_replica_assignment,
                           f"Increasing the number of partitions by {item.count - topic.partitions} but "
                           f"{len(item.assignments)} assignments provided.")
-        if any(list(a.broker_ids) != [broker.node_id] for a in item.assignments):
+        if any(list(a.broker_ids) != [ctx.node.id] for a in item.assignments):
             return result(ErrorCode.invalid_replica_assignment, "Replicas must be this broker only.")
     if not validate_only:
-        broker.replicas.add_partitions(item.name, item.count)
+        ctx.replicas.add_partitions(item.name, item.count)
     return result(ErrorCode.none)
 
 
-async def handle_create_partitions(broker: Broker, request: Request) -> dict[str, Any]:
+async def handle_create_partitions(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     duplicated = _duplicates([item.name for item in body.topics])
     results = []
@@ -125,13 +125,13 @@ async def handle_create_partitions(broker: Broker, request: Request) -> dict[str
             results.append({"name": item.name, "error_code": ErrorCode.invalid_request,
                             "error_message": "Duplicate topic name."})
         else:
-            results.append(_create_partitions_one(broker, item, body.validate_only))
+            results.append(_create_partitions_one(ctx, item, body.validate_only))
     return {"throttle_time": 0, "results": results}
 
 
-async def handle_delete(broker: Broker, request: Request) -> dict[str, Any]:
+async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
-    replicas = broker.replicas
+    replicas = ctx.replicas
     if hasattr(body, "topic_names"):  # v0-v5
         wanted = [(name, None) for name in body.topic_names]
     else:
@@ -147,7 +147,7 @@ async def handle_delete(broker: Broker, request: Request) -> dict[str, Any]:
         if topic is None:
             responses.append({"name": name, "topic_id": topic_id, "error_code": missing})
             continue
-        if not broker.config["delete.topic.enable"]:
+        if not ctx.config["delete.topic.enable"]:
             responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.topic_deletion_disabled})
             continue
         replicas.delete_topic(topic.name)

@@ -1,0 +1,98 @@
+"""What a request handler may use: the request's facts and the broker's parts it serves from.
+
+Handlers are `async def handle(ctx: RequestContext, request: Request)`. The broker builds one
+context per connection (client host, clock, config, node, partitions, coordinator) and, per
+request, a copy carrying that request's header facts: one small object per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
+
+    from tidemark.broker.config import BrokerConfig
+    from tidemark.broker.partition_manager import PartitionManager
+    from tidemark.coordinator.result import Result
+    from tidemark.coordinator.shard import CoordinatorShard
+    from tidemark.wire.codec import Request
+
+Clock = Callable[[], int]  # wall-clock milliseconds, injectable so tests control time
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """This broker as clients reach it (Metadata brokers, FindCoordinator)."""
+
+    id: int
+    host: str
+    port: int
+
+
+class Coordinator(Protocol):
+    """The group coordinator as handlers see it."""
+
+    def ensure_offsets_topic(self) -> None: ...
+
+    async def call(self, group_id: str, event: Callable[[CoordinatorShard, int, int], Result],
+                   error_response: Callable[[ErrorCode], Any]) -> Any: ...
+
+    def read(self, group_id: str, reader: Callable[[CoordinatorShard], Any],
+             error_response: Callable[[ErrorCode], Any]) -> Any: ...
+
+    def list_groups(self, body: Any, version: int) -> tuple[list[dict[str, Any]], ErrorCode]: ...
+
+
+class RequestContext:
+    """One request's view of the broker. Read-only by convention (slotted, not frozen: it is
+    copied per request on the hot path, and a frozen class would make that copy slower)."""
+
+    __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
+                 "replicas", "coordinator", "supported_versions")
+
+    api_version: int
+    client_id: str | None
+    correlation_id: int
+    client_host: str  # the connection's peer address ("" when it has none)
+    clock: Clock
+    config: BrokerConfig
+    node: Node
+    replicas: PartitionManager
+    coordinator: Coordinator
+    supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
+
+    def __init__(self, *, client_host: str, clock: Clock, config: BrokerConfig, node: Node,
+                 replicas: PartitionManager, coordinator: Coordinator,
+                 supported_versions: dict[int, tuple[int, int]],
+                 api_version: int = -1, client_id: str | None = None, correlation_id: int = -1) -> None:
+        self.api_version = api_version
+        self.client_id = client_id
+        self.correlation_id = correlation_id
+        self.client_host = client_host
+        self.clock = clock
+        self.config = config
+        self.node = node
+        self.replicas = replicas
+        self.coordinator = coordinator
+        self.supported_versions = supported_versions
+
+    def for_request(self, request: Request) -> RequestContext:
+        """This (connection's) context carrying `request`'s header facts."""
+        ctx = _new(RequestContext)
+        ctx.api_version = request.api_version
+        ctx.client_id = request.client_id
+        ctx.correlation_id = request.correlation_id
+        ctx.client_host = self.client_host
+        ctx.clock = self.clock
+        ctx.config = self.config
+        ctx.node = self.node
+        ctx.replicas = self.replicas
+        ctx.coordinator = self.coordinator
+        ctx.supported_versions = self.supported_versions
+        return ctx
+
+
+_new = object.__new__
