@@ -53,7 +53,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         topics = []
         for item in requested:
             name = item.name
-            if name is None and request.api_version < 12:
+            if name is None and ctx.api_version < 12:
                 # v10-11 carry a topic id field but cannot name a topic by it (Kafka refuses with
                 # INVALID_REQUEST), and their response cannot carry a null name.
                 topics.append(_error_entry("", ErrorCode.invalid_request))
