@@ -17,7 +17,7 @@ from tidemark.records.offsets_schema import (
     encode_offset_commit_value,
 )
 
-FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, METADATA = 10, 8, 9, 3
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, METADATA, HEARTBEAT = 10, 8, 9, 3, 12
 
 
 def _commit(client, group, topic, partitions, version=8, generation=-1, member="", metadata=None):
@@ -116,13 +116,17 @@ def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):
     restarted = make_broker(data_dir=broker.data_dir, port=broker.port).start()
     codes = []
     deadline = time.monotonic() + 120
+    heartbeat = {"group_id": group, "generation_id": 1, "member_id": "m", "group_instance_id": None}
     with RawClient(restarted.bootstrap) as client:
         while time.monotonic() < deadline:
+            heartbeat_error = client.request(HEARTBEAT, 4, heartbeat).error_code
             error, offsets = _fetch(client, group, "loaded", [0, 1, 999])
             codes.append(error)
             if error == ErrorCode.none:
                 break
             assert error == ErrorCode.coordinator_load_in_progress
+            # Still loading after the heartbeat, so it came during the load: Kafka answers NONE.
+            assert heartbeat_error == ErrorCode.none
             time.sleep(0.05)
     assert codes[0] == ErrorCode.coordinator_load_in_progress  # the load was still running
     assert codes[-1] == ErrorCode.none

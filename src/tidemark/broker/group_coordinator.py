@@ -5,6 +5,11 @@ timer) runs on that shard's own queue, in order. Records a handler returns are a
 partition's log and the handler's responses are released only once the high watermark passes
 them (acks=all, offsets.commit.timeout.ms); then the records are replayed into the shard, which
 is also exactly how loading works.
+
+The runtime reaches the log only through a `PartitionWriter` and time only through a `Clock`
+(broker/coordinator_io.py). Each shard has a load state with a checked transition table;
+`became_leader(epoch)` and `resigned(epoch)` move it, and an epoch older than the shard's is
+ignored, so a stale load or unload can never finish over a newer one.
 """
 
 from __future__ import annotations
@@ -19,34 +24,54 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker.coordinator_io import OFFSETS_TOPIC, Cancellable, Clock, LogOffsetsTopic, OffsetsTopic, \
+    PartitionWriter, SystemClock
 from tidemark.broker.errors import error_code_for
 from tidemark.coordinator.membership import GroupConfig
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.coordinator.result import Result
 from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
-from tidemark.records import build_batch, iter_batches, iter_key_values
-from tidemark.records.compression import CompressionType
 
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.partition import Partition
     from tidemark.broker.partition_manager import PartitionManager
 
 log = structlog.get_logger("tidemark.group_coordinator")
 
-OFFSETS_TOPIC = "__consumer_offsets"
+__all__ = ["OFFSETS_TOPIC", "GroupCoordinator", "LoadState", "ShardNotAvailable", "ShardRuntime"]
+
 PROGRESS_INTERVAL_S = 2.0
 LOAD_SLICE_S = 0.01  # longest a load holds the event loop before letting requests through
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+LOAD_RETRY_BACKOFF_MS = 100  # a failed load is retried after this, doubling up to the max
+LOAD_RETRY_BACKOFF_MAX_MS = 10_000
 
 
 class LoadState(enum.Enum):
+    UNLOADED = "unloaded"  # never loaded here, or resigned
     LOADING = "loading"
     ACTIVE = "active"
-    FAILED = "failed"
+    FAILED = "failed"  # the load failed; retried with back-off
+
+
+# Target state -> the states a shard may be in before it.
+LOAD_TRANSITIONS: dict[LoadState, frozenset[LoadState]] = {
+    LoadState.LOADING: frozenset({LoadState.UNLOADED, LoadState.FAILED}),
+    LoadState.ACTIVE: frozenset({LoadState.LOADING}),
+    LoadState.FAILED: frozenset({LoadState.LOADING}),
+    LoadState.UNLOADED: frozenset({LoadState.LOADING, LoadState.ACTIVE, LoadState.FAILED}),
+}
+
+# What a request to a shard that is not active is answered (Kafka's runtime: LOADING answers
+# COORDINATOR_LOAD_IN_PROGRESS, any other inactive state NOT_COORDINATOR).
+NOT_ACTIVE_ERRORS: dict[LoadState, ErrorCode] = {
+    LoadState.UNLOADED: ErrorCode.not_coordinator,
+    LoadState.LOADING: ErrorCode.coordinator_load_in_progress,
+    LoadState.FAILED: ErrorCode.not_coordinator,
+}
+
+
+class IllegalLoadTransition(AssertionError):
+    """A load-state transition the table does not allow: a runtime bug."""
 
 
 class ShardNotAvailable(Exception):
@@ -57,103 +82,233 @@ class ShardNotAvailable(Exception):
         self.code = code
 
 
+Event = Callable[[CoordinatorShard, int], Result]
+
+
 class ShardRuntime:
-    """One offsets partition: its shard, its event queue and its load state."""
+    """One offsets partition: its shard, its event queue, its timer wake-up and its load state."""
 
-    def __init__(self, runtime: GroupCoordinator, partition: Partition, shard: CoordinatorShard) -> None:
+    def __init__(self, runtime: GroupCoordinator, index: int) -> None:
         self.runtime = runtime
-        self.partition = partition
-        self.shard = shard
-        self.state = LoadState.LOADING
-        self._queue: asyncio.Queue[tuple[Callable[[CoordinatorShard, int], Result], asyncio.Future[Result]]] = (
-            asyncio.Queue()
-        )
-        self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._in_flight: set[asyncio.Task[None]] = set()  # commits awaiting the high watermark
+        self.index = index
+        self.state = LoadState.UNLOADED
+        self.epoch = -1
+        self.shard: CoordinatorShard | None = None
+        self.writer: PartitionWriter | None = None
+        self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Result]]] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[Any]] = set()  # load, event loop, tail replay
+        self._in_flight: dict[asyncio.Task[None], tuple[Result, asyncio.Future[Result]]] = {}
+        self._wakeup: Cancellable | None = None
+        self._wakeup_at: int | None = None
+        self._retry: Cancellable | None = None
+        self._failures = 0
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"coordinator-{self.partition.index}")
+    @property
+    def clock(self) -> Clock:
+        return self.runtime.clock
 
-    async def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        for task in [self._task, *self._in_flight]:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*([self._task] if self._task else []), *self._in_flight, return_exceptions=True)
+    def transition_to(self, state: LoadState) -> None:
+        if self.state not in LOAD_TRANSITIONS[state]:
+            raise IllegalLoadTransition(f"offsets partition {self.index}: {self.state.value} -> {state.value}")
+        log.debug("offsets_partition_state", partition=self.index, state=state.value, epoch=self.epoch)
+        self.state = state
 
-    async def _run(self) -> None:
-        try:
-            await self._load()
-        except Exception:
-            log.exception("offsets_load_failed", partition=self.partition.index)
-            self.state = LoadState.FAILED
+    # -- leadership ---------------------------------------------------------------------------
+
+    def became_leader(self, epoch: int) -> None:
+        """This broker leads the partition at `epoch`: load it (again, if the epoch is newer)."""
+        if epoch < self.epoch or (epoch == self.epoch and self.state is not LoadState.UNLOADED):
+            log.info("offsets_partition_stale_leadership", partition=self.index, epoch=epoch, current=self.epoch)
             return
-        self.state = LoadState.ACTIVE
-        self._schedule_timer()
-        while True:
-            event, future = await self._queue.get()
-            if future.cancelled():
-                continue
-            try:
-                result = event(self.shard, now_ms())
-            except Exception as exc:  # a bug in a handler must not stop the shard
-                log.exception("coordinator_event_failed", partition=self.partition.index)
-                future.set_exception(exc)
-                continue
-            self._complete(result, future)
-            self._schedule_timer()
+        if self.state is not LoadState.UNLOADED:
+            self._unload()
+        self.epoch = epoch
+        self._failures = 0
+        self._start_load()
 
-    async def _load(self) -> None:
-        """Replay the partition from its log start to its high watermark (loading is replay).
+    def resigned(self, epoch: int | None) -> None:
+        """This broker no longer leads the partition (None: it was deleted): unload it."""
+        if epoch is not None and epoch < self.epoch:
+            log.info("offsets_partition_stale_resignation", partition=self.index, epoch=epoch, current=self.epoch)
+            return
+        if epoch is not None:
+            self.epoch = epoch
+        if self.state is not LoadState.UNLOADED:
+            self._unload()
+
+    def _start_load(self) -> None:
+        self.transition_to(LoadState.LOADING)
+        self.writer = self.runtime.topic.writer(self.index)
+        self.shard = CoordinatorShard(self.index, self.runtime.shard_config, self.runtime.topic.partition_exists)
+        self._spawn(self._load(self.epoch), f"coordinator-load-{self.index}")
+
+    def _spawn(self, coroutine: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self._tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._tasks.discard)
+
+    def _unload(self) -> None:
+        """Stop everything of this leadership and answer whoever waits with NOT_COORDINATOR."""
+        for task in list(self._tasks):
+            task.cancel()
+        for handle in (self._wakeup, self._retry):
+            if handle is not None:
+                handle.cancel()
+        self._wakeup = self._wakeup_at = self._retry = None
+        unavailable = ShardNotAvailable(ErrorCode.not_coordinator)
+        while not self._queue.empty():
+            _, future = self._queue.get_nowait()
+            if not future.done():
+                future.set_exception(unavailable)
+        for task, (result, future) in list(self._in_flight.items()):
+            task.cancel()
+            self._fail(result, future, ErrorCode.not_coordinator)
+        self._in_flight.clear()
+        if self.shard is not None:
+            for group_id in list(self.shard.groups):  # held JoinGroup/SyncGroup requests
+                self.runtime.release(self.shard.membership.remove_group(group_id, self.clock.now_ms()))
+        self.shard = None
+        self.writer = None
+        self.transition_to(LoadState.UNLOADED)
+        log.info("offsets_partition_unloaded", partition=self.index, epoch=self.epoch)
+
+    async def close(self) -> None:
+        """Unload and wait for this shard's tasks to end (broker shutdown)."""
+        self.resigned(None)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- loading ------------------------------------------------------------------------------
+
+    async def _load(self, epoch: int) -> None:
+        try:
+            position = await self._replay_to_high_watermark()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if epoch == self.epoch and self.state is LoadState.LOADING:
+                self._failed(epoch)
+            return
+        if epoch != self.epoch or self.state is not LoadState.LOADING:
+            return  # a newer leadership took over meanwhile
+        assert self.shard is not None and self.writer is not None
+        self._failures = 0
+        self.transition_to(LoadState.ACTIVE)
+        config = self.runtime.config
+        self.shard.schedule_retention_check(self.clock.now_ms(), config["offsets.retention.check.interval.ms"],
+                                            config["offsets.retention.minutes"] * 60_000)
+        self._spawn(self._run(), f"coordinator-{self.index}")
+        # Records an earlier leadership appended that are not committed yet: replayed as the
+        # high watermark passes them. Everything from here on is this shard's own appends.
+        own_from = self.writer.log_end_offset
+        if position < own_from:
+            self._spawn(self._replay_tail(epoch, position, own_from), f"coordinator-tail-{self.index}")
+        self._arm_timer()
+
+    def _failed(self, epoch: int) -> None:
+        backoff = min(LOAD_RETRY_BACKOFF_MS * 2 ** self._failures, LOAD_RETRY_BACKOFF_MAX_MS)
+        self._failures += 1
+        log.exception("offsets_load_failed", partition=self.index, epoch=epoch, retry_in_ms=backoff)
+        self.transition_to(LoadState.FAILED)
+
+        def retry() -> None:
+            self._retry = None
+            if epoch == self.epoch and self.state is LoadState.FAILED:
+                self._start_load()
+
+        self._retry = self.clock.call_at(self.clock.now_ms() + backoff, retry)
+
+    async def _replay_to_high_watermark(self) -> int:
+        """Replay the partition from its log start to its current high watermark (loading is
+        replay), reading on while the high watermark moves; returns where replay ended.
 
         Only the last record of each key matters, so the scan keeps the latest record per key
         (moved to the end on every rewrite, so the order stays that of the log) and decodes and
         replays just those: the cost of a long, not yet compacted log is a dict write per record.
         """
+        writer, shard = self.writer, self.shard
+        if writer is None or shard is None:
+            raise RuntimeError(f"offsets partition {self.index} has no log here")
         started = time.perf_counter()
-        partition_log = self.partition.log
-        position, end = partition_log.log_start_offset, self.partition.high_watermark
-        chunk = self.runtime.config["offsets.load.buffer.size"]
-        latest: dict[bytes, tuple[int, bytes | None]] = {}
-        records = 0
+        position = writer.log_start_offset
+        records = keys = 0
         next_progress = started + PROGRESS_INTERVAL_S
         next_yield = started + LOAD_SLICE_S
-        while position < end:
-            data = partition_log.read(position, chunk, upper_bound=end)
-            if not data:
-                break
-            for batch_position, header in iter_batches(data, validate=False):
-                for offset, key, value in iter_key_values(data, batch_position):
+        stuck = False
+        while position < writer.high_watermark and not stuck:
+            latest: dict[bytes, tuple[int, bytes | None]] = {}
+            while position < (end := writer.high_watermark):
+                chunk, after = writer.read(position, end)
+                if after <= position:
+                    stuck = True  # nothing readable below the high watermark
+                    break
+                for offset, key, value in chunk:
                     if key is not None:
                         latest.pop(key, None)
                         latest[key] = (offset, value)
                         records += 1
-                position = header.last_offset + 1
+                position = after
                 if time.perf_counter() >= next_yield:  # loaded partitions keep serving meanwhile
                     await asyncio.sleep(0)
                     next_yield = time.perf_counter() + LOAD_SLICE_S
-            if time.perf_counter() >= next_progress:  # long loads report how far they are
-                next_progress += PROGRESS_INTERVAL_S
-                log.info("offsets_partition_loading", partition=self.partition.index, records=records,
-                         position=position, end=end)
-        now = now_ms()
-        for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
-            self.shard.replay(offset, key, value, loading=True, now_ms=now)
-            if replayed % 10_000 == 0:
-                await asyncio.sleep(0)
+                if time.perf_counter() >= next_progress:  # long loads report how far they are
+                    next_progress += PROGRESS_INTERVAL_S
+                    log.info("offsets_partition_loading", partition=self.index, records=records,
+                             position=position, end=end)
+            now = self.clock.now_ms()
+            for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
+                shard.replay(offset, key, value, loading=True, now_ms=now)
+                if replayed % 10_000 == 0:
+                    await asyncio.sleep(0)
+            keys += len(latest)
         seconds = time.perf_counter() - started
-        log.info("offsets_partition_loaded", partition=self.partition.index, records=records, keys=len(latest),
-                 groups=len(self.shard.groups), seconds=round(seconds, 3),
+        log.info("offsets_partition_loaded", partition=self.index, epoch=self.epoch, records=records, keys=keys,
+                 groups=len(shard.groups), end=position, seconds=round(seconds, 3),
                  records_per_second=round(records / seconds) if seconds > 0 else None)
+        return position
 
-    def submit(self, event: Callable[[CoordinatorShard, int], Result]) -> asyncio.Future[Result]:
+    async def _replay_tail(self, epoch: int, position: int, end: int) -> None:
+        """Replay [position, end) as the high watermark passes it."""
+        writer = self.writer
+        assert writer is not None
+        while position < end and epoch == self.epoch and self.state is LoadState.ACTIVE:
+            high_watermark = writer.high_watermark
+            if high_watermark <= position:
+                try:
+                    await writer.wait_for_high_watermark(position + 1)
+                except Exception:  # noqa: BLE001 - the partition went away: its unload follows
+                    return
+                continue
+            chunk, after = writer.read(position, min(high_watermark, end))
+            if after <= position:
+                return
+            assert self.shard is not None
+            now = self.clock.now_ms()
+            for offset, key, value in chunk:
+                self.shard.replay(offset, key, value, loading=True, now_ms=now)
+            position = after
+
+    # -- events -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            event, future = await self._queue.get()
+            if future.done():
+                continue
+            shard = self.shard
+            assert shard is not None
+            try:
+                result = event(shard, self.clock.now_ms())
+            except Exception as exc:  # a bug in a handler must not stop the shard
+                log.exception("coordinator_event_failed", partition=self.index)
+                future.set_exception(exc)
+                continue
+            self._complete(result, future)
+            self._arm_timer()
+
+    def submit(self, event: Event) -> asyncio.Future[Result]:
         """Queue an event; the future resolves to its Result once its records are committed."""
-        if self.state is LoadState.LOADING:
-            raise ShardNotAvailable(ErrorCode.coordinator_load_in_progress)
-        if self.state is LoadState.FAILED:
-            raise ShardNotAvailable(ErrorCode.coordinator_not_available)
+        if self.state is not LoadState.ACTIVE:
+            raise ShardNotAvailable(NOT_ACTIVE_ERRORS[self.state])
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((event, future))
         return future
@@ -164,60 +319,76 @@ class ShardRuntime:
             self.runtime.release(result)
             future.set_result(result)
             return
-        batch = build_batch(
-            [(record.key, record.value, (), now_ms()) for record in result.records],
-            compression=CompressionType(self.runtime.config["offsets.topic.compression.codec"]),
-        )
+        assert self.writer is not None
         try:
-            info = self.runtime.replicas.append(self.partition, batch)
+            end = self.writer.append(result.records, self.clock.now_ms())
         except Exception as exc:  # noqa: BLE001 - mapped to the coordinator's error codes
             self._fail(result, future, _append_error(exc))
             return
-        committed = self.partition.wait_for_high_watermark(info.last_offset + 1)
-        timeout = self.runtime.config["offsets.commit.timeout.ms"] / 1000
+        committed = self.writer.wait_for_high_watermark(end)
         task = asyncio.get_running_loop().create_task(
-            self._await_commit(result, future, committed, info.first_offset, timeout))
-        self._in_flight.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(self._in_flight.discard)
+            self._await_commit(result, future, committed, end - len(result.records)))
+        self._in_flight[task] = (result, future)
+        task.add_done_callback(lambda t: self._in_flight.pop(t, None))
 
     async def _await_commit(self, result: Result, future: asyncio.Future[Result], committed: asyncio.Future[None],
-                            first_offset: int, timeout: float) -> None:
+                            first_offset: int) -> None:
+        """Wait for the high watermark to pass the records, at most offsets.commit.timeout.ms."""
+        timed_out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        deadline = self.clock.now_ms() + self.runtime.config["offsets.commit.timeout.ms"]
+        timeout = self.clock.call_at(deadline, lambda: timed_out.done() or timed_out.set_result(None))
         try:
-            await asyncio.wait_for(committed, timeout)
-        except TimeoutError:
+            await asyncio.wait((committed, timed_out), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timeout.cancel()
+            timed_out.cancel()
+        if not committed.done():
+            committed.cancel()
             self._fail(result, future, ErrorCode.request_timed_out)
             return
-        except Exception as exc:  # noqa: BLE001
-            self._fail(result, future, _append_error(exc))
+        if committed.exception() is not None:
+            self._fail(result, future, _append_error(committed.exception()))
             return
-        now = now_ms()
+        if future.done() or self.shard is None:
+            return
+        now = self.clock.now_ms()
         for offset, record in enumerate(result.records, start=first_offset):
             self.shard.replay(offset, record.key, record.value, loading=False, now_ms=now, decoded=record.decoded)
         self.runtime.release(result)
         future.set_result(result)
+        self._arm_timer()
 
     def _fail(self, result: Result, future: asyncio.Future[Result], code: ErrorCode) -> None:
+        if future.done():
+            return
         responses = result.on_append_failure(code) if result.on_append_failure else {}
         result.responses = responses
         self.runtime.release(result)
         future.set_result(result)
+        if self.state is LoadState.ACTIVE:
+            self._arm_timer()
 
-    def _schedule_timer(self) -> None:
-        """Run the shard's timers (sessions, rebalance deadlines) as queued events."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        deadline = self.shard.membership.next_deadline()
-        if deadline is None:
+    # -- timers -------------------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        """One wake-up at the shard's earliest deadline; firing is an event like any other."""
+        if self.shard is None:
             return
-        delay = max(0.0, (deadline - now_ms()) / 1000)
-        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+        deadline = self.shard.next_deadline()
+        if deadline == self._wakeup_at:
+            return
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+        self._wakeup = None
+        self._wakeup_at = deadline
+        if deadline is not None:
+            self._wakeup = self.clock.call_at(deadline, self._on_wakeup)
 
-    def _on_timer(self) -> None:
-        self._timer = None
+    def _on_wakeup(self) -> None:
+        self._wakeup = self._wakeup_at = None
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_consume_result)
-        self._queue.put_nowait((lambda shard, now: shard.membership.poll(now), future))
+        self._queue.put_nowait((lambda shard, now: shard.poll(now), future))
 
 
 def _consume_result(future: asyncio.Future[Result]) -> None:
@@ -244,13 +415,18 @@ def _append_error(exc: BaseException) -> ErrorCode:
 class GroupCoordinator:
     """All offsets partitions this broker leads (on one broker: all of them)."""
 
-    def __init__(self, config: BrokerConfig, replicas: PartitionManager) -> None:
+    def __init__(self, config: BrokerConfig, replicas: PartitionManager | None = None, *,
+                 topic: OffsetsTopic | None = None, clock: Clock | None = None) -> None:
         self.config = config
-        self.replicas = replicas
+        if topic is None:
+            assert replicas is not None
+            topic = LogOffsetsTopic(config, replicas)
+        self.topic = topic
+        self.clock: Clock = clock or SystemClock()
         self.shards: dict[int, ShardRuntime] = {}
+        self._leader_epoch = 0  # on one broker: bumped each time the offsets topic is deleted
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}  # request token -> its response
-        self._expiry_task: asyncio.Task[None] | None = None
         self.shard_config = CoordinatorConfig(
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
             group=GroupConfig(
@@ -260,72 +436,61 @@ class GroupCoordinator:
                 max_size=config["group.max.size"],
             ),
         )
+        self.topic.on_deleted(self._offsets_topic_deleted)
 
     @property
     def num_partitions(self) -> int:
-        topic = self.replicas.topic(OFFSETS_TOPIC)
-        return topic.partitions if topic else self.config["offsets.topic.num.partitions"]
+        count = self.topic.partition_count()
+        return count if count is not None else self.config["offsets.topic.num.partitions"]
 
     def start(self) -> None:
-        """Load every offsets partition that exists (asynchronously: requests see LOAD_IN_PROGRESS),
-        and start the periodic offsets retention check."""
-        if self.replicas.topic(OFFSETS_TOPIC) is not None:
-            self._start_shards()
-        self._expiry_task = asyncio.get_running_loop().create_task(self._expire_periodically(), name="offsets-expiry")
-
-    async def _expire_periodically(self) -> None:
-        """Every offsets.retention.check.interval.ms, an expiry event on each loaded shard's queue
-        (an event like any other: the timer never touches shard state itself)."""
-        interval = self.config["offsets.retention.check.interval.ms"] / 1000
-        retention_ms = self.config["offsets.retention.minutes"] * 60_000
-        while True:
-            await asyncio.sleep(interval)
-            for runtime in list(self.shards.values()):
-                if runtime.state is LoadState.ACTIVE:
-                    runtime.submit(lambda shard, now: shard.expire_offsets(now, retention_ms)).add_done_callback(
-                        _consume_result)
+        """Load every offsets partition that exists (asynchronously: requests see LOAD_IN_PROGRESS)."""
+        if self.topic.partition_count() is not None:
+            self._lead_all()
 
     def ensure_offsets_topic(self) -> None:
-        """Create `__consumer_offsets` on first use, as Kafka does, and start its shards."""
-        if self.replicas.topic(OFFSETS_TOPIC) is None:
-            self.replicas.create_topic(
-                OFFSETS_TOPIC,
-                self.config["offsets.topic.num.partitions"],
-                {"cleanup.policy": "compact", "segment.bytes": self.config["offsets.topic.segment.bytes"]},
-                internal=True,
-            )
-        if not self.shards:
-            self._start_shards()
+        """Create `__consumer_offsets` on first use (and again after it was deleted), as Kafka
+        does on FindCoordinator, and load its shards."""
+        if self.topic.partition_count() is None:
+            self.topic.create()
+            self._lead_all()
+        elif not self.shards:
+            self._lead_all()
 
-    def _start_shards(self) -> None:
-        topic = self.replicas.topic(OFFSETS_TOPIC)
-        assert topic is not None
-        for index in range(topic.partitions):
-            partition = self.replicas.partition(OFFSETS_TOPIC, index)
-            assert partition is not None
-            shard = CoordinatorShard(index, self.shard_config, self._partition_exists)
-            runtime = self.shards[index] = ShardRuntime(self, partition, shard)
-            runtime.start()
+    def _lead_all(self) -> None:
+        count = self.topic.partition_count()
+        assert count is not None
+        for index in range(count):
+            runtime = self.shards.get(index)
+            if runtime is None:
+                runtime = self.shards[index] = ShardRuntime(self, index)
+            runtime.became_leader(self._leader_epoch)
+
+    def _offsets_topic_deleted(self) -> None:
+        """Every shard resigns: its cache goes, and requests get NOT_COORDINATOR until the topic
+        is created again (then the shards load afresh at the next epoch)."""
+        for runtime in self.shards.values():
+            runtime.resigned(self._leader_epoch)
+        self._leader_epoch += 1
 
     async def stop(self) -> None:
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
-            await asyncio.gather(self._expiry_task, return_exceptions=True)
-        await asyncio.gather(*(shard.stop() for shard in self.shards.values()))
+        """Unload every shard (held requests are answered NOT_COORDINATOR)."""
+        await asyncio.gather(*(runtime.close() for runtime in self.shards.values()))
         for future in self._waiting.values():
             if not future.done():
                 future.cancel()
-
-    def _partition_exists(self, topic: str, partition: int) -> bool:
-        return self.replicas.partition(topic, partition) is not None
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
     def shard_for(self, group_id: str) -> ShardRuntime:
         """The shard serving `group_id`, or ShardNotAvailable with the code to answer."""
-        self.ensure_offsets_topic()
-        return self.shards[self.partition_for(group_id)]
+        if not self.shards:
+            self.ensure_offsets_topic()  # first use on a fresh broker
+        runtime = self.shards.get(self.partition_for(group_id))
+        if runtime is None:
+            raise ShardNotAvailable(ErrorCode.not_coordinator)
+        return runtime
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -354,6 +519,9 @@ class GroupCoordinator:
             return error_response(exc.code)
         try:
             await handled  # raises if the handler failed: the dispatcher answers UNKNOWN_SERVER_ERROR
+        except ShardNotAvailable as exc:  # unloaded before the event ran
+            response.cancel()
+            return error_response(exc.code)
         finally:
             if not response.done() and handled.done() and handled.exception() is not None:
                 response.cancel()
@@ -376,11 +544,9 @@ class GroupCoordinator:
              error_response: Callable[[ErrorCode], Any]) -> Any:
         """A read of committed state (OffsetFetch, DescribeGroups): no queue, no records."""
         try:
-            shard = self.shard_for(group_id)
+            runtime = self.shard_for(group_id)
         except ShardNotAvailable as exc:
             return error_response(exc.code)
-        if shard.state is LoadState.LOADING:
-            return error_response(ErrorCode.coordinator_load_in_progress)
-        if shard.state is LoadState.FAILED:
-            return error_response(ErrorCode.coordinator_not_available)
-        return reader(shard.shard)
+        if runtime.state is not LoadState.ACTIVE or runtime.shard is None:
+            return error_response(NOT_ACTIVE_ERRORS[runtime.state])
+        return reader(runtime.shard)

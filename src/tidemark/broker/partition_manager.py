@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ class PartitionManager:
                                producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"])
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.flusher = Flusher()
+        self._deleted_listeners: list[Callable[[str], None]] = []
 
     def open(self) -> None:
         """Recover every log on disk and attach it to a known topic's partition."""
@@ -108,6 +110,12 @@ class PartitionManager:
                 self.logs.delete_partition(name, index)
         metrics.PARTITIONS.set(len(self.partitions))
         log.info("topic_deleted", topic=name)
+        for listener in self._deleted_listeners:
+            listener(name)
+
+    def on_topic_deleted(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(topic)` after a topic is deleted (the coordinator resigns its shards)."""
+        self._deleted_listeners.append(listener)
 
     def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None) -> AppendInfo:
         """Append to a partition's log and schedule the group-commit flush that commits it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.group import Group, GroupState, Member
 from tidemark.coordinator.result import OffsetsRecord, Result
+from tidemark.coordinator.timer import CoordinatorTimer
 from tidemark.records.offsets_schema import GroupMetadataKey, encode_group_metadata_value, encode_key
 from tidemark.wire import error_responses
 
@@ -75,15 +77,24 @@ class GroupMembership:
     """The classic group protocol over a dict of groups shared with the offset manager."""
 
     def __init__(self, groups: dict[str, Group], config: GroupConfig,
-                 new_member_id: Callable[[str], str] | None = None) -> None:
+                 new_member_id: Callable[[str], str] | None = None,
+                 timer: CoordinatorTimer | None = None) -> None:
         self.groups = groups
         self.config = config
         self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
+        self.timer = timer if timer is not None else CoordinatorTimer()
+        self._scheduled: dict[str, set[tuple[str, ...]]] = {}  # group id -> its timer keys
 
     # -- JoinGroup ------------------------------------------------------------------------------
 
     def join_group(self, request: Any, version: int, token: int, now_ms: int,
                    client_id: str, client_host: str) -> Result:
+        result = self._join_group(request, version, token, now_ms, client_id, client_host)
+        self.reschedule(request.group_id)
+        return result
+
+    def _join_group(self, request: Any, version: int, token: int, now_ms: int,
+                    client_id: str, client_host: str) -> Result:
         result = Result()
         group_id = request.group_id
         member_id = request.member_id or ""
@@ -253,6 +264,7 @@ class GroupMembership:
                         (reverted.protocols, reverted.rebalance_timeout_ms, reverted.session_timeout_ms,
                          reverted.last_heartbeat_ms) = saved
                         group.leader = old_leader if old_leader in group.members else group.leader
+                        self.reschedule(group.group_id)
                     responses = dict(others)
                     responses[join.token] = _join_response(
                         join.version, error, "", generation=group.generation,
@@ -400,6 +412,11 @@ class GroupMembership:
     # -- SyncGroup --------------------------------------------------------------------------------
 
     def sync_group(self, request: Any, version: int, token: int, now_ms: int) -> Result:
+        result = self._sync_group(request, version, token, now_ms)
+        self.reschedule(request.group_id)
+        return result
+
+    def _sync_group(self, request: Any, version: int, token: int, now_ms: int) -> Result:
         result = Result()
         group_id = request.group_id
         member_id = request.member_id
@@ -472,6 +489,7 @@ class GroupMembership:
                 for m in group.members.values():
                     m.assignment = b""
                 self._prepare_rebalance(group, now_ms if failed_at_ms is None else failed_at_ms, Result())
+                self.reschedule(group.group_id)
             responses = dict(others)
             responses.update({t: error_responses.sync_group(error) for t in answered})
             return responses
@@ -503,7 +521,7 @@ class GroupMembership:
             return error_responses.heartbeat(ErrorCode.unknown_member_id)
         if request.generation_id != group.generation:
             return error_responses.heartbeat(ErrorCode.illegal_generation)
-        member.last_heartbeat_ms = now_ms
+        self.keep_alive(group, member, now_ms)
         if group.state is GroupState.PREPARING_REBALANCE:
             return error_responses.heartbeat(ErrorCode.rebalance_in_progress)
         return error_responses.heartbeat(ErrorCode.none)
@@ -516,6 +534,12 @@ class GroupMembership:
         The Result may also answer JoinGroup/SyncGroup requests the leaving members held, and
         carry the empty-group record when the last member leaves.
         """
+        result = self._leave_group(request, version, token, now_ms)
+        if request.group_id:
+            self.reschedule(request.group_id)
+        return result
+
+    def _leave_group(self, request: Any, version: int, token: int, now_ms: int) -> Result:
         result = Result()
         if version >= 3:
             leaving = [(m.member_id or "", getattr(m, "group_instance_id", None)) for m in request.members]
@@ -568,29 +592,88 @@ class GroupMembership:
         return self._finish(result)
 
     # -- timers -----------------------------------------------------------------------------------
+    # One key per member (its session, or its pending member id) and per group (join and sync
+    # deadlines) in the shard's CoordinatorTimer. Every handler reschedules the keys of the one
+    # group it touched, so an event costs O(group size + log n), not a scan of every member.
 
     def poll(self, now_ms: int) -> Result:
-        """Fire every timer due at `now_ms`: session expiry, pending ids, join and sync deadlines."""
+        """Fire every timer due at `now_ms` (including what firing makes due at once)."""
         result = Result()
-        for group in list(self.groups.values()):
-            if group.state is GroupState.DEAD:
-                continue
-            expired = [mid for mid, deadline in group.pending_members.items() if deadline <= now_ms]
-            for mid in expired:
-                del group.pending_members[mid]
-            if expired:
-                self._maybe_complete_join(group, now_ms, result)
-            for member in list(group.members.values()):
+        while due := self.timer.pop_due(now_ms):
+            for _key, event in due:
+                fired = event(now_ms)
+                result.records += fired.records
+                result.responses.update(fired.responses)
+        return self._finish(result)
+
+    def next_deadline(self) -> int | None:
+        """The earliest time `poll` has something to do, or None."""
+        return self.timer.next_deadline()
+
+    def keep_alive(self, group: Group, member: Member, now_ms: int) -> None:
+        """A heartbeat (or an accepted commit): the member's session restarts now."""
+        member.last_heartbeat_ms = now_ms
+        keys = self._scheduled.setdefault(group.group_id, set())
+        key = ("session", group.group_id, member.member_id)
+        deadline = _session_deadline(member)
+        if deadline is None:
+            self.timer.cancel(key)
+            keys.discard(key)
+        else:
+            self.timer.schedule(key, deadline, functools.partial(self._on_timer, key))
+            keys.add(key)
+
+    def reschedule(self, group_id: str) -> None:
+        """Bring the group's timer keys in line with its state (all cancelled once it is gone)."""
+        old = self._scheduled.pop(group_id, set())
+        group = self.groups.get(group_id)
+        keys: set[tuple[str, ...]] = set()
+        if group is not None and group.state is not GroupState.DEAD:
+            deadlines: list[tuple[tuple[str, ...], int]] = []
+            for member in group.members.values():
                 deadline = _session_deadline(member)
-                if deadline is not None and deadline <= now_ms and member.member_id in group.members:
-                    self._remove_member_and_update_group(group, member.member_id, now_ms, result)
+                if deadline is not None:
+                    deadlines.append((("session", group_id, member.member_id), deadline))
+            for member_id, deadline in group.pending_members.items():
+                deadlines.append((("pending", group_id, member_id), deadline))
+            if group.state is GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None:
+                deadlines.append((("join", group_id), group.join_deadline_ms))
+            if group.sync_deadline_ms is not None and group.pending_sync:
+                deadlines.append((("sync", group_id), group.sync_deadline_ms))
+            for key, deadline in deadlines:
+                self.timer.schedule(key, deadline, functools.partial(self._on_timer, key))
+                keys.add(key)
+            self._scheduled[group_id] = keys
+        for key in old - keys:
+            self.timer.cancel(key)
+
+    def _on_timer(self, key: tuple[str, ...], now_ms: int) -> Result:
+        """One key's deadline passed: act if the state still says it is due."""
+        result = Result()
+        kind, group_id = key[0], key[1]
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return result
+        if kind == "session":
+            member = group.members.get(key[2])
+            deadline = _session_deadline(member) if member is not None else None
+            if member is not None and deadline is not None and deadline <= now_ms:
+                self._remove_member_and_update_group(group, member.member_id, now_ms, result)
+        elif kind == "pending":
+            deadline = group.pending_members.get(key[2])
+            if deadline is not None and deadline <= now_ms:
+                del group.pending_members[key[2]]
+                self._maybe_complete_join(group, now_ms, result)
+        elif kind == "join":
             if group.state is GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None \
                     and group.join_deadline_ms <= now_ms:
                 self._on_join_deadline(group, now_ms, result)
+        elif kind == "sync":
             if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) \
                     and group.sync_deadline_ms is not None and group.sync_deadline_ms <= now_ms:
                 self._expire_pending_sync(group, now_ms, result)
-        return self._finish(result)
+        self.reschedule(group_id)
+        return result
 
     def _expire_pending_sync(self, group: Group, now_ms: int, result: Result) -> None:
         group.sync_deadline_ms = None
@@ -602,23 +685,6 @@ class GroupMembership:
         group.pending_sync.clear()
         self._prepare_rebalance(group, now_ms, result)
         self._maybe_complete_join(group, now_ms, result)
-
-    def next_deadline(self) -> int | None:
-        """The earliest time `poll` has something to do, or None."""
-        deadlines: list[int] = []
-        for group in self.groups.values():
-            if group.state is GroupState.DEAD:
-                continue
-            deadlines.extend(group.pending_members.values())
-            for member in group.members.values():
-                deadline = _session_deadline(member)
-                if deadline is not None:
-                    deadlines.append(deadline)
-            if group.state is GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None:
-                deadlines.append(group.join_deadline_ms)
-            if group.sync_deadline_ms is not None and group.pending_sync:
-                deadlines.append(group.sync_deadline_ms)
-        return min(deadlines, default=None)
 
     # -- DescribeGroups / ListGroups --------------------------------------------------------------
 
@@ -697,6 +763,7 @@ class GroupMembership:
         group.join_deadline_ms = None
         group.sync_deadline_ms = None
         group.pending_members.clear()
+        self.reschedule(group_id)
         return result
 
 

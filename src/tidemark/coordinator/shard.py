@@ -19,6 +19,7 @@ from tidemark.coordinator.group import Group, GroupState
 from tidemark.coordinator.membership import GroupConfig, GroupMembership
 from tidemark.coordinator.offsets import OffsetStore
 from tidemark.coordinator.result import OffsetsRecord, Result
+from tidemark.coordinator.timer import CoordinatorTimer
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -35,6 +36,7 @@ from tidemark.records.offsets_schema import (
 log = structlog.get_logger("tidemark.coordinator")
 
 NO_OFFSET = -1
+RETENTION_CHECK_KEY = ("retention",)  # the shard's one periodic offsets retention check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +69,26 @@ class CoordinatorShard:
         self.partition_exists = partition_exists
         self.groups: dict[str, Group] = {}
         self.offsets = OffsetStore()
-        self.membership = GroupMembership(self.groups, config.group)
+        # Every deadline of this shard: members' sessions, groups' join/sync phases, retention.
+        self.timer = CoordinatorTimer()
+        self.membership = GroupMembership(self.groups, config.group, timer=self.timer)
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    def poll(self, now_ms: int) -> Result:
+        """Fire every deadline due at `now_ms` as one event."""
+        return self.membership.poll(now_ms)
+
+    def next_deadline(self) -> int | None:
+        return self.timer.next_deadline()
+
+    def schedule_retention_check(self, now_ms: int, interval_ms: int, retention_ms: int) -> None:
+        """Every offsets.retention.check.interval.ms, expire offsets (KIP-211)."""
+        def check(fired_ms: int) -> Result:
+            self.schedule_retention_check(fired_ms, interval_ms, retention_ms)
+            return self.expire_offsets(fired_ms, retention_ms)
+
+        self.timer.schedule(RETENTION_CHECK_KEY, now_ms + interval_ms, check)
 
     # -- OffsetCommit ---------------------------------------------------------------------------
 
@@ -98,6 +119,9 @@ class CoordinatorShard:
             return ErrorCode.illegal_generation
         if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # A classic member's commit keeps its session alive, as a heartbeat does (Kafka).
+            self.membership.keep_alive(group, member, now_ms)
         return None
 
     def commit_offsets(self, request: Any, version: int, token: int, now_ms: int,
@@ -306,6 +330,7 @@ class CoordinatorShard:
             else:
                 self.groups[key.group] = Group.from_metadata_value(key.group, decode_group_metadata_value(value_bytes),
                                                                    now_ms)
+            self.membership.reschedule(key.group)  # loaded members' sessions start now
         elif isinstance(key, UnknownKey):
             log.warning("offsets_record_skipped", partition=self.partition_index, offset=log_offset,
                         key_version=key.version)

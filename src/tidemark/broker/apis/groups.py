@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tidemark.wire.codec import Request
 
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 
 
 async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict[str, Any]:
@@ -22,8 +23,13 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
     coordinators = []
     for key in keys:
-        if key_type != GROUP_KEY_TYPE:
-            entry = error_responses.coordinator(key, ErrorCode.coordinator_not_available, "transactions are not supported")
+        if key_type == TRANSACTION_KEY_TYPE:
+            # No transaction coordinator: a non-retriable answer, so init_transactions() fails at
+            # once instead of retrying until its timeout (as InitProducerId refuses them).
+            entry = error_responses.coordinator(key, ErrorCode.transactional_id_authorization_failed,
+                                                "transactions are not supported")
+        elif key_type != GROUP_KEY_TYPE:
+            entry = error_responses.coordinator(key, ErrorCode.invalid_request, f"unknown key type {key_type}")
         elif not key:
             entry = error_responses.coordinator(key, ErrorCode.invalid_request, "empty group id")
         else:
@@ -64,7 +70,9 @@ async def handle_heartbeat(ctx: RequestContext, request: Request) -> dict[str, A
     return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: _immediate(shard.membership.heartbeat(body, version, now), token),
-        error_responses.heartbeat,
+        # Kafka answers a heartbeat to a loading partition blindly with NONE.
+        lambda code: error_responses.heartbeat(
+            ErrorCode.none if code is ErrorCode.coordinator_load_in_progress else code),
     )
 
 

@@ -1,0 +1,160 @@
+"""How the coordinator runtime reaches the log and time (Kafka's PartitionWriter, our own).
+
+The runtime sees an offsets partition only as a `PartitionWriter` and time only as a `Clock`,
+so tests drive it with an in-memory writer and a manual clock, and the cluster work can hand it
+a replicated partition without the runtime changing. The real implementations here wrap the
+broker's `Partition` (through the `PartitionManager`, which owns appends and flushing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from tidemark.coordinator.result import OffsetsRecord
+from tidemark.records import build_batch, iter_batches, iter_key_values
+from tidemark.records.compression import CompressionType
+
+if TYPE_CHECKING:
+    from tidemark.broker.config import BrokerConfig
+    from tidemark.broker.partition import Partition
+    from tidemark.broker.partition_manager import PartitionManager
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+# (log offset, key, value) of one record read back for loading
+LogRecord = tuple[int, bytes | None, bytes | None]
+
+
+class PartitionWriter(Protocol):
+    """One offsets partition as the coordinator runtime uses it."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    def append(self, records: list[OffsetsRecord], now_ms: int) -> int:
+        """Append records as one batch; the offset they end at (exclusive). Raises on failure."""
+        ...
+
+    def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
+        """Done once the high watermark reaches `offset`; failed if the partition goes away."""
+        ...
+
+    def read(self, position: int, upper_bound: int) -> tuple[list[LogRecord], int]:
+        """One chunk of records from `position` below `upper_bound`, and the position after it."""
+        ...
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+    def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> Cancellable: ...
+
+
+class OffsetsTopic(Protocol):
+    """The `__consumer_offsets` topic as the coordinator sees it."""
+
+    def partition_count(self) -> int | None:
+        """Its partition count, or None while it does not exist."""
+        ...
+
+    def create(self) -> None: ...
+
+    def writer(self, index: int) -> PartitionWriter | None: ...
+
+    def partition_exists(self, topic: str, partition: int) -> bool: ...
+
+    def on_deleted(self, callback: Callable[[], None]) -> None: ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> Cancellable:
+        delay = max(0.0, (deadline_ms - self.now_ms()) / 1000)
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+
+class LogPartitionWriter:
+    """A PartitionWriter over one of this broker's partitions."""
+
+    def __init__(self, replicas: PartitionManager, partition: Partition, compression: CompressionType,
+                 load_buffer_size: int) -> None:
+        self.replicas = replicas
+        self.partition = partition
+        self.compression = compression
+        self.load_buffer_size = load_buffer_size
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.partition.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.partition.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.partition.high_watermark
+
+    def append(self, records: list[OffsetsRecord], now_ms: int) -> int:
+        batch = build_batch([(r.key, r.value, (), now_ms) for r in records], compression=self.compression)
+        return self.replicas.append(self.partition, batch).last_offset + 1
+
+    def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
+        return self.partition.wait_for_high_watermark(offset)
+
+    def read(self, position: int, upper_bound: int) -> tuple[list[LogRecord], int]:
+        data = self.partition.log.read(position, self.load_buffer_size, upper_bound=upper_bound)
+        records: list[LogRecord] = []
+        for batch_position, header in iter_batches(data, validate=False):
+            records.extend(iter_key_values(data, batch_position))
+            position = header.last_offset + 1
+        return records, position
+
+
+class LogOffsetsTopic:
+    """The offsets topic in this broker's PartitionManager."""
+
+    def __init__(self, config: BrokerConfig, replicas: PartitionManager) -> None:
+        self.config = config
+        self.replicas = replicas
+
+    def partition_count(self) -> int | None:
+        topic = self.replicas.topic(OFFSETS_TOPIC)
+        return topic.partitions if topic else None
+
+    def create(self) -> None:
+        self.replicas.create_topic(
+            OFFSETS_TOPIC,
+            self.config["offsets.topic.num.partitions"],
+            {"cleanup.policy": "compact", "segment.bytes": self.config["offsets.topic.segment.bytes"]},
+            internal=True,
+        )
+
+    def writer(self, index: int) -> PartitionWriter | None:
+        partition = self.replicas.partition(OFFSETS_TOPIC, index)
+        if partition is None:
+            return None
+        return LogPartitionWriter(self.replicas, partition,
+                                  CompressionType(self.config["offsets.topic.compression.codec"]),
+                                  self.config["offsets.load.buffer.size"])
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        return self.replicas.partition(topic, partition) is not None
+
+    def on_deleted(self, callback: Callable[[], None]) -> None:
+        self.replicas.on_topic_deleted(lambda name: callback() if name == OFFSETS_TOPIC else None)

@@ -1,0 +1,217 @@
+"""The coordinator runtime over an in-memory offsets partition and a manual clock: the load
+state table, leadership hooks, loading to the current high watermark, commits and timers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tidemark.broker.group_coordinator import (
+    LOAD_RETRY_BACKOFF_MS,
+    IllegalLoadTransition,
+    LoadState,
+)
+from tidemark.coordinator.result import OffsetsRecord
+from tidemark.records.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_key, \
+    encode_offset_commit_value
+
+
+def _offset_record(offset: int, group: str = "g", partition: int = 0) -> OffsetsRecord:
+    value = OffsetCommitValue(offset=offset, leader_epoch=-1, metadata="", commit_timestamp=1, expire_timestamp=-1)
+    return OffsetsRecord(encode_key(OffsetCommitKey(group, "orders", partition)), encode_offset_commit_value(value))
+
+
+async def _held_join(h):
+    """A JoinGroup the coordinator holds: the first member waits out the initial delay."""
+    member = (await h.join())["member_id"]  # MEMBER_ID_REQUIRED hands out the id
+    held = h.join(member)
+    await h.settle()
+    return held
+
+
+def test_commit_times_out_without_trace_then_succeeds_once_durable(coordinator_harness):
+    async def scenario(h):
+        await h.start()
+        h.writer.auto_commit = False  # appends are not committed until the test says so
+        pending = asyncio.ensure_future(h.commit(41))
+        await h.settle()
+        assert not pending.done()
+        h.clock.advance(199)
+        await h.settle()
+        assert not pending.done()  # offsets.commit.timeout.ms is 200: not yet
+        h.clock.advance(1)
+        await h.settle()
+        assert h.commit_code(pending.result()) == ErrorCode.request_timed_out
+        assert h.fetch() == (ErrorCode.none, -1)  # the timed-out commit left no trace in the cache
+        h.writer.auto_commit = True
+        assert h.commit_code(await h.commit(42)) == ErrorCode.none
+        assert h.fetch() == (ErrorCode.none, 42)
+
+    coordinator_harness(scenario, offsets_commit_timeout_ms="200")
+
+
+def test_load_state_transitions_are_checked(coordinator_harness):
+    async def scenario(h):
+        await h.start()
+        runtime = h.shard
+        assert runtime.state is LoadState.ACTIVE
+        with pytest.raises(IllegalLoadTransition):
+            runtime.transition_to(LoadState.LOADING)  # ACTIVE -> LOADING skips the unload
+        with pytest.raises(IllegalLoadTransition):
+            runtime.transition_to(LoadState.FAILED)
+
+    coordinator_harness(scenario)
+
+
+def test_requests_get_kafkas_code_for_each_inactive_state(coordinator_harness):
+    async def scenario(h):
+        h.topic.create()
+        h.coordinator.start()
+        assert h.shard.state is LoadState.LOADING  # the load task has not run yet
+        assert h.fetch() == (ErrorCode.coordinator_load_in_progress, -1)
+        assert h.commit_code(await h.commit(1)) == ErrorCode.coordinator_load_in_progress
+        await h.settle()
+        assert h.commit_code(await h.commit(1)) == ErrorCode.none
+        h.shard.resigned(0)
+        assert h.shard.state is LoadState.UNLOADED
+        assert h.fetch() == (ErrorCode.not_coordinator, -1)
+        assert h.commit_code(await h.commit(2)) == ErrorCode.not_coordinator
+
+    coordinator_harness(scenario)
+
+
+def test_failed_load_is_retried_with_back_off(coordinator_harness):
+    async def scenario(h):
+        h.topic.create()
+        h.writer.records.append((_offset_record(7).key, _offset_record(7).value))
+        h.writer.commit()
+        h.writer.fail_reads = 2
+        h.coordinator.start()
+        await h.settle()
+        assert h.shard.state is LoadState.FAILED
+        assert h.fetch() == (ErrorCode.not_coordinator, -1)
+        h.clock.advance(LOAD_RETRY_BACKOFF_MS)  # first retry fails again
+        await h.settle()
+        assert h.shard.state is LoadState.FAILED
+        h.clock.advance(2 * LOAD_RETRY_BACKOFF_MS - 1)  # the back-off doubled
+        await h.settle()
+        assert h.shard.state is LoadState.FAILED
+        h.clock.advance(1)
+        await h.settle()
+        assert h.shard.state is LoadState.ACTIVE
+        assert h.fetch() == (ErrorCode.none, 7)
+
+    coordinator_harness(scenario)
+
+
+def test_load_reads_on_to_the_current_high_watermark(coordinator_harness):
+    async def scenario(h):
+        h.topic.create()
+        writer = h.writer
+        for offset in (1, 2, 3):
+            record = _offset_record(offset)
+            writer.records.append((record.key, record.value))
+        writer.commit(to=1)
+
+        def flushed_meanwhile(w):  # the high watermark moves while the load runs
+            w.on_read = None
+            w.commit()
+
+        writer.on_read = flushed_meanwhile
+        h.coordinator.start()
+        await h.settle()
+        assert h.shard.state is LoadState.ACTIVE
+        assert h.fetch() == (ErrorCode.none, 3)
+
+    coordinator_harness(scenario)
+
+
+def test_records_above_the_high_watermark_at_activation_are_replayed_as_it_advances(coordinator_harness):
+    async def scenario(h):
+        h.topic.create()
+        writer = h.writer
+        for offset in (1, 2):
+            record = _offset_record(offset)
+            writer.records.append((record.key, record.value))
+        writer.commit(to=1)  # the second commit is written (by an earlier leadership) but not durable
+        h.coordinator.start()
+        await h.settle()
+        assert h.shard.state is LoadState.ACTIVE
+        assert h.fetch() == (ErrorCode.none, 1)
+        writer.commit()
+        await h.settle()
+        assert h.fetch() == (ErrorCode.none, 2)
+
+    coordinator_harness(scenario)
+
+
+def test_unload_answers_held_join_and_stale_epochs_are_ignored(coordinator_harness):
+    async def scenario(h):
+        await h.start()
+        held = await _held_join(h)
+        assert not held.done()
+        h.shard.became_leader(0)  # the same leadership again: nothing happens
+        assert h.shard.state is LoadState.ACTIVE and not held.done()
+        h.shard.resigned(0)
+        await h.settle()
+        assert held.result()["error_code"] == ErrorCode.not_coordinator
+        h.shard.became_leader(1)
+        await h.settle()
+        assert h.shard.state is LoadState.ACTIVE
+        h.shard.resigned(0)  # a stale unload finishing after the newer load
+        assert h.shard.state is LoadState.ACTIVE
+        assert h.commit_code(await h.commit(5)) == ErrorCode.none
+
+    coordinator_harness(scenario, group_initial_rebalance_delay_ms="3000")
+
+
+def test_stopping_answers_held_join_with_not_coordinator(coordinator_harness):
+    async def scenario(h):
+        await h.start()
+        held = await _held_join(h)
+        assert not held.done()
+        await h.coordinator.stop()
+        await h.settle()
+        assert held.result()["error_code"] == ErrorCode.not_coordinator
+
+    coordinator_harness(scenario, group_initial_rebalance_delay_ms="3000")
+
+
+def test_deleting_the_offsets_topic_unloads_until_it_is_created_again(coordinator_harness):
+    async def scenario(h):
+        await h.start()
+        assert h.commit_code(await h.commit(9)) == ErrorCode.none
+        h.topic.delete()
+        assert h.fetch() == (ErrorCode.not_coordinator, -1)  # not the stale cache
+        assert h.commit_code(await h.commit(10)) == ErrorCode.not_coordinator
+        h.coordinator.ensure_offsets_topic()  # FindCoordinator creates it again
+        assert h.fetch() == (ErrorCode.coordinator_load_in_progress, -1)
+        await h.settle()
+        assert h.fetch() == (ErrorCode.none, -1)  # loaded afresh from the new, empty log
+
+    coordinator_harness(scenario)
+
+
+def test_session_expires_on_the_timer_exactly_at_its_deadline(coordinator_harness):
+    async def scenario(h):
+        await h.start()
+        first = h.join()
+        await h.settle()
+        member = first.result()["member_id"]  # MEMBER_ID_REQUIRED hands out the id
+        joined = h.join(member, session_ms=6000)
+        await h.settle()
+        h.clock.advance(0)  # no initial delay: the join completes on the timer event
+        await h.settle()
+        assert joined.result()["error_code"] == ErrorCode.none
+        group = h.shard.shard.groups["g"]
+        assert member in group.members
+        h.clock.advance(6000 - 1)
+        await h.settle()
+        assert member in group.members
+        h.clock.advance(1)
+        await h.settle()
+        assert member not in group.members
+
+    coordinator_harness(scenario, group_initial_rebalance_delay_ms="0")

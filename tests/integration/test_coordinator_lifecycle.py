@@ -1,0 +1,114 @@
+"""The group coordinator's lifecycle and Kafka's classic-group semantics over the wire."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.integration.raw import RawClient
+
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DELETE_TOPICS = (
+    10, 8, 9, 11, 12, 14, 20)
+
+
+def _commit(client, group, offset, generation=-1, member=""):
+    response = client.request(OFFSET_COMMIT, 8, {
+        "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+        "group_instance_id": None, "topics": [{"name": "orders", "partitions": [
+            {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+             "committed_metadata": ""}]}]})
+    return response.topics[0].partitions[0].error_code
+
+
+def _fetch(client, group):
+    response = client.request(OFFSET_FETCH, 8, {"groups": [
+        {"group_id": group, "topics": [{"name": "orders", "partition_indexes": [0]}]}], "require_stable": False})
+    (fetched,) = response.groups
+    offsets = [p.committed_offset for t in fetched.topics for p in t.partitions]
+    return fetched.error_code, offsets
+
+
+def _until_loaded(client, group):
+    """FindCoordinator (creates the offsets topic), then wait for the group's partition to load."""
+    client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+    deadline = time.monotonic() + 30
+    while (fetched := _fetch(client, group))[0] == ErrorCode.coordinator_load_in_progress:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return fetched
+
+
+def _join_alone(client, group, session_ms):
+    """A one-member consumer group, Stable at generation 1; returns the member id."""
+    body = {"group_id": group, "session_timeout": session_ms, "rebalance_timeout": session_ms, "member_id": "",
+            "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}
+    member = client.request(JOIN_GROUP, 5, body).member_id  # MEMBER_ID_REQUIRED
+    joined = client.request(JOIN_GROUP, 5, {**body, "member_id": member})
+    assert (joined.error_code, joined.generation_id) == (ErrorCode.none, 1)
+    synced = client.request(SYNC_GROUP, 3, {"group_id": group, "generation_id": 1, "member_id": member,
+                                            "group_instance_id": None,
+                                            "assignments": [{"member_id": member, "assignment": b""}]})
+    assert synced.error_code == ErrorCode.none
+    return member
+
+
+def _heartbeat(client, group, member):
+    return client.request(HEARTBEAT, 4, {"group_id": group, "generation_id": 1, "member_id": member,
+                                         "group_instance_id": None}).error_code
+
+
+def test_commits_keep_a_members_session_alive(make_broker):
+    """Kafka reschedules a classic member's heartbeat deadline on each accepted OffsetCommit."""
+    session_ms = 6000
+    broker = make_broker({"group.initial.rebalance.delay.ms": "0"}).start()
+    with RawClient(broker.bootstrap) as client:
+        client.create_topic("orders")
+        _until_loaded(client, "committer")
+        member = _join_alone(client, "committer", session_ms)
+        started = time.monotonic()
+        offset = 0
+        # Commit every 0.5 s for 1.5 session timeouts, never heartbeating.
+        while time.monotonic() - started < 1.5 * session_ms / 1000:
+            offset += 1
+            assert _commit(client, "committer", offset, generation=1, member=member) == ErrorCode.none
+            time.sleep(0.5)
+        assert _heartbeat(client, "committer", member) == ErrorCode.none
+    broker.stop()
+
+
+def test_find_coordinator_for_transactions_is_refused_for_good(broker):
+    with RawClient(broker.bootstrap) as client:
+        response = client.request(FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["txn"]})
+        (coordinator,) = response.coordinators
+        assert coordinator.error_code == ErrorCode.transactional_id_authorization_failed
+        assert coordinator.error_message == "transactions are not supported"
+
+
+def test_init_transactions_fails_at_once(broker):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn"})
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        producer.init_transactions(60)
+    error = raised.value.args[0]
+    assert error.code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert not error.retriable()
+
+
+def test_deleting_the_offsets_topic_unloads_its_groups(make_broker):
+    broker = make_broker().start()
+    with RawClient(broker.bootstrap) as client:
+        client.create_topic("orders")
+        _until_loaded(client, "deleted")
+        assert _commit(client, "deleted", 41) == ErrorCode.none
+        assert _fetch(client, "deleted") == (ErrorCode.none, [41])
+        deleted = client.request(DELETE_TOPICS, 6, {"topics": [{"name": "__consumer_offsets", "topic_id": None}],
+                                                    "timeout_ms": 10000})
+        assert deleted.responses[0].error_code == ErrorCode.none
+        # Both get NOT_COORDINATOR: the cache went with the topic.
+        assert _fetch(client, "deleted") == (ErrorCode.not_coordinator, [])
+        assert _commit(client, "deleted", 42) == ErrorCode.not_coordinator
+        # FindCoordinator creates the topic again; its partitions load afresh, empty.
+        assert _until_loaded(client, "deleted") == (ErrorCode.none, [-1])
+    broker.stop()
