@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from tests.coordinator.conftest import ManualClock
 from tests.integration.raw import decode_response, encode_request
 from tidemark.broker import apis
 from tidemark.broker.config import BrokerConfig
@@ -71,7 +72,7 @@ def test_handler_sees_the_request_header_and_the_connection_peer(tmp_path):
 
 def test_produce_stamps_log_append_time_from_the_brokers_clock(tmp_path):
     async def scenario() -> None:
-        broker = Broker(BrokerConfig({}), tmp_path, port=0, clock=lambda: CLOCK_MS)
+        broker = Broker(BrokerConfig({}), tmp_path, port=0, clock=ManualClock(CLOCK_MS))
         await broker.start()
         try:
             broker.replicas.create_topic("t", 1, {"message.timestamp.type": "LogAppendTime"})

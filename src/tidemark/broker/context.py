@@ -15,13 +15,11 @@ if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
 
     from tidemark.broker.config import BrokerConfig
+    from tidemark.broker.coordinator_io import Clock
     from tidemark.broker.partition_manager import PartitionManager
     from tidemark.coordinator.result import Result
     from tidemark.coordinator.shard import CoordinatorShard
     from tidemark.wire.codec import Request
-
-Clock = Callable[[], int]  # wall-clock milliseconds, injectable so tests control time
-
 
 @dataclass(frozen=True, slots=True)
 class Node:

@@ -39,8 +39,9 @@ from tidemark.broker.apis import (
     topics,
 )
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.context import Clock, Node, RequestContext
-from tidemark.broker.group_coordinator import GroupCoordinator, now_ms
+from tidemark.broker.context import Node, RequestContext
+from tidemark.broker.coordinator_io import Clock, SystemClock
+from tidemark.broker.group_coordinator import GroupCoordinator
 from tidemark.broker.partition_manager import PartitionManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
@@ -94,10 +95,10 @@ def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> d
 
 class Broker:
     def __init__(self, config: BrokerConfig, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
-                 handlers: dict[int, tuple[Handler, int]] | None = None, clock: Clock = now_ms) -> None:
+                 handlers: dict[int, tuple[Handler, int]] | None = None, clock: Clock | None = None) -> None:
         self.config = config
         self.handlers = HANDLERS if handlers is None else handlers
-        self.clock = clock
+        self.clock = clock or SystemClock()  # injectable: tests control the broker's time
         self.node_id = config.node_id
         self.host = host
         self.port = port
@@ -105,7 +106,7 @@ class Broker:
         self.advertised_port = port
         self.supported_versions = supported_versions(self.handlers)
         self.replicas = PartitionManager(config, data_dir)
-        self.coordinator = GroupCoordinator(config, self.replicas)
+        self.coordinator = GroupCoordinator(config, self.replicas, clock=self.clock)
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()
         self._connections_per_ip: collections.Counter[str] = collections.Counter()

@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
     body = request.body
     acks = body.acks
     replicas = ctx.replicas
-    now_ms = ctx.clock()
+    now_ms = ctx.clock.now_ms()
     topic_responses: list[dict[str, Any]] = []
     waits = []  # acks=-1: (partition response, partition, end offset its high watermark must reach)
     for topic_data in body.topic_data:
