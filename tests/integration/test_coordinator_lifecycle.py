@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 import time
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.coordinator.conftest import ManualClock
 from tests.integration.raw import RawClient
+from tidemark.broker.config import BrokerConfig
+from tidemark.broker.server import Broker
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DELETE_TOPICS = (
     10, 8, 9, 11, 12, 14, 20)
@@ -59,23 +65,49 @@ def _heartbeat(client, group, member):
                                          "group_instance_id": None}).error_code
 
 
-def test_commits_keep_a_members_session_alive(make_broker):
-    """Kafka reschedules a classic member's heartbeat deadline on each accepted OffsetCommit."""
+def test_commits_keep_a_members_session_alive(tmp_path):
+    """Kafka reschedules a classic member's heartbeat deadline on each accepted OffsetCommit.
+    The broker runs in-process on a manual clock, so the session runs out only when the test
+    moves time: the client talks to it over a real socket."""
     session_ms = 6000
-    broker = make_broker({"group.initial.rebalance.delay.ms": "0"}).start()
-    with RawClient(broker.bootstrap) as client:
-        client.create_topic("orders")
-        _until_loaded(client, "committer")
-        member = _join_alone(client, "committer", session_ms)
-        started = time.monotonic()
-        offset = 0
-        # Commit every 0.5 s for 1.5 session timeouts, never heartbeating.
-        while time.monotonic() - started < 1.5 * session_ms / 1000:
-            offset += 1
-            assert _commit(client, "committer", offset, generation=1, member=member) == ErrorCode.none
-            time.sleep(0.5)
-        assert _heartbeat(client, "committer", member) == ErrorCode.none
-    broker.stop()
+    clock = ManualClock()
+    config = BrokerConfig({"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"})
+    with running_broker(Broker(config, tmp_path, port=0, clock=clock)) as (broker, advance):
+        with RawClient(f"127.0.0.1:{broker.port}") as client:
+            client.create_topic("orders")
+            _until_loaded(client, "committer")
+            member = _join_alone(client, "committer", session_ms)
+            # Two commits 4 s apart, never a heartbeat: 8 s after the join, past the 6 s session.
+            for offset in (1, 2):
+                advance(4000)
+                assert _commit(client, "committer", offset, generation=1, member=member) == ErrorCode.none
+            advance(4000)  # 12 s after the join, 4 s after the last commit
+            assert _heartbeat(client, "committer", member) == ErrorCode.none
+            advance(session_ms)  # and without commits or heartbeats the session does end
+            assert _heartbeat(client, "committer", member) == ErrorCode.unknown_member_id
+
+
+@contextlib.contextmanager
+def running_broker(broker: Broker):
+    """Run `broker` on an event loop in a thread; yields it and `advance(ms)`, which moves its
+    manual clock on that loop and returns once the due timers ran."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(fn):
+        async def call():
+            return fn()
+        return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=60)
+
+    asyncio.run_coroutine_threadsafe(broker.start(), loop).result(timeout=60)
+    try:
+        yield broker, lambda ms: on_loop(lambda: broker.clock.advance(ms))
+    finally:
+        asyncio.run_coroutine_threadsafe(broker.stop(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=60)
+        loop.close()
 
 
 def test_find_coordinator_for_transactions_is_refused_for_good(broker):
