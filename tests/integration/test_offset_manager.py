@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from kio.schema.errors import ErrorCode
 
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
+from tidemark.hold import HOLD_AT, HOLD_RELEASE
 from tidemark.log import Log, LogConfig
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
@@ -100,6 +99,7 @@ def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):
     group = "loading-group"
     with RawClient(broker.bootstrap) as client:
         client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})  # creates the topic
+        client.create_topic("loaded")
     assert broker.stop() == 0
 
     # 1,000,000 commit records for 1,000 partitions of one group, written straight into the log.
@@ -113,19 +113,20 @@ def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):
             for i in range(start, start + per_batch)]), now_ms=1)
     log.close()
 
-    restarted = make_broker(data_dir=broker.data_dir, port=broker.port).start()
-    codes = []
-    deadline = time.monotonic() + 120
+    # The restarted broker holds every offsets load (tidemark.hold) after reading the log and
+    # before replaying it, until the test creates the release file: the load is provably unfinished.
+    release = broker.data_dir.parent / "release-offsets-load"
+    restarted = make_broker(data_dir=broker.data_dir, port=broker.port,
+                            env={HOLD_AT: "offsets_load", HOLD_RELEASE: str(release)}).start()
     with RawClient(restarted.bootstrap) as client:
-        while time.monotonic() < deadline:
-            error, offsets = _fetch(client, group, "loaded", [0, 1, 999])
-            codes.append(error)
-            if error == ErrorCode.none:
-                break
-            assert error == ErrorCode.coordinator_load_in_progress
-            time.sleep(0.05)
-    assert codes[0] == ErrorCode.coordinator_load_in_progress  # the load was still running
-    assert codes[-1] == ErrorCode.none
-    # The last record per key wins: partition p's last commit was record 999,000 + p.
+        restarted.wait_for_log('"point": "offsets_load"', count=50)  # every partition read its log
+        assert _fetch(client, group, "loaded", [0, 1, 999])[0] == ErrorCode.coordinator_load_in_progress
+        assert _commit(client, group, "loaded", [(0, 1)]) == {0: ErrorCode.coordinator_load_in_progress}
+        release.touch()
+        restarted.wait_for_log('"offsets_partition_loaded"', count=50)
+        error, offsets = _fetch(client, group, "loaded", [0, 1, 999])
+    assert error == ErrorCode.none
+    # The last record per key wins: partition p's last commit was record 999,000 + p; the commit
+    # refused while loading left no trace.
     assert offsets == {p: (999_000 + p, "", ErrorCode.none) for p in (0, 1, 999)}
     restarted.stop()

@@ -24,6 +24,7 @@ from tidemark.coordinator.membership import GroupConfig
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.coordinator.result import Result
 from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
+from tidemark.hold import hold_async
 from tidemark.records import build_batch, iter_batches, iter_key_values
 from tidemark.records.compression import CompressionType
 
@@ -138,6 +139,7 @@ class ShardRuntime:
                 next_progress += PROGRESS_INTERVAL_S
                 log.info("offsets_partition_loading", partition=self.partition.index, records=records,
                          position=position, end=end)
+        await hold_async("offsets_load")
         now = now_ms()
         for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
             self.shard.replay(offset, key, value, loading=True, now_ms=now)

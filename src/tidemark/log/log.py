@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from tidemark.hold import hold
 from tidemark.records import (
     BatchHeader,
     InvalidRecordError,
@@ -479,7 +480,7 @@ class Log:
         FILE_DELETE_DELAY_S); the files themselves are unlinked at once. Returns False, with
         nothing changed, if the old segments are no longer all in the log (retention deleted
         some meanwhile) or the log is closed; the caller then deletes `new`."""
-        hook = self.swap_hook or (lambda step: None)
+        hook = self.swap_hook or (lambda step: hold(f"swap_{step}"))
         with self._lock:
             segments = self._segments
             if self._closed or self.offline is not None or not old:
