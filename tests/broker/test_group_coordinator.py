@@ -1,15 +1,29 @@
-"""The coordinator runtime in-process: a commit is released only once its records are durable."""
+"""The coordinator runtime in-process: a commit is released only once its records are durable,
+and a failed append reaches the client as the coordinator error Kafka answers (facts §4)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from tests.broker.inprocess import HeldFlusher, running_broker, until
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.server import Broker
+from tidemark.broker.errors import (
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    PartitionDeletedError,
+)
+from tidemark.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
+from tidemark.broker.replica_manager import ReplicaManager
+from tidemark.log.errors import LogOfflineError
+from tidemark.records.errors import RecordListTooLargeError, RecordTooLargeError
 from tidemark.wire.build import build
+
+SETTINGS = {"offsets.topic.num.partitions": "1"}
 
 
 def _commit_request(offset: int):
@@ -19,44 +33,99 @@ def _commit_request(offset: int):
                                                  "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
 
 
-async def _commit(broker: Broker, offset: int) -> ErrorCode:
-    response = await broker.coordinator.call(
+async def _commit(coordinator: GroupCoordinator, offset: int) -> ErrorCode:
+    response = await coordinator.call(
         "g", lambda shard, token, now: shard.commit_offsets(_commit_request(offset), 8, token, now),
         lambda code: {"topics": [{"partitions": [{"error_code": code}]}]})
     return response["topics"][0]["partitions"][0]["error_code"]
 
 
-def _fetched(broker: Broker) -> int:
-    topics = broker.coordinator.read("g", lambda shard: shard.fetch_offsets("g", [("t", [0])], False), None)
+def _fetched(coordinator: GroupCoordinator) -> int:
+    topics = coordinator.read("g", lambda shard: shard.fetch_offsets("g", [("t", [0])], False), None)
     return topics[0]["partitions"][0]["committed_offset"]
 
 
-async def _until_loaded(broker: Broker) -> None:
-    broker.coordinator.ensure_offsets_topic()
-    for _ in range(200):
-        if all(shard.state.value == "active" for shard in broker.coordinator.shards.values()):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("offsets partitions never finished loading")
+async def _until_loaded(coordinator: GroupCoordinator) -> None:
+    coordinator.ensure_offsets_topic()
+    await until(lambda: all(shard.state.value == "active" for shard in coordinator.shards.values()))
 
 
 def test_commit_times_out_without_trace_then_succeeds_once_durable(tmp_path):
     async def scenario() -> None:
-        config = BrokerConfig({"offsets.commit.timeout.ms": "200", "offsets.topic.num.partitions": "1"})
-        broker = Broker(config, tmp_path, port=0)
-        await broker.start()
-        try:
+        # Held appends never become durable: the commit times out whatever the timeout is.
+        async with running_broker(tmp_path, {**SETTINGS, "offsets.commit.timeout.ms": "200"}) as broker:
             broker.replicas.create_topic("t", 1, {})
-            await _until_loaded(broker)
-            flusher = broker.replicas.flusher
-            mark_dirty = flusher.mark_dirty
-            flusher.mark_dirty = lambda partition: None  # appends never become durable
-            assert await _commit(broker, 41) == ErrorCode.request_timed_out
-            assert _fetched(broker) == -1  # the timed-out commit left no trace in the cache
-            flusher.mark_dirty = mark_dirty
-            assert await _commit(broker, 42) == ErrorCode.none
-            assert _fetched(broker) == 42
-        finally:
-            await broker.stop()
+            await _until_loaded(broker.coordinator)
+            broker.replicas.flusher.holding = True
+            assert await _commit(broker.coordinator, 41) == ErrorCode.request_timed_out
+            assert _fetched(broker.coordinator) == -1  # the timed-out commit left no trace in the cache
+        # Kafka's default offsets.commit.timeout.ms, nothing held: the next commit is acknowledged.
+        async with running_broker(tmp_path, SETTINGS) as broker:
+            await _until_loaded(broker.coordinator)
+            assert await _commit(broker.coordinator, 42) == ErrorCode.none
+            assert _fetched(broker.coordinator) == 42
 
-    asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+class FailingReplicas(ReplicaManager):
+    """The offsets topic's appends raise `failure` while it is set (an injected storage/replication fault)."""
+
+    failure: BaseException | None = None
+
+    def append(self, partition, records, timestamp_ms=None):
+        if self.failure is not None and partition.topic == OFFSETS_TOPIC:
+            raise self.failure
+        return super().append(partition, records, timestamp_ms)
+
+
+@pytest.mark.parametrize(("failure", "code"), [
+    (NotEnoughReplicasError(), ErrorCode.coordinator_not_available),
+    (NotEnoughReplicasAfterAppendError(), ErrorCode.coordinator_not_available),
+    (PartitionDeletedError(), ErrorCode.coordinator_not_available),
+    (NotLeaderOrFollowerError(), ErrorCode.not_coordinator),
+    (LogOfflineError("fsync failed"), ErrorCode.not_coordinator),
+    (OSError("disk full"), ErrorCode.not_coordinator),
+    (RecordTooLargeError("too large"), ErrorCode.invalid_commit_offset_size),
+    (RecordListTooLargeError("too large"), ErrorCode.invalid_commit_offset_size),
+], ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else value.name)
+def test_append_failure_maps_to_the_coordinator_code_and_leaves_no_trace(tmp_path, failure, code):
+    async def scenario() -> None:
+        config = BrokerConfig(SETTINGS)
+        replicas = FailingReplicas(config, tmp_path)
+        replicas.open()
+        replicas.start()
+        coordinator = GroupCoordinator(config, replicas)
+        coordinator.start()
+        try:
+            replicas.create_topic("t", 1, {})
+            await _until_loaded(coordinator)
+            replicas.failure = failure
+            assert await _commit(coordinator, 7) == code
+            assert _fetched(coordinator) == -1
+            replicas.failure = None  # the shard keeps serving once appends work again
+            assert await _commit(coordinator, 8) == ErrorCode.none
+            assert _fetched(coordinator) == 8
+        finally:
+            await coordinator.stop()
+            await replicas.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_flush_failure_after_the_append_answers_not_coordinator(tmp_path):
+    async def scenario() -> None:
+        async with running_broker(tmp_path, SETTINGS) as broker:
+            broker.replicas.create_topic("t", 1, {})
+            coordinator = broker.coordinator
+            await _until_loaded(coordinator)
+            flusher: HeldFlusher = broker.replicas.flusher
+            flusher.holding = True
+            commit = asyncio.ensure_future(_commit(coordinator, 9))
+            await until(lambda: flusher.held)  # appended, waiting for its fsync
+            (partition,) = flusher.held.values()
+            partition.fail_waiters(LogOfflineError("fsync failed"))  # what the flusher does on EIO
+            assert await commit == ErrorCode.not_coordinator
+            assert _fetched(coordinator) == -1
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import socket
 import struct
@@ -13,6 +14,57 @@ from kio.serial import entity_reader, entity_writer
 from tidemark.wire.build import build
 
 RECV_TIMEOUT_S = 15.0
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, body: dict[str, Any]) -> bytes:
+    """A request's bytes (header and body) without the size prefix."""
+    request_cls = load_request_schema(api_key, version)
+    header_cls = request_cls.__header_schema__
+    header_fields = {"request_api_key": api_key, "request_api_version": version,
+                     "correlation_id": correlation_id, "client_id": "raw-test"}
+    buffer = io.BytesIO()
+    entity_writer(header_cls)(buffer, build(header_cls, header_fields))
+    entity_writer(request_cls)(buffer, build(request_cls, body))
+    return buffer.getvalue()
+
+
+def decode_response(api_key: int, version: int, correlation_id: int, frame: bytes) -> Any:
+    response_cls = load_response_schema(api_key, version)
+    header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
+    assert header.correlation_id == correlation_id
+    body, _ = entity_reader(response_cls)(frame, offset)
+    return body
+
+
+class AsyncRawClient:
+    """RawClient for tests whose broker runs in the test's own event loop: a request can be sent
+    now and its response awaited later."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.correlation_id = 0
+
+    @classmethod
+    async def connect(cls, port: int) -> AsyncRawClient:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def send(self, api_key: int, version: int, body: dict[str, Any]) -> int:
+        self.correlation_id += 1
+        payload = encode_request(api_key, version, self.correlation_id, body)
+        self.writer.write(struct.pack(">i", len(payload)) + payload)
+        await self.writer.drain()
+        return self.correlation_id
+
+    async def receive(self, api_key: int, version: int, correlation_id: int) -> Any:
+        size = struct.unpack(">i", await self.reader.readexactly(4))[0]
+        return decode_response(api_key, version, correlation_id, await self.reader.readexactly(size))
+
+    async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        return await self.receive(api_key, version, await self.send(api_key, version, body))
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
 
 
 class RawClient:
@@ -47,27 +99,15 @@ class RawClient:
         return bytes(chunks)
 
     def encode(self, api_key: int, version: int, body: dict[str, Any]) -> bytes:
-        request_cls = load_request_schema(api_key, version)
-        header_cls = request_cls.__header_schema__
         self.correlation_id += 1
-        header_fields = {"request_api_key": api_key, "request_api_version": version,
-                         "correlation_id": self.correlation_id, "client_id": "raw-test"}
-        buffer = io.BytesIO()
-        entity_writer(header_cls)(buffer, build(header_cls, header_fields))
-        entity_writer(request_cls)(buffer, build(request_cls, body))
-        return buffer.getvalue()
+        return encode_request(api_key, version, self.correlation_id, body)
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         self.send_frame(self.encode(api_key, version, body))
         return self.read_response(api_key, version)
 
     def read_response(self, api_key: int, version: int) -> Any:
-        frame = self.recv_frame()
-        response_cls = load_response_schema(api_key, version)
-        header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
-        assert header.correlation_id == self.correlation_id
-        body, _ = entity_reader(response_cls)(frame, offset)
-        return body
+        return decode_response(api_key, version, self.correlation_id, self.recv_frame())
 
     def is_closed_by_peer(self) -> bool:
         """True once the broker has closed this connection (reads EOF within the timeout)."""
