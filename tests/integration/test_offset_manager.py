@@ -130,3 +130,32 @@ def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):
     # refused while loading left no trace.
     assert offsets == {p: (999_000 + p, "", ErrorCode.none) for p in (0, 1, 999)}
     restarted.stop()
+
+
+def test_an_offsets_partition_that_cannot_be_loaded_answers_coordinator_not_available(make_broker):
+    broker = make_broker().start()
+    broken, healthy = "broken-group", "healthy-group"
+    assert partition_for(broken, 50) != partition_for(healthy, 50)
+    with RawClient(broker.bootstrap) as client:
+        client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [broken]})  # creates the topic
+        client.create_topic("unloadable")
+    assert broker.stop() == 0
+
+    # An offset commit whose value has a version no Kafka ever wrote: the partition cannot be replayed.
+    log = Log.open(broker.data_dir / f"__consumer_offsets-{partition_for(broken, 50)}",
+                   LogConfig(segment_bytes=104857600, cleanup_policy="compact"), clean_shutdown=True)
+    log.append(build_batch([(encode_key(OffsetCommitKey(broken, "unloadable", 0)), b"\x00\x63garbage", (), 1)]),
+               now_ms=1)
+    log.close()
+
+    restarted = make_broker(data_dir=broker.data_dir, port=broker.port).start()
+    restarted.wait_for_log('"offsets_load_failed"')
+    restarted.wait_for_log('"offsets_partition_loaded"', count=49)  # every other partition loaded
+    with RawClient(restarted.bootstrap) as client:
+        # Facts §4: an inactive coordinator answers COORDINATOR_NOT_AVAILABLE; clients look it up again.
+        assert _fetch(client, broken, "unloadable", [0])[0] == ErrorCode.coordinator_not_available
+        assert _commit(client, broken, "unloadable", [(0, 3)]) == {0: ErrorCode.coordinator_not_available}
+        # The other partitions serve as usual.
+        assert _commit(client, healthy, "unloadable", [(0, 4)]) == {0: ErrorCode.none}
+        assert _fetch(client, healthy, "unloadable", [0]) == (ErrorCode.none, {0: (4, "", ErrorCode.none)})
+    restarted.stop()
