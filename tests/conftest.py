@@ -26,12 +26,14 @@ class BrokerProcess:
     """`tidemark serve` in a child process, so tests can SIGKILL and restart it like a real one."""
 
     def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, port: int | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
+        self.env = env or {}  # added to the environment (e.g. tidemark.hold's TIDEMARK_HOLD_AT)
         self.settings = settings or {}
         self.extra_args = extra_args
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
     @property
@@ -45,7 +47,9 @@ class BrokerProcess:
             args += ["--set", f"{key}={value}"]
         args += list(self.extra_args)
         log_file = open(self.log_path, "ab")
-        self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
+        self._log_offset = log_file.tell()  # where this run's lines start (restarts share the file)
+        self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **self.env})
         log_file.close()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -74,6 +78,17 @@ class BrokerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def wait_for_log(self, text: str, count: int = 1, timeout_s: float = 120.0) -> None:
+        """Wait until `text` appears `count` times in this run's log lines (the timeout is a
+        bound that ends a test that would otherwise hang, not a margin)."""
+        deadline = time.monotonic() + timeout_s
+        while self.log_path.read_bytes()[self._log_offset:].count(text.encode()) < count:
+            if self.process is not None and self.process.poll() is not None:
+                raise AssertionError(f"broker exited before logging {text!r}:\n{self.log_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not logged {count} time(s) within {timeout_s}s")
+            time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +120,8 @@ def make_broker(tmp_path: Path) -> Iterator:
     started: list[BrokerProcess] = []
 
     def make(settings: dict[str, str] | None = None, data_dir: Path | None = None, port: int | None = None,
-             extra_args: tuple[str, ...] = ()) -> BrokerProcess:
-        process = BrokerProcess(data_dir or tmp_path / f"data{len(started)}", settings, port, extra_args)
+             extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> BrokerProcess:
+        process = BrokerProcess(data_dir or tmp_path / f"data{len(started)}", settings, port, extra_args, env)
         started.append(process)
         return process
 

@@ -26,8 +26,7 @@ OFFSETS_HEADER = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFS
                   "CLIENT-ID", "LAG-SECONDS", "STATUS"]
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def _broker_with_topic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("groups-cli") / "data", GROUP_SETTINGS).start()
     try:
         create_topic(process.bootstrap, TOPIC, 3)
@@ -39,6 +38,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
             process.stop()
         finally:
             process.kill()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from _broker_with_topic(tmp_path_factory)
 
 
 def start_consumer(bootstrap: str, group: str, client_id: str) -> Consumer:
@@ -74,6 +78,17 @@ def closed(broker: BrokerProcess) -> str:
     return "idle"
 
 
+@pytest.fixture(scope="module")
+def live_and_idle_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker of its own with just the groups "live" (its member stays) and "idle" (its member
+    left), so what `list` shows does not depend on which other tests ran before."""
+    for process in _broker_with_topic(tmp_path_factory):
+        consumer = start_consumer(process.bootstrap, "live", "client-live")
+        start_consumer(process.bootstrap, "idle", "client-idle").close()
+        yield process
+        consumer.close()
+
+
 def run(*args: str) -> Result:
     return CliRunner().invoke(groups, list(args), catch_exceptions=False)
 
@@ -82,14 +97,14 @@ def table(text: str) -> list[list[str]]:
     return [line.split() for line in text.splitlines() if line.strip()]
 
 
-def test_list_shows_the_group(broker: BrokerProcess, running: Consumer, closed: str) -> None:
-    result = run("list", "--bootstrap-server", broker.bootstrap)
+def test_list_shows_the_group(live_and_idle_only: BrokerProcess) -> None:
+    result = run("list", "--bootstrap-server", live_and_idle_only.bootstrap)
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["idle", "live"]
 
 
-def test_list_with_state(broker: BrokerProcess, running: Consumer, closed: str) -> None:
-    result = run("list", "--state", "--bootstrap-server", broker.bootstrap)
+def test_list_with_state(live_and_idle_only: BrokerProcess) -> None:
+    result = run("list", "--state", "--bootstrap-server", live_and_idle_only.bootstrap)
     assert result.exit_code == 0, result.output
     assert table(result.stdout) == [["GROUP", "STATE"], ["idle", "Empty"], ["live", "Stable"]]
 

@@ -714,18 +714,20 @@ def test_join_every_version(version: int) -> None:
     assert response["protocol_name"] == "range"
 
 
-def _encodes(api_key: int, version: int, response: dict[str, Any]) -> None:
+def _wire(api_key: int, version: int, response: dict[str, Any]) -> Any:
+    """The response as a client decodes it from the bytes this version puts on the wire."""
     import io
 
     from kio.index import load_response_schema
-    from kio.serial import entity_writer
+    from kio.serial import entity_reader, entity_writer
 
     from tidemark.wire.build import build
 
     cls = load_response_schema(api_key, version)
     buffer = io.BytesIO()
     entity_writer(cls)(buffer, build(cls, response))
-    assert buffer.getvalue()
+    decoded, _ = entity_reader(cls)(buffer.getvalue(), 0)
+    return decoded
 
 
 @pytest.mark.parametrize("version", range(0, 10))
@@ -735,22 +737,34 @@ def test_join_and_sync_responses_encode_for_every_version(version: int) -> None:
     if version < 4:  # held until the join phase completes
         (member_id,) = h.groups["g"].members
     else:
-        _encodes(11, version, result.responses[token])  # MEMBER_ID_REQUIRED
+        required = _wire(11, version, result.responses[token])
         member_id = result.responses[token]["member_id"]
+        assert (required.error_code, required.member_id) == (MEMBER_ID_REQUIRED, member_id) and member_id
         token, result = h.join(join_req(version, member_id=member_id), version)
     responses = complete_join(h)
-    _encodes(11, version, responses[token])
+    joined = _wire(11, version, responses[token])
+    assert (joined.error_code, joined.generation_id, joined.member_id, joined.leader) == (NONE, 1, member_id, member_id)
+    assert joined.protocol_name == "range"
+    assert [(m.member_id, m.metadata) for m in joined.members] == [(member_id, subscription("t"))]
     sync_version = min(version, 5)
     t, r = h.sync(sync_req(1, member_id, {member_id: b"x"}, version=sync_version), sync_version)
-    _encodes(14, sync_version, r.responses[t])
+    synced = _wire(14, sync_version, r.responses[t])
+    assert (synced.error_code, synced.assignment) == (NONE, b"x")
     t, r = h.sync(sync_req(9, member_id, version=sync_version), sync_version)
-    _encodes(14, sync_version, r.responses[t])
+    assert _wire(14, sync_version, r.responses[t]).error_code == ILLEGAL_GENERATION
     hb_version = min(version, 4)
-    _encodes(12, hb_version, h.membership.heartbeat(hb_req(1, member_id, version=min(hb_version, 4)), hb_version, 0))
+    beat = h.membership.heartbeat(hb_req(1, member_id, version=min(hb_version, 4)), hb_version, 0)
+    assert _wire(12, hb_version, beat).error_code == NONE
     leave_version = min(version, 5)
     r = h.membership.leave_group(leave_req([(member_id, None)], version=leave_version), leave_version, 1, h.now)
-    _encodes(13, leave_version, r.responses[1])
+    left = _wire(13, leave_version, r.responses[1])
+    assert left.error_code == NONE
+    if leave_version >= 3:  # batch leave: one answer per member
+        assert [(m.member_id, m.error_code) for m in left.members] == [(member_id, NONE)]
     describe = build_request(15, min(version, 5), groups=("g", "x"), include_authorized_operations=False)
-    _encodes(15, min(version, 5), h.membership.describe_groups(describe, min(version, 5)))
+    described = _wire(15, min(version, 5), h.membership.describe_groups(describe, min(version, 5)))
+    assert [(g.group_id, g.error_code, g.group_state) for g in described.groups] == [
+        ("g", NONE, "Empty"), ("x", NONE, "Dead")]  # its only member left
     list_version = min(version, 5)
-    _encodes(16, list_version, h.membership.list_groups(build_request(16, list_version), list_version))
+    listed = _wire(16, list_version, h.membership.list_groups(build_request(16, list_version), list_version))
+    assert listed.error_code == NONE and [(g.group_id, g.protocol_type) for g in listed.groups] == [("g", "consumer")]

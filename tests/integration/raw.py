@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import socket
 import struct
@@ -45,6 +46,39 @@ def fetch_body(wanted: list[tuple[str, int, int, int]], max_wait_ms: int = 0, mi
                                                         "partition_max_bytes": limit}]}
                        for topic, p, offset, limit in wanted],
             "forgotten_topics_data": [], "rack_id": ""}
+
+
+class AsyncRawClient:
+    """RawClient for tests whose broker runs in the test's own event loop: a request can be sent
+    now and its response awaited later."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.correlation_id = 0
+
+    @classmethod
+    async def connect(cls, port: int) -> AsyncRawClient:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def send(self, api_key: int, version: int, body: dict[str, Any]) -> int:
+        self.correlation_id += 1
+        payload = encode_request(api_key, version, self.correlation_id, body)
+        self.writer.write(struct.pack(">i", len(payload)) + payload)
+        await self.writer.drain()
+        return self.correlation_id
+
+    async def receive(self, api_key: int, version: int, correlation_id: int) -> Any:
+        size = struct.unpack(">i", await self.reader.readexactly(4))[0]
+        got, body = decode_response(api_key, version, await self.reader.readexactly(size))
+        assert got == correlation_id
+        return body
+
+    async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        return await self.receive(api_key, version, await self.send(api_key, version, body))
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
 
 
 class RawClient:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 
@@ -33,18 +34,44 @@ def _paused_on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> N
     consumer.pause(partitions)
 
 
-def _wait_for_assignments(consumers: list[Consumer], expected_sizes: list[int], timeout_s: float = 30.0) -> None:
-    """Poll (which drives the rebalance) until the assignment sizes match, then start fetching."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for consumer in consumers:
-            assert consumer.poll(0.05) is None  # paused: nothing may be consumed unseen
-        sizes = sorted(len(c.assignment()) for c in consumers)
-        if sizes == sorted(expected_sizes):
-            for consumer in consumers:
-                consumer.resume(consumer.assignment())
-            return
-    raise AssertionError(f"assignments {[len(c.assignment()) for c in consumers]} never became {expected_sizes}")
+def _settled(assignments: list[list[TopicPartition]], expected_sizes: list[int]) -> bool:
+    """Every partition assigned exactly once, in the expected shares: the group's final assignment."""
+    partitions = sorted(tp.partition for a in assignments for tp in a)
+    return partitions == list(range(PARTITIONS)) and sorted(map(len, assignments)) == sorted(expected_sizes)
+
+
+def _wait_for_assignments(consumers: list[Consumer], expected_sizes: list[int], bound_s: float = 120.0) -> None:
+    """Drive the rebalance (each consumer polled in its own thread, so none waits on another's
+    poll) until the group settles on the expected assignment, then start fetching."""
+    stop = threading.Event()
+    failures: list[str] = []
+    # Each consumer's assignment as its own thread last saw it (a consumer's assignment() blocks
+    # while another thread is inside its poll()).
+    assignments: list[list[TopicPartition]] = [[] for _ in consumers]
+
+    def drive(index: int, consumer: Consumer) -> None:
+        while not stop.is_set():
+            message = consumer.poll(0.2)
+            if message is not None:  # paused: nothing may be consumed unseen
+                failures.append(f"polled {message.error() or (message.partition(), message.offset())}")
+            assignments[index] = consumer.assignment()
+
+    threads = [threading.Thread(target=drive, args=(i, c), daemon=True) for i, c in enumerate(consumers)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + bound_s
+    try:
+        while not (failures or _settled(assignments, expected_sizes)):
+            assert time.monotonic() < deadline, (
+                f"assignments {[len(a) for a in assignments]} never became {expected_sizes}")
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not failures, failures
+    for consumer in consumers:
+        consumer.resume(consumer.assignment())
 
 
 def _consume_some(consumer: Consumer, seen: dict, limit: int, timeout_s: float = 20.0) -> int:

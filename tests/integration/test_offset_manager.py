@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from kio.schema.errors import ErrorCode
 
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
+from tidemark.hold import HOLD_AT, HOLD_RELEASE
 from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
@@ -100,6 +99,7 @@ def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):
     group = "loading-group"
     with RawClient(broker.bootstrap) as client:
         client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})  # creates the topic
+        client.create_topic("loaded")
     assert broker.stop() == 0
 
     # 1,000,000 commit records for 1,000 partitions of one group, written straight into the log.
@@ -113,23 +113,53 @@ def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):
             for i in range(start, start + per_batch)]), now_ms=1)
     log.close()
 
-    restarted = make_broker(data_dir=broker.data_dir, port=broker.port).start()
-    codes = []
-    deadline = time.monotonic() + 120
-    heartbeat = {"group_id": group, "generation_id": 1, "member_id": "m", "group_instance_id": None}
+    # The restarted broker holds every offsets load (tidemark.hold) after reading the log and
+    # before replaying it, until the test creates the release file: the load is provably unfinished.
+    release = broker.data_dir.parent / "release-offsets-load"
+    restarted = make_broker(data_dir=broker.data_dir, port=broker.port,
+                            env={HOLD_AT: "offsets_load", HOLD_RELEASE: str(release)}).start()
     with RawClient(restarted.bootstrap) as client:
-        while time.monotonic() < deadline:
-            heartbeat_error = client.request(HEARTBEAT, 4, heartbeat).error_code
-            error, offsets = _fetch(client, group, "loaded", [0, 1, 999])
-            codes.append(error)
-            if error == ErrorCode.none:
-                break
-            assert error == ErrorCode.coordinator_load_in_progress
-            # Still loading after the heartbeat, so it came during the load: Kafka answers NONE.
-            assert heartbeat_error == ErrorCode.none
-            time.sleep(0.05)
-    assert codes[0] == ErrorCode.coordinator_load_in_progress  # the load was still running
-    assert codes[-1] == ErrorCode.none
-    # The last record per key wins: partition p's last commit was record 999,000 + p.
+        restarted.wait_for_log('"point": "offsets_load"', count=50)  # every partition read its log
+        assert _fetch(client, group, "loaded", [0, 1, 999])[0] == ErrorCode.coordinator_load_in_progress
+        assert _commit(client, group, "loaded", [(0, 1)]) == {0: ErrorCode.coordinator_load_in_progress}
+        # A heartbeat during the load: Kafka answers NONE (the member is not known to be gone).
+        heartbeat = {"group_id": group, "generation_id": 1, "member_id": "m", "group_instance_id": None}
+        assert client.request(HEARTBEAT, 4, heartbeat).error_code == ErrorCode.none
+        release.touch()
+        restarted.wait_for_log('"offsets_partition_loaded"', count=50)
+        error, offsets = _fetch(client, group, "loaded", [0, 1, 999])
+    assert error == ErrorCode.none
+    # The last record per key wins: partition p's last commit was record 999,000 + p; the commit
+    # refused while loading left no trace.
     assert offsets == {p: (999_000 + p, "", ErrorCode.none) for p in (0, 1, 999)}
+    restarted.stop()
+
+
+def test_an_offsets_partition_that_cannot_be_loaded_answers_coordinator_not_available(make_broker):
+    broker = make_broker().start()
+    broken, healthy = "broken-group", "healthy-group"
+    assert partition_for(broken, 50) != partition_for(healthy, 50)
+    with RawClient(broker.bootstrap) as client:
+        client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [broken]})  # creates the topic
+        client.create_topic("unloadable")
+    assert broker.stop() == 0
+
+    # An offset commit whose value has a version no Kafka ever wrote: the partition cannot be replayed.
+    log = UnifiedLog.open(broker.data_dir / f"__consumer_offsets-{partition_for(broken, 50)}",
+                   LogConfig(segment_bytes=104857600, cleanup_policy="compact"), clean_shutdown=True)
+    log.append(build_batch([(encode_key(OffsetCommitKey(broken, "unloadable", 0)), b"\x00\x63garbage", (), 1)]),
+               now_ms=1)
+    log.close()
+
+    restarted = make_broker(data_dir=broker.data_dir, port=broker.port).start()
+    restarted.wait_for_log('"offsets_load_failed"')
+    restarted.wait_for_log('"offsets_partition_loaded"', count=49)  # every other partition loaded
+    with RawClient(restarted.bootstrap) as client:
+        # A failed partition (its load is retried with back-off) answers NOT_COORDINATOR, as Kafka's
+        # coordinator runtime does for a partition that is not active; clients look it up again.
+        assert _fetch(client, broken, "unloadable", [0])[0] == ErrorCode.not_coordinator
+        assert _commit(client, broken, "unloadable", [(0, 3)]) == {0: ErrorCode.not_coordinator}
+        # The other partitions serve as usual.
+        assert _commit(client, healthy, "unloadable", [(0, 4)]) == {0: ErrorCode.none}
+        assert _fetch(client, healthy, "unloadable", [0]) == (ErrorCode.none, {0: (4, "", ErrorCode.none)})
     restarted.stop()

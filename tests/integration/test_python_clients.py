@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -10,6 +11,20 @@ from kafka.admin import NewTopic
 from tests.integration.clients import create_topic
 
 COUNT = 2000
+READ_BOUND_S = 120  # ends a hung read; reads stop at the end offsets, not after an idle gap
+
+
+def _read_to_end(consumer: KafkaConsumer) -> list:
+    """Every record of the assigned partitions up to their end offsets (as the read starts)."""
+    partitions = consumer.assignment()
+    ends = consumer.end_offsets(list(partitions))
+    records = []
+    deadline = time.monotonic() + READ_BOUND_S
+    while any(consumer.position(tp) < ends[tp] for tp in partitions):
+        assert time.monotonic() < deadline, f"read {len(records)} records, never reached {ends}"
+        for batch in consumer.poll(timeout_ms=1000).values():
+            records.extend(batch)
+    return records
 
 
 def test_kafka_python_bootstrap_produce_consume(broker):
@@ -29,10 +44,10 @@ def test_kafka_python_bootstrap_produce_consume(broker):
         assert offsets[partition::3] == list(range(len(offsets[partition::3])))
 
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
-                             consumer_timeout_ms=2000, request_timeout_ms=10000)
+                             request_timeout_ms=10000)
     consumer.assign([TopicPartition("kp-topic", p) for p in range(3)])
     consumer.seek_to_beginning()
-    received = {(m.partition, m.offset): (m.key, m.value) for m in consumer}
+    received = {(m.partition, m.offset): (m.key, m.value) for m in _read_to_end(consumer)}
     consumer.close()
     assert len(received) == COUNT
     for i in range(COUNT):
@@ -95,9 +110,9 @@ def test_log_append_time_topic(broker):
     metadata = producer.send("kp-append-time", value=b"x", timestamp_ms=1_000).get(timeout=10)
     producer.close()
     assert metadata.timestamp > 1_000_000_000_000  # the broker's clock, not the client's 1000
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, consumer_timeout_ms=2000)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None)
     consumer.assign([TopicPartition("kp-append-time", 0)])
     consumer.seek_to_beginning()
-    (record,) = list(consumer)
+    (record,) = _read_to_end(consumer)
     consumer.close()
     assert (record.timestamp_type, record.timestamp) == (1, metadata.timestamp)

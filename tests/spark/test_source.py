@@ -82,9 +82,15 @@ def run_available_now(df, checkpoint, sink_path=None, query_name=None):
     return query.recentProgress
 
 
-def test_batch_read_gives_every_record_exactly(spark, kafka):
+@pytest.fixture(scope="module")
+def batch_topic(kafka) -> list[tuple]:
+    """The "batch" topic: 300 records over 3 partitions (what they were, in production order)."""
     create_topic(kafka, "batch", 3)
-    sent = produce(kafka, "batch", 300, 3)
+    return produce(kafka, "batch", 300, 3)
+
+
+def test_batch_read_gives_every_record_exactly(spark, kafka, batch_topic):
+    sent = batch_topic
     df = (spark.read.format("tidemark").option("bootstrap.servers", kafka.bootstrap)
           .option("subscribe", "batch").load())
     assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
@@ -98,7 +104,7 @@ def test_batch_read_gives_every_record_exactly(spark, kafka):
     assert by_value[b"v8"].headers == []
 
 
-def test_batch_read_between_specific_offsets(spark, kafka):
+def test_batch_read_between_specific_offsets(spark, kafka, batch_topic):
     df = (spark.read.format("tidemark").option("bootstrap.servers", kafka.bootstrap)
           .option("assign", '{"batch": [0, 2]}')
           .option("startingOffsets", '{"batch": {"0": 10, "2": -2}}')

@@ -13,6 +13,19 @@ class PartitionDeletedError(Exception):
     """The partition was deleted while a request waited on it."""
 
 
+# Raised by the replication layer (and by test doubles of it), mapped like Kafka's.
+class NotLeaderOrFollowerError(Exception):
+    """This broker no longer leads the partition."""
+
+
+class NotEnoughReplicasError(Exception):
+    """Fewer in-sync replicas than min.insync.replicas: refused before appending."""
+
+
+class NotEnoughReplicasAfterAppendError(Exception):
+    """Appended, but the in-sync replicas shrank below min.insync.replicas meanwhile."""
+
+
 _MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (records_errors.UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (records_errors.RecordTooLargeError, ErrorCode.message_too_large),
@@ -27,6 +40,9 @@ _MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (log_errors.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
     (OSError, ErrorCode.kafka_storage_error),
     (PartitionDeletedError, ErrorCode.unknown_topic_or_partition),
+    (NotLeaderOrFollowerError, ErrorCode.not_leader_or_follower),
+    (NotEnoughReplicasError, ErrorCode.not_enough_replicas),
+    (NotEnoughReplicasAfterAppendError, ErrorCode.not_enough_replicas_after_append),
     (TimeoutError, ErrorCode.request_timed_out),
 )
 

@@ -31,6 +31,7 @@ from tidemark.coordinator.membership import GroupConfig
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.coordinator.result import Result
 from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
+from tidemark.hold import hold_async
 
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
@@ -254,6 +255,7 @@ class ShardRuntime:
                     next_progress += PROGRESS_INTERVAL_S
                     log.info("offsets_partition_loading", partition=self.index, records=records,
                              position=position, end=end)
+            await hold_async("offsets_load")
             now = self.clock.now_ms()
             for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
                 shard.replay(offset, key, value, loading=True, now_ms=now)

@@ -38,6 +38,7 @@ from pathlib import Path
 import structlog
 from crc32c import crc32c
 
+from tidemark.hold import hold
 from tidemark.records import BatchHeader, CorruptRecordError, iter_key_values, read_header, validate_batch
 from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, read_varint
 from tidemark.records.compression import compress, decompress
@@ -372,6 +373,7 @@ class Cleaner:
                stats: CleanerStats) -> None:
         cleaned.append(buf, headers, now)
         stats.bytes_written += len(buf)
+        hold("cleaner_write")
 
     @staticmethod
     def _filter_batch(h: BatchHeader, data: bytes, offset_map: dict[bytes, int], retain_deletes: bool,

@@ -13,10 +13,11 @@ import shutil
 import threading
 import time
 from bisect import bisect_right
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from tidemark.hold import hold
 from tidemark.records import BatchHeader, CorruptRecordError
 
 from .config import LogConfig
@@ -262,7 +263,7 @@ class LocalLog:
         FILE_DELETE_DELAY_S); the files themselves are unlinked at once. Returns False, with
         nothing changed, if the old segments are no longer all in the log (retention deleted
         some meanwhile) or the log is closed; the caller then deletes `new`."""
-        hook = self.swap_hook or (lambda step: None)
+        hook = self.swap_hook or (lambda step: hold(f"swap_{step}"))  # hold points for fault tests
         with self.lock:
             segments = self._segments
             if self._closed or self.offline is not None or not old:
