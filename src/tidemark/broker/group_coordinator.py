@@ -255,13 +255,13 @@ class ShardRuntime:
                     next_progress += PROGRESS_INTERVAL_S
                     log.info("offsets_partition_loading", partition=self.index, records=records,
                              position=position, end=end)
-            await hold_async("offsets_load")
             now = self.clock.now_ms()
             for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
                 shard.replay(offset, key, value, loading=True, now_ms=now)
                 if replayed % 10_000 == 0:
                     await asyncio.sleep(0)
             keys += len(latest)
+        await hold_async("offsets_load")  # a fault test can hold the partition here, still loading
         seconds = time.perf_counter() - started
         log.info("offsets_partition_loaded", partition=self.index, epoch=self.epoch, records=records, keys=keys,
                  groups=len(shard.groups), end=position, seconds=round(seconds, 3),
