@@ -120,39 +120,41 @@ def read_header(data, position: int = 0) -> BatchHeader:
     return BatchHeader._make(_HEADER.unpack_from(data, position))
 
 
-def _validated_header(data, pos: int, end: int) -> BatchHeader:
+def _validated_header(data, pos: int, end: int, origin: int = 0) -> BatchHeader:
     remaining = end - pos
+    at = origin + pos  # where the batch is, for messages
     if remaining < LOG_OVERHEAD:
-        raise CorruptRecordError(f"partial batch at {pos}: {remaining} bytes left")
+        raise CorruptRecordError(f"partial batch at {at}: {remaining} bytes left")
     if remaining > _MAGIC_AT and data[pos + _MAGIC_AT] != MAGIC:
-        raise UnsupportedMagicError(f"batch at {pos} has magic {data[pos + _MAGIC_AT]}, only 2 is supported")
+        raise UnsupportedMagicError(f"batch at {at} has magic {data[pos + _MAGIC_AT]}, only 2 is supported")
     (batch_length,) = struct.unpack_from(">i", data, pos + _LENGTH_AT)
     if batch_length < MIN_BATCH_LENGTH:
-        raise CorruptRecordError(f"batch at {pos} has length {batch_length} < {MIN_BATCH_LENGTH}")
+        raise CorruptRecordError(f"batch at {at} has length {batch_length} < {MIN_BATCH_LENGTH}")
     if batch_length + LOG_OVERHEAD > remaining:
         raise CorruptRecordError(
-            f"partial batch at {pos}: length {batch_length} but only {remaining - LOG_OVERHEAD} bytes"
+            f"partial batch at {at}: length {batch_length} but only {remaining - LOG_OVERHEAD} bytes"
         )
     header = BatchHeader._make(_HEADER.unpack_from(data, pos))
     computed = crc32c(memoryview(data)[pos + _ATTRIBUTES_AT : pos + LOG_OVERHEAD + batch_length])
     if computed != header.crc:
-        raise CorruptRecordError(f"batch at {pos}: CRC mismatch (stored {header.crc:#010x}, computed {computed:#010x})")
+        raise CorruptRecordError(f"batch at {at}: CRC mismatch (stored {header.crc:#010x}, computed {computed:#010x})")
     if header.attributes & _COMPRESSION_MASK > CompressionType.ZSTD:
-        raise CorruptRecordError(f"batch at {pos}: unknown compression codec {header.attributes & _COMPRESSION_MASK}")
+        raise CorruptRecordError(f"batch at {at}: unknown compression codec {header.attributes & _COMPRESSION_MASK}")
     # Compaction may remove records but keeps lastOffsetDelta, so count <= delta + 1.
     if header.last_offset_delta < 0 or not 0 <= header.records_count <= header.last_offset_delta + 1:
         raise CorruptRecordError(
-            f"batch at {pos}: {header.records_count} records with last offset delta {header.last_offset_delta}"
+            f"batch at {at}: {header.records_count} records with last offset delta {header.last_offset_delta}"
         )
     return header
 
 
-def validate_batch(data, position: int = 0, end: int | None = None) -> BatchHeader:
+def validate_batch(data, position: int = 0, end: int | None = None, *, origin: int = 0) -> BatchHeader:
     """Check the one batch at position (magic, length, CRC, counts) and return its header.
 
-    end bounds the buffer (default: its length); a batch running past it is partial.
+    end bounds the buffer (default: its length); a batch running past it is partial. Errors
+    name the batch's position as origin + position (origin: where data was read from a file).
     """
-    return _validated_header(data, position, len(data) if end is None else end)
+    return _validated_header(data, position, len(data) if end is None else end, origin)
 
 
 def iter_batches(data, *, validate: bool = True) -> Iterator[tuple[int, BatchHeader]]:
@@ -412,11 +414,19 @@ def walk_records(buf, count: int, pos: int = 0, end: int | None = None) -> Itera
                     raise CorruptRecordError(f"record {index} has {n_headers} headers")
                 spans = []
                 for _ in range(n_headers):
-                    n, pos = read_varint(buf, pos)
+                    b = buf[pos]
+                    if b < 0x80:
+                        n, pos = (b >> 1) ^ -(b & 1), pos + 1
+                    else:
+                        n, pos = read_varint(buf, pos)
                     if n < 0:
                         raise CorruptRecordError(f"record {index} has a header without a key")
                     h_key_pos = pos
-                    n_value, pos = read_varint(buf, pos + n)
+                    b = buf[pos + n]
+                    if b < 0x80:
+                        n_value, pos = (b >> 1) ^ -(b & 1), pos + n + 1
+                    else:
+                        n_value, pos = read_varint(buf, pos + n)
                     spans.append((h_key_pos, n, pos, n_value))
                     if n_value > 0:
                         pos += n_value
