@@ -38,7 +38,14 @@ from pathlib import Path
 import structlog
 from crc32c import crc32c
 
-from tidemark.records import BatchHeader, iter_key_values, read_header, records_section, walk_records
+from tidemark.records import (
+    BatchHeader,
+    CorruptRecordError,
+    iter_key_values,
+    read_header,
+    records_section,
+    walk_records,
+)
 from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD
 from tidemark.records.compression import compress
 
@@ -162,6 +169,11 @@ def log_to_clean(tp: TopicPartition, log: UnifiedLog, checkpoint: int | None, no
     return LogToClean(tp, log, first_dirty, end, clean, dirty)
 
 
+def _in_batch(seg: LogSegment, position: int, exc: CorruptRecordError) -> CorruptRecordError:
+    """A batch whose records do not parse (its CRC passed), named by segment file and position."""
+    return CorruptRecordError(f"{seg.log_path.name}: batch at {position}: {exc}")
+
+
 def _build(h: BatchHeader, attributes: int, count: int, max_ts: int, payload: bytes) -> bytes:
     out = bytearray(_HEADER.pack(h.base_offset, BATCH_OVERHEAD - LOG_OVERHEAD + len(payload), h.partition_leader_epoch,
                                  h.magic, 0, attributes, h.last_offset_delta, h.base_timestamp, max_ts,
@@ -239,16 +251,19 @@ class Cleaner:
                 continue
             # Every batch CRC-checked; one that fails, or bytes that are no batch, raise
             # CorruptRecordError: a cleaning never copies a corrupt batch nor ends a segment early.
-            for _, h, data in seg.scan(fd=fds[id(seg)], with_bytes=True):
+            for pos, h, data in seg.scan(fd=fds[id(seg)], with_bytes=True):
                 self.throttler.maybe_throttle(len(data))
                 self._share_the_gil()
                 stats.map_bytes += len(data)
                 if h.is_control or h.base_offset + h.last_offset_delta < first_dirty:
                     continue
-                for offset, key, _ in iter_key_values(data):
-                    if key is not None and offset >= first_dirty:
-                        offset_map[bytes(key)] = offset
-                        stats.map_records += 1
+                try:
+                    for offset, key, _ in iter_key_values(data):
+                        if key is not None and offset >= first_dirty:
+                            offset_map[bytes(key)] = offset
+                            stats.map_records += 1
+                except CorruptRecordError as exc:
+                    raise _in_batch(seg, pos, exc) from None
             if len(offset_map) >= self.max_map_entries and i + 1 < len(segments):
                 end = segments[i + 1].base_offset
                 break
@@ -279,13 +294,16 @@ class Cleaner:
                 retain_deletes = seg.last_modified_ms > horizon
                 last_modified = max(last_modified, seg.last_modified_ms)
                 batches = list(seg.scan(fd=fds[id(seg)], with_bytes=True))  # checked as above
-                for b, (_, h, data) in enumerate(batches):
+                for b, (pos, h, data) in enumerate(batches):
                     if self.abort.is_set():
                         raise _Aborted
                     stats.bytes_read += len(data)
                     must_keep = (n == len(group) - 1 and b == len(batches) - 1) or (
                         h.producer_id >= 0 and producers.get(h.producer_id) == h.base_offset + h.last_offset_delta)
-                    out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep, stats)
+                    try:
+                        out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep, stats)
+                    except CorruptRecordError as exc:
+                        raise _in_batch(seg, pos, exc) from None
                     if out is not None:
                         headers.append((len(buf), read_header(out)))
                         buf += out
