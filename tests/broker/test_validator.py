@@ -168,3 +168,12 @@ def test_decompression_bomb_is_refused():
     with pytest.raises(DecompressionLimitError, match="67108864") as info:
         validate(bomb)
     assert error_code_for(info.value) == ErrorCode.invalid_record
+
+
+def test_negative_header_count_is_invalid():
+    # A record claiming -1 headers (Kafka: "Found invalid number of record headers"): null key
+    # and value, then the count as zigzag varint 0x01; its length (6) matches its fields.
+    section = b"\x0c\x00\x00\x00\x01\x01\x01"
+    with pytest.raises(InvalidRecordError, match="record 0 has -1 headers") as info:
+        validate(raw_batch(section, 1, 0))
+    assert error_code_for(info.value) == ErrorCode.invalid_record

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -433,3 +434,25 @@ def test_uncleanable_log_is_reported_once_and_skipped_while_others_are_cleaned(t
     task.update_dirty_ratios()
     assert log_cleaner.UNCLEANABLE_PARTITIONS._value.get() == 0
     manager.close()
+
+
+def test_batch_whose_records_do_not_fill_it_aborts_the_cleaning(tmp_path):
+    """A batch with a valid CRC whose records section holds more than its records count says
+    (here: a one-record batch rewritten to claim none) is refused, not copied minus its tail."""
+    from tidemark.records import CorruptRecordError
+
+    log = _log_with_segments(tmp_path / "t-0")
+    try:
+        path = log.segments[0].log_path
+        pos = _batch_positions(path)[3]
+        data = bytearray(path.read_bytes())
+        data[pos + 57: pos + 61] = (0).to_bytes(4, "big")  # records count 0, last offset delta 0
+        end = pos + int.from_bytes(data[pos + 8: pos + 12], "big") + 12
+        data[pos + 17: pos + 21] = crc32c(bytes(data[pos + 21: end])).to_bytes(4, "big")
+        path.write_bytes(bytes(data))
+        before = _files(log.directory)
+        with pytest.raises(CorruptRecordError, match=rf"{path.name}: batch at {pos}: \d+ bytes after"):
+            Cleaner().clean(log, 0)
+        assert _files(log.directory) == before
+    finally:
+        log.close()

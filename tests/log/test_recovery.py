@@ -10,7 +10,8 @@ from tidemark.broker.errors import error_code_for
 from tidemark.log import LogConfig, LogOfflineError, UnifiedLog
 from tidemark.log import segment as segment_module
 from tidemark.log.errors import CorruptSegmentError
-from tidemark.records import decode_records, iter_batches
+from tidemark.log.segment import LogSegment
+from tidemark.records import CorruptRecordError, decode_records, iter_batches
 
 from .conftest import NOW, batch
 
@@ -262,3 +263,21 @@ def test_a_new_partition_directory_is_fsynced_with_its_parent(tmp_path, monkeypa
     log = UnifiedLog.open(tmp_path / "new-0", CONFIG, clean_shutdown=True)
     assert str(tmp_path / "new-0") in synced and str(tmp_path) in synced
     log.close()
+
+
+def test_a_batch_failing_its_crc_is_named_by_its_file_position(tmp_path):
+    """The scan reads a segment in chunks; its error names where the bad batch is in the file,
+    not in the chunk (here the scan starts at the second batch)."""
+    path = tmp_path / "t-0"
+    fill(path, 6)
+    seg_path = sorted(path.glob("*.log"))[0]
+    data = bytearray(seg_path.read_bytes())
+    positions = [pos for pos, _ in iter_batches(bytes(data))]
+    data[positions[3] + 61] ^= 0xFF  # a byte of the fourth batch's records
+    seg_path.write_bytes(bytes(data))
+    seg = LogSegment(path, 0, index_interval_bytes=128, index_max_bytes=1024)
+    try:
+        with pytest.raises(CorruptRecordError, match=rf"^{seg_path.name}: batch at {positions[3]}: CRC mismatch"):
+            list(seg.scan(positions[1], validate=True))
+    finally:
+        seg.close()

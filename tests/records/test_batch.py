@@ -19,6 +19,7 @@ from tidemark.records import (
     set_base_offset,
     set_partition_leader_epoch,
     valid_prefix_length,
+    walk_records,
 )
 
 RECORDS = [
@@ -293,3 +294,47 @@ def test_iter_timestamped_key_values_matches_decode_records(compression, timesta
     expected = [(r.offset, r.timestamp, r.key, r.value) for r in decode_records(data)]
     assert list(iter_timestamped_key_values(data)) == expected
     assert list(iter_timestamped_key_values(bytearray(data))) == expected
+
+
+# -- the record walker ------------------------------------------------------------------------
+
+
+def _batch_around(section: bytes, count: int) -> bytes:
+    """An uncompressed batch of `count` records with the given records section, valid CRC."""
+    buf = bytearray(build_batch([(b"k", b"v", (), 1000)]))[:BATCH_OVERHEAD] + section
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    struct.pack_into(">i", buf, 23, max(count - 1, 0))
+    struct.pack_into(">i", buf, 57, count)
+    return _recrc(buf)
+
+
+def test_walk_records_yields_each_field_in_place():
+    data = sample()
+    (r0, r1, r2) = walk_records(data, 3, BATCH_OVERHEAD, len(data))
+    start, end, attributes, ts_delta, offset_delta, key_pos, key_len, value_pos, value_len, headers = r0
+    assert (start, attributes, ts_delta, offset_delta) == (BATCH_OVERHEAD, 0, 0, 0)
+    assert data[key_pos:key_pos + key_len] == b"key-0" and data[value_pos:value_pos + value_len] == b"value-0"
+    assert [(data[k:k + kn], vn if vn < 0 else data[v:v + vn]) for k, kn, v, vn in headers] == [
+        (b"h1", b"x"), (b"h2", -1)]
+    assert r1[0] == end  # records follow each other, length prefix included
+    assert (r1[3], r1[4], r1[6], r1[9]) == (5, 1, -1, ())  # null key, no headers
+    assert (r2[3], r2[4], r2[8], r2[1]) == (-10, 2, -1, len(data))  # null value, the last record
+
+
+# A record: length, then attributes, timestamp delta, offset delta, key, value, header count
+# (zigzag varints: 0x0c = 6, 0x01 = -1, 0x02 = 1). This one has a null key and value, no headers.
+NULLS = b"\x0c" + b"\x00\x00\x00" + b"\x01\x01" + b"\x00"
+
+
+@pytest.mark.parametrize("section,count,match", [
+    (NULLS + b"\x00\x00", 1, "2 bytes after the batch's 1 records"),
+    (b"\x0c\x00\x00\x00\x01\x01\x01", 1, "record 0 has -1 headers"),
+    (b"\x10\x00\x00\x00\x01\x01\x02\x01\x01", 1, "record 0 has a header without a key"),
+    (b"\x10" + NULLS[1:], 1, "record 0 of 1 runs past the batch"),
+    (b"\x0e" + NULLS[1:] + b"\x00", 1, "record 0: fields take 6 bytes, its length says 7"),
+    (NULLS, 2, "the batch ends after 1 of its 2 records"),
+], ids=["trailing-bytes", "negative-header-count", "header-without-key", "length-past-end",
+        "length-vs-fields", "fewer-records"])
+def test_decode_records_is_as_strict_as_kafka(section, count, match):
+    with pytest.raises(CorruptRecordError, match=match):
+        decode_records(_batch_around(section, count))

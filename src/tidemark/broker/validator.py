@@ -14,11 +14,13 @@ from tidemark.cluster.embedded import InvalidTopicError
 from tidemark.log.config import LogConfig
 from tidemark.records import (
     BatchHeader,
+    CorruptRecordError,
     InvalidRecordError,
     RecordListTooLargeError,
     RecordTooLargeError,
     iter_batches,
-    scan_records,
+    records_section,
+    walk_records,
 )
 
 
@@ -54,12 +56,25 @@ def validate_produce(records: bytes, config: LogConfig, *, topic: str, partition
 def _validate_records(records: bytes, position: int, header: BatchHeader, config: LogConfig,
                       topic_partition: str) -> None:
     """Each record against the header (decompressed within MAX_DECOMPRESSED_BATCH_BYTES):
-    exactly records_count of them, offset deltas 0..n-1 as clients write them, lengths that match
-    the bytes, and a key for every record of a compacted topic (the cleaner would drop a keyless one later)."""
+    exactly records_count of them, each filling exactly its declared length, the records filling
+    exactly the batch, offset deltas 0..n-1 as clients write them, header keys in UTF-8, and a
+    key for every record of a compacted topic (the cleaner would drop a keyless one later). A
+    record that does not parse is a client's INVALID_RECORD here (Kafka's InvalidRecordException);
+    bytes that do not decompress stay CORRUPT_MESSAGE."""
     compacted = config.compact_enabled
-    for index, (offset_delta, has_key) in enumerate(scan_records(records, position)):
-        if offset_delta != index:
-            raise InvalidRecordError(f"record {index} has offset delta {offset_delta}, expected {index}")
-        if compacted and not has_key:
-            raise InvalidRecordError(
-                f"Compacted topic cannot accept message without key in topic partition {topic_partition}.")
+    header, buf, start, end = records_section(records, position)
+    index = 0
+    try:
+        for index, (_, _, _, _, offset_delta, _, key_len, _, _, headers) in enumerate(
+                walk_records(buf, header.records_count, start, end)):
+            if offset_delta != index:
+                raise InvalidRecordError(f"record {index} has offset delta {offset_delta}, expected {index}")
+            if compacted and key_len < 0:
+                raise InvalidRecordError(
+                    f"Compacted topic cannot accept message without key in topic partition {topic_partition}.")
+            for key_pos, key_len, _, _ in headers:  # protocol strings: clients decode them as UTF-8
+                str(buf[key_pos:key_pos + key_len], "utf-8")
+    except CorruptRecordError as exc:
+        raise InvalidRecordError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise InvalidRecordError(f"record {index} has a header key that is not UTF-8") from None

@@ -31,7 +31,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,20 +39,26 @@ import structlog
 from crc32c import crc32c
 
 from tidemark.hold import hold
-from tidemark.records import BatchHeader, CorruptRecordError, iter_key_values, read_header, validate_batch
-from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, read_varint
-from tidemark.records.compression import compress, decompress
+from tidemark.records import (
+    BatchHeader,
+    CorruptRecordError,
+    iter_key_values,
+    read_header,
+    records_section,
+    walk_records,
+)
+from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD
+from tidemark.records.compression import compress
 
 from .checkpoint import TopicPartition, read_checkpoint, write_checkpoint
 from .local_log import CLEANED_SUFFIX
 from .unified_log import UnifiedLog
-from .segment import LogSegment, pread_exact
+from .segment import LogSegment
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 # log.cleaner.dedupe.buffer.size (128 MiB) at Kafka's 24 bytes per entry (MD5 + offset) and
 # log.cleaner.io.buffer.load.factor 0.9: the keys one cleaning maps.
 DEFAULT_MAX_MAP_ENTRIES = int(134217728 // 24 * 0.9)
-_READ_CHUNK = 1 << 20
 _WRITE_CHUNK = 1 << 20
 _INT32_MAX = 0x7FFFFFFF
 
@@ -164,55 +170,9 @@ def log_to_clean(tp: TopicPartition, log: UnifiedLog, checkpoint: int | None, no
     return LogToClean(tp, log, first_dirty, end, clean, dirty)
 
 
-# -- reading raw batches and records ----------------------------------------------------------
-
-
-def _iter_raw_batches(fd: int, seg: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
-    """(header, whole batch bytes) of each batch of a (non-active) segment read through fd, each
-    checked (length, magic, CRC) first: a batch that fails, or bytes that are no batch, raise
-    CorruptRecordError, so a cleaning never copies a corrupt batch nor ends a segment early."""
-    size = seg.size
-    pos = 0
-    buf = b""
-    buf_start = 0
-    while pos < size:
-        if size - pos < BATCH_OVERHEAD:
-            raise CorruptRecordError(f"{seg.log_path.name}: {size - pos} bytes at position {pos} are no batch")
-        rel = pos - buf_start
-        if rel + BATCH_OVERHEAD > len(buf):
-            buf_start, buf, rel = pos, pread_exact(fd, min(_READ_CHUNK, size - pos), pos), 0
-        h = read_header(buf, rel)
-        n = h.batch_length + LOG_OVERHEAD
-        if h.batch_length < MIN_BATCH_LENGTH or n > size - pos:
-            raise CorruptRecordError(
-                f"{seg.log_path.name}: unreadable batch header at position {pos} (length {h.batch_length})")
-        if rel + n > len(buf):
-            buf_start, buf, rel = pos, pread_exact(fd, min(max(_READ_CHUNK, n), size - pos), pos), 0
-        try:
-            validate_batch(buf, rel, rel + n)
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(f"{seg.log_path.name}: batch at position {pos}: {exc}") from None
-        yield h, buf[rel: rel + n]
-        pos += n
-
-
-def _iter_raw_records(buf, count: int) -> Iterator[tuple[int, int, bytes | None, bool, int, int]]:
-    """(offset delta, timestamp delta, key, is tombstone, start, end) of each record in a
-    records section; start:end are the record's bytes, length prefix included."""
-    pos = 0
-    for _ in range(count):
-        start = pos
-        length, pos = read_varint(buf, pos)
-        end = pos + length
-        pos += 1  # attributes
-        ts_delta, pos = read_varint(buf, pos)
-        offset_delta, pos = read_varint(buf, pos)
-        n, pos = read_varint(buf, pos)
-        key = None if n < 0 else bytes(buf[pos: pos + n])
-        pos += max(n, 0)
-        n, _ = read_varint(buf, pos)
-        yield offset_delta, ts_delta, key, n < 0, start, end
-        pos = end
+def _in_batch(seg: LogSegment, position: int, exc: CorruptRecordError) -> CorruptRecordError:
+    """A batch whose records do not parse (its CRC passed), named by segment file and position."""
+    return CorruptRecordError(f"{seg.log_path.name}: batch at {position}: {exc}")
 
 
 def _build(h: BatchHeader, attributes: int, count: int, max_ts: int, payload: bytes) -> bytes:
@@ -290,16 +250,21 @@ class Cleaner:
         for i, seg in enumerate(segments):
             if seg.next_offset <= first_dirty:
                 continue
-            for h, data in _iter_raw_batches(fds[id(seg)], seg):
+            # Every batch CRC-checked; one that fails, or bytes that are no batch, raise
+            # CorruptRecordError: a cleaning never copies a corrupt batch nor ends a segment early.
+            for pos, h, data in seg.scan(fd=fds[id(seg)], with_bytes=True):
                 self.throttler.maybe_throttle(len(data))
                 self._share_the_gil()
                 stats.map_bytes += len(data)
                 if h.is_control or h.base_offset + h.last_offset_delta < first_dirty:
                     continue
-                for offset, key, _ in iter_key_values(data):
-                    if key is not None and offset >= first_dirty:
-                        offset_map[bytes(key)] = offset
-                        stats.map_records += 1
+                try:
+                    for offset, key, _ in iter_key_values(data):
+                        if key is not None and offset >= first_dirty:
+                            offset_map[bytes(key)] = offset
+                            stats.map_records += 1
+                except CorruptRecordError as exc:
+                    raise _in_batch(seg, pos, exc) from None
             if len(offset_map) >= self.max_map_entries and i + 1 < len(segments):
                 end = segments[i + 1].base_offset
                 break
@@ -329,14 +294,17 @@ class Cleaner:
             for n, seg in enumerate(group):
                 retain_deletes = seg.last_modified_ms > horizon
                 last_modified = max(last_modified, seg.last_modified_ms)
-                batches = list(_iter_raw_batches(fds[id(seg)], seg))
-                for b, (h, data) in enumerate(batches):
+                batches = list(seg.scan(fd=fds[id(seg)], with_bytes=True))  # checked as above
+                for b, (pos, h, data) in enumerate(batches):
                     if self.abort.is_set():
                         raise _Aborted
                     stats.bytes_read += len(data)
                     must_keep = (n == len(group) - 1 and b == len(batches) - 1) or (
                         h.producer_id >= 0 and producers.get(h.producer_id) == h.base_offset + h.last_offset_delta)
-                    out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep, stats)
+                    try:
+                        out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep, stats)
+                    except CorruptRecordError as exc:
+                        raise _in_batch(seg, pos, exc) from None
                     if out is not None:
                         headers.append((len(buf), read_header(out)))
                         buf += out
@@ -381,16 +349,17 @@ class Cleaner:
         """The batch with only the records to keep: itself if all are kept, None if none."""
         if h.is_control:
             return data
-        codec = h.attributes & _COMPRESSION_MASK
-        section = decompress(codec, memoryview(data)[BATCH_OVERHEAD:]) if codec else data[BATCH_OVERHEAD:]
+        _, section, first, last = records_section(data)
         base = h.base_offset
         kept: list[tuple[int, int]] = []
         max_ts = -1
         count = 0
         get = offset_map.get
-        for offset_delta, ts_delta, key, tombstone, start, end in _iter_raw_records(section, h.records_count):
+        for (start, end, _, ts_delta, offset_delta, key_pos, key_len, _, value_len,
+             _) in walk_records(section, h.records_count, first, last):
             count += 1
-            if key is None or get(key, -1) > base + offset_delta or (tombstone and not retain_deletes):
+            if (key_len < 0 or get(section[key_pos:key_pos + key_len], -1) > base + offset_delta
+                    or (value_len < 0 and not retain_deletes)):  # a null value is a tombstone
                 continue
             kept.append((start, end))
             if ts_delta > max_ts:
@@ -405,6 +374,7 @@ class Cleaner:
                 return None
             return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"")
         payload = b"".join(section[s:e] for s, e in kept)
+        codec = h.attributes & _COMPRESSION_MASK
         if codec:
             payload = compress(codec, bytes(payload))
         return _build(h, h.attributes, len(kept), h.max_timestamp if log_append else h.base_timestamp + max_ts,

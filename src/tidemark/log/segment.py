@@ -155,13 +155,21 @@ class LogSegment:
         self.bytes_since_last_index_entry += h.batch_length + LOG_OVERHEAD
         self.next_offset = last + 1
 
-    def scan(self, position: int = 0, *, validate: bool = False,
-             read_ahead: int = _READ_AHEAD) -> Iterator[tuple[int, BatchHeader]]:
+    def scan(self, position: int = 0, *, validate: bool = False, read_ahead: int = _READ_AHEAD,
+             fd: int | None = None, with_bytes: bool = False) -> Iterator[tuple]:
         """The one walk over this segment file's batches: (position, header) of each batch
         from position to the end. Only headers are read (read_ahead bytes at a time) unless
-        validate, which reads each whole batch to check its CRC. A batch that is not whole
-        and sane raises CorruptRecordError naming the file; so does one whose offsets do not
-        grow (the walk would otherwise serve them out of order)."""
+        validate, which reads each whole batch (_SCAN_CHUNK bytes at a time) to check its CRC.
+        with_bytes (validate implied) yields (position, header, the batch's bytes) instead.
+        fd reads through another descriptor of the same file (the cleaner's, which outlives a
+        concurrent close of the segment). A batch that is not whole and sane raises
+        CorruptRecordError naming the file and position (TornTailError where the file ends
+        inside one); so does one whose offsets do not grow (the walk would otherwise serve
+        them out of order)."""
+        fd = self.fd if fd is None else fd
+        validate = validate or with_bytes
+        if validate:
+            read_ahead = max(read_ahead, _SCAN_CHUNK)
         end = self.size
         pos = position
         chunk = b""
@@ -171,8 +179,9 @@ class LogSegment:
             if end - pos < BATCH_OVERHEAD:
                 raise TornTailError(f"{self.log_path.name}: partial batch header at {pos}")
             if pos + BATCH_OVERHEAD > chunk_start + len(chunk):
-                chunk_start, chunk = pos, pread_exact(self.fd, min(max(read_ahead, BATCH_OVERHEAD), end - pos), pos)
-            h = read_header(chunk, pos - chunk_start)
+                chunk_start, chunk = pos, pread_exact(fd, min(max(read_ahead, BATCH_OVERHEAD), end - pos), pos)
+            rel = pos - chunk_start
+            h = read_header(chunk, rel)
             if h.batch_length >= MIN_BATCH_LENGTH and pos + h.size > end:
                 raise TornTailError(f"{self.log_path.name}: partial batch at {pos}")
             if h.magic != MAGIC or h.batch_length < MIN_BATCH_LENGTH:
@@ -180,12 +189,17 @@ class LogSegment:
             if h.base_offset < next_offset or h.base_offset < self.base_offset or h.last_offset_delta < 0:
                 raise CorruptRecordError(f"{self.log_path.name}: batch at {pos} has offset {h.base_offset}")
             if validate:
-                if pos + h.size > chunk_start + len(chunk):
-                    chunk_start, chunk = pos, pread_exact(self.fd, max(_SCAN_CHUNK, h.size), pos)
+                if rel + h.size > len(chunk):
+                    chunk_start, chunk, rel = pos, pread_exact(fd, min(max(read_ahead, h.size), end - pos), pos), 0
                 try:
-                    validate_batch(chunk, pos - chunk_start, pos - chunk_start + h.size)
+                    validate_batch(chunk, rel, rel + h.size, origin=chunk_start)
                 except CorruptRecordError as exc:
                     raise CorruptRecordError(f"{self.log_path.name}: {exc}") from None
+                if with_bytes:
+                    yield pos, h, chunk[rel : rel + h.size]
+                    next_offset = h.next_offset
+                    pos += h.size
+                    continue
             yield pos, h
             next_offset = h.next_offset
             pos += h.size

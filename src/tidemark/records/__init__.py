@@ -11,12 +11,13 @@ from .batch import (
     iter_key_values,
     iter_timestamped_key_values,
     read_header,
-    scan_records,
+    records_section,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
     valid_prefix_length,
     validate_batch,
+    walk_records,
 )
 from .compression import MAX_DECOMPRESSED_BATCH_BYTES, CompressionType, compress, decompress
 from .errors import (
@@ -51,10 +52,11 @@ __all__ = [
     "iter_key_values",
     "iter_timestamped_key_values",
     "read_header",
-    "scan_records",
+    "records_section",
     "set_base_offset",
     "set_log_append_time",
     "set_partition_leader_epoch",
     "valid_prefix_length",
     "validate_batch",
+    "walk_records",
 ]

@@ -120,39 +120,41 @@ def read_header(data, position: int = 0) -> BatchHeader:
     return BatchHeader._make(_HEADER.unpack_from(data, position))
 
 
-def _validated_header(data, pos: int, end: int) -> BatchHeader:
+def _validated_header(data, pos: int, end: int, origin: int = 0) -> BatchHeader:
     remaining = end - pos
+    at = origin + pos  # where the batch is, for messages
     if remaining < LOG_OVERHEAD:
-        raise CorruptRecordError(f"partial batch at {pos}: {remaining} bytes left")
+        raise CorruptRecordError(f"partial batch at {at}: {remaining} bytes left")
     if remaining > _MAGIC_AT and data[pos + _MAGIC_AT] != MAGIC:
-        raise UnsupportedMagicError(f"batch at {pos} has magic {data[pos + _MAGIC_AT]}, only 2 is supported")
+        raise UnsupportedMagicError(f"batch at {at} has magic {data[pos + _MAGIC_AT]}, only 2 is supported")
     (batch_length,) = struct.unpack_from(">i", data, pos + _LENGTH_AT)
     if batch_length < MIN_BATCH_LENGTH:
-        raise CorruptRecordError(f"batch at {pos} has length {batch_length} < {MIN_BATCH_LENGTH}")
+        raise CorruptRecordError(f"batch at {at} has length {batch_length} < {MIN_BATCH_LENGTH}")
     if batch_length + LOG_OVERHEAD > remaining:
         raise CorruptRecordError(
-            f"partial batch at {pos}: length {batch_length} but only {remaining - LOG_OVERHEAD} bytes"
+            f"partial batch at {at}: length {batch_length} but only {remaining - LOG_OVERHEAD} bytes"
         )
     header = BatchHeader._make(_HEADER.unpack_from(data, pos))
     computed = crc32c(memoryview(data)[pos + _ATTRIBUTES_AT : pos + LOG_OVERHEAD + batch_length])
     if computed != header.crc:
-        raise CorruptRecordError(f"batch at {pos}: CRC mismatch (stored {header.crc:#010x}, computed {computed:#010x})")
+        raise CorruptRecordError(f"batch at {at}: CRC mismatch (stored {header.crc:#010x}, computed {computed:#010x})")
     if header.attributes & _COMPRESSION_MASK > CompressionType.ZSTD:
-        raise CorruptRecordError(f"batch at {pos}: unknown compression codec {header.attributes & _COMPRESSION_MASK}")
+        raise CorruptRecordError(f"batch at {at}: unknown compression codec {header.attributes & _COMPRESSION_MASK}")
     # Compaction may remove records but keeps lastOffsetDelta, so count <= delta + 1.
     if header.last_offset_delta < 0 or not 0 <= header.records_count <= header.last_offset_delta + 1:
         raise CorruptRecordError(
-            f"batch at {pos}: {header.records_count} records with last offset delta {header.last_offset_delta}"
+            f"batch at {at}: {header.records_count} records with last offset delta {header.last_offset_delta}"
         )
     return header
 
 
-def validate_batch(data, position: int = 0, end: int | None = None) -> BatchHeader:
+def validate_batch(data, position: int = 0, end: int | None = None, *, origin: int = 0) -> BatchHeader:
     """Check the one batch at position (magic, length, CRC, counts) and return its header.
 
-    end bounds the buffer (default: its length); a batch running past it is partial.
+    end bounds the buffer (default: its length); a batch running past it is partial. Errors
+    name the batch's position as origin + position (origin: where data was read from a file).
     """
-    return _validated_header(data, position, len(data) if end is None else end)
+    return _validated_header(data, position, len(data) if end is None else end, origin)
 
 
 def iter_batches(data, *, validate: bool = True) -> Iterator[tuple[int, BatchHeader]]:
@@ -328,8 +330,10 @@ def build_batch(
     return bytes(buf)
 
 
-def _records_section(batch, position: int) -> tuple[BatchHeader, memoryview | bytes]:
-    """The header of the batch at position and its (decompressed) records section."""
+def records_section(batch, position: int = 0) -> tuple[BatchHeader, bytes | memoryview, int, int]:
+    """(header, buffer, start, end) of the records of the batch at position: an uncompressed
+    batch's records are batch[start:end] in place (no copy), a compressed one's its whole
+    decompressed section. Checks the framing (magic, length) but not the CRC."""
     if len(batch) - position < BATCH_OVERHEAD:
         raise CorruptRecordError("batch shorter than its header")
     header = read_header(batch, position)
@@ -338,113 +342,136 @@ def _records_section(batch, position: int) -> tuple[BatchHeader, memoryview | by
     end = position + header.size
     if end > len(batch) or header.batch_length < MIN_BATCH_LENGTH:
         raise CorruptRecordError("partial batch")
-    section = memoryview(batch)[position + BATCH_OVERHEAD : end]
     codec = header.attributes & _COMPRESSION_MASK
-    return header, decompress(codec, section) if codec else section
+    if codec:
+        section = decompress(codec, memoryview(batch)[position + BATCH_OVERHEAD : end])
+        return header, section, 0, len(section)
+    return header, batch, position + BATCH_OVERHEAD, end
 
 
-def _iter_records(header: BatchHeader, buf) -> Iterator[tuple]:
-    """(offset_delta, timestamp_delta, key, value, headers) of each record, fully checked."""
-    pos = 0
+def walk_records(buf, count: int, pos: int = 0, end: int | None = None) -> Iterator[tuple]:
+    """The one walk over a records section (Kafka's DefaultRecord): the `count` records in
+    buf[pos:end] (end: len(buf)), read in place, nothing copied. For each record it yields
+
+        (start, end, attributes, timestamp_delta, offset_delta,
+         key_pos, key_len, value_pos, value_len, headers)
+
+    where start:end are the record's bytes (length prefix included), a length < 0 is a null key
+    or value, and headers is a tuple of (key_pos, key_len, value_pos, value_len), () if none.
+    Strict, as Kafka's record reader: a record that does not fill exactly its declared length,
+    a field running past it, a header without a key, a negative header count, fewer than count
+    records or bytes after them raise CorruptRecordError (the validator reports the same text
+    as InvalidRecordError). One-byte varints, nearly all of them, are read inline."""
+    size = len(buf) if end is None else end
+    index = 0
     try:
-        for _ in range(header.records_count):
-            length, pos = read_varint(buf, pos)
-            record_end = pos + length
-            if length < 0 or record_end > len(buf):
-                raise CorruptRecordError("record extends past the batch")
-            pos += 1  # attributes
-            ts_delta, pos = read_varint(buf, pos)
-            offset_delta, pos = read_varint(buf, pos)
-            n, pos = read_varint(buf, pos)
-            key = None if n < 0 else bytes(buf[pos : pos + n])
-            pos += max(n, 0)
-            n, pos = read_varint(buf, pos)
-            value = None if n < 0 else bytes(buf[pos : pos + n])
-            pos += max(n, 0)
-            count, pos = read_varint(buf, pos)
-            headers = []
-            for _ in range(count):
-                n, pos = read_varint(buf, pos)
-                h_key = bytes(buf[pos : pos + n]).decode()
-                pos += n
-                n, pos = read_varint(buf, pos)
-                h_value = None if n < 0 else bytes(buf[pos : pos + n])
-                pos += max(n, 0)
-                headers.append((h_key, h_value))
-            if pos != record_end:
-                raise CorruptRecordError("record length does not match its fields")
-            yield offset_delta, ts_delta, key, value, tuple(headers)
-    except (IndexError, UnicodeDecodeError) as e:
-        raise CorruptRecordError(f"malformed record: {e}") from None
-
-
-def scan_records(batch, position: int = 0) -> Iterator[tuple[int, bool]]:
-    """(offset delta, has a key) of each record of the batch at position, for the produce
-    validator: every record must fill exactly its declared length and the records must fill
-    exactly the (decompressed) batch, or InvalidRecordError (Kafka's InvalidRecordException).
-    Fields are skipped, never copied."""
-    header, buf = _records_section(batch, position)
-    size = len(buf)
-    pos = 0
-    try:
-        for index in range(header.records_count):
+        for index in range(count):
             if pos >= size:
-                raise InvalidRecordError(f"the batch ends after {index} of its {header.records_count} records")
-            length, pos = read_varint(buf, pos)
+                raise CorruptRecordError(f"the batch ends after {index} of its {count} records")
+            start = pos
+            b = buf[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                length, pos = read_varint(buf, pos)
             record_end = pos + length
             if length <= 0 or record_end > size:
-                raise InvalidRecordError(f"record {index} of {header.records_count} runs past the batch")
-            pos = read_varint(buf, pos + 1)[1]  # attributes, timestamp delta
-            offset_delta, pos = read_varint(buf, pos)
-            n, pos = read_varint(buf, pos)  # key
-            has_key = n >= 0
-            pos += max(n, 0)
-            n, pos = read_varint(buf, pos)  # value
-            pos += max(n, 0)
-            count, pos = read_varint(buf, pos)
-            for _ in range(max(count, 0)):
-                n, pos = read_varint(buf, pos)
-                if n < 0:
-                    raise InvalidRecordError(f"record {index} has a header without a key")
-                try:  # header keys are protocol strings: clients decode them as UTF-8
-                    str(buf[pos:pos + n], "utf-8")
-                except UnicodeDecodeError:
-                    raise InvalidRecordError(f"record {index} has a header key that is not UTF-8") from None
-                pos += n
-                n, pos = read_varint(buf, pos)
-                pos += max(n, 0)
+                raise CorruptRecordError(f"record {index} of {count} runs past the batch")
+            attributes = buf[pos]
+            b = buf[pos + 1]
+            if b < 0x80:
+                timestamp_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                timestamp_delta, pos = read_varint(buf, pos + 1)
+            b = buf[pos]
+            if b < 0x80:
+                offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                offset_delta, pos = read_varint(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                key_len, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                key_len, pos = read_varint(buf, pos)
+            key_pos = pos
+            if key_len > 0:
+                pos += key_len
+            b = buf[pos]
+            if b < 0x80:
+                value_len, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                value_len, pos = read_varint(buf, pos)
+            value_pos = pos
+            if value_len > 0:
+                pos += value_len
+            b = buf[pos]
+            if b == 0:  # no headers: the common case
+                headers = ()
+                pos += 1
+            else:
+                n_headers, pos = read_varint(buf, pos)
+                if n_headers < 0:
+                    raise CorruptRecordError(f"record {index} has {n_headers} headers")
+                spans = []
+                for _ in range(n_headers):
+                    b = buf[pos]
+                    if b < 0x80:
+                        n, pos = (b >> 1) ^ -(b & 1), pos + 1
+                    else:
+                        n, pos = read_varint(buf, pos)
+                    if n < 0:
+                        raise CorruptRecordError(f"record {index} has a header without a key")
+                    h_key_pos = pos
+                    b = buf[pos + n]
+                    if b < 0x80:
+                        n_value, pos = (b >> 1) ^ -(b & 1), pos + n + 1
+                    else:
+                        n_value, pos = read_varint(buf, pos + n)
+                    spans.append((h_key_pos, n, pos, n_value))
+                    if n_value > 0:
+                        pos += n_value
+                    if pos > record_end:  # stop here: the length check below reports it
+                        break
+                headers = tuple(spans)
             if pos != record_end:
-                raise InvalidRecordError(f"record {index}: fields take {pos - record_end + length} bytes, "
+                raise CorruptRecordError(f"record {index}: fields take {pos - record_end + length} bytes, "
                                          f"its length says {length}")
-            yield offset_delta, has_key
-    except (IndexError, CorruptRecordError) as e:  # a field or varint ran off the end
-        raise InvalidRecordError(f"malformed record: {e}") from None
+            yield (start, record_end, attributes, timestamp_delta, offset_delta,
+                   key_pos, key_len, value_pos, value_len, headers)
+    except IndexError:  # a varint ran off the end of the buffer
+        raise CorruptRecordError(f"record {index} of {count} is malformed: it runs past the buffer") from None
     if pos != size:
-        raise InvalidRecordError(f"{size - pos} bytes after the batch's {header.records_count} records")
+        raise CorruptRecordError(f"{size - pos} bytes after the batch's {count} records")
 
 
 def decode_records(batch, position: int = 0) -> list[Record]:
     """Decode (and decompress) the records of the batch at position; the CRC is not re-checked."""
-    header, buf = _records_section(batch, position)
+    header, buf, start, end = records_section(batch, position)
     log_append = header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
     base_offset, base_timestamp = header.base_offset, header.base_timestamp
-    return [
-        Record(base_offset + offset_delta,
-               header.max_timestamp if log_append else base_timestamp + ts_delta,
-               key, value, headers)
-        for offset_delta, ts_delta, key, value, headers in _iter_records(header, buf)
-    ]
+    out = []
+    try:
+        for (_, _, _, ts_delta, offset_delta, key_pos, key_len, value_pos, value_len,
+             spans) in walk_records(buf, header.records_count, start, end):
+            out.append(Record(
+                base_offset + offset_delta,
+                header.max_timestamp if log_append else base_timestamp + ts_delta,
+                None if key_len < 0 else bytes(buf[key_pos : key_pos + key_len]),
+                None if value_len < 0 else bytes(buf[value_pos : value_pos + value_len]),
+                tuple((str(buf[k : k + kn], "utf-8"), None if vn < 0 else bytes(buf[v : v + vn]))
+                      for k, kn, v, vn in spans)))
+    except UnicodeDecodeError:
+        raise CorruptRecordError(f"record {len(out)} has a header key that is not UTF-8") from None
+    return out
 
 
 def _lean_section(batch, position: int) -> tuple[BatchHeader, bytes, int]:
     """(header, buffer, position of the first record) for the lean readers below: uncompressed
     records are read in place, compressed ones from their decompressed section."""
-    header = read_header(batch, position)
-    if header.attributes & _COMPRESSION_MASK or not isinstance(batch, bytes):
-        header, buf = _records_section(batch, position)
-        return header, bytes(buf), 0
-    _records_section(batch, position)  # the same checks as every other reader
-    return header, batch, position + BATCH_OVERHEAD
+    header, buf, start, end = records_section(batch, position)
+    if buf is not batch or isinstance(batch, bytes):  # a decompressed section is bytes already
+        return header, buf, start
+    return header, bytes(memoryview(batch)[start:end]), 0
 
 
 def iter_key_values(batch, position: int = 0) -> Iterator[tuple[int, bytes | None, bytes | None]]:
