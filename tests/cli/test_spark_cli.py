@@ -91,10 +91,13 @@ def test_lag_report_prints_writes_parquet_and_draws(data_dir, tmp_path):
     (tmp_path / "lag" / "old-report.txt").write_text("replaced, as --overwrite asks")
     result = _run("lag-report", "--data-dir", str(data_dir), "--output", str(tmp_path / "lag"), "--chart", str(chart),
                   "--overwrite")
-    assert _table_rows(result.stdout) == [
-        ["etl", "orders", "0", "4", "10", "6"], ["etl", "orders", "1", "6", "20", "14"],
-        ["solo", "orders", "1", "2", "20", "18"],
-        ["etl", "2", "20"], ["solo", "1", "18"]]
+    rows = _table_rows(result.stdout)
+    # Every record is stamped T: the lag in seconds is the run's now minus T.
+    assert [row[:6] + row[7:] for row in rows[:3]] == [
+        ["etl", "orders", "0", "4", "10", "6", "OK"], ["etl", "orders", "1", "6", "20", "14", "OK"],
+        ["solo", "orders", "1", "2", "20", "18", "OK"]]
+    assert all(float(row[6].replace(",", "")) > 0 for row in rows[:3])
+    assert rows[3:] == [["etl", "2", "20", "OK"], ["solo", "1", "18", "OK"]]
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((tmp_path / "lag").glob("part-*.parquet"))
     assert not (tmp_path / "lag" / "old-report.txt").exists()

@@ -132,6 +132,8 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        return f"{value:.3f}"
     return str(value)
 
 
@@ -142,7 +144,7 @@ def print_table(console, title: str, df, columns: Sequence[str], limit: int) -> 
     rows = df.select(*columns).limit(limit + 1).collect() if limit else []
     table = Table(title=title, title_justify="left")
     for name in columns:
-        numeric = name in ("partition", "committed_offset", "log_end_offset", "lag", "leader_epoch", "offsets",
+        numeric = name in ("partition", "committed_offset", "log_end_offset", "lag", "lag_seconds", "leader_epoch", "offsets",
                            "expiring", "pre_kip211_expiring", "partitions", "total_lag")
         table.add_column(name, justify="right" if numeric else "left", overflow="fold")
     for row in rows[:limit]:
@@ -178,10 +180,12 @@ def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master
 
 @spark.command("lag-report")
 @_source_options
-@click.option("--chart", default=None, help="Draw a PNG bar chart of total lag per group here.")
+@click.option("--chart", default=None, help="Draw a PNG here: total lag per group, and each group's lag over time "
+                                            "(after each commit in the offsets log).")
 def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
                        show: int, chart: str | None) -> None:
-    """Committed offset against log-end offset per group, topic and partition."""
+    """Committed offset against log-end offset per group, topic and partition, with the lag in
+    seconds and Burrow's status (from the commit history in the offsets log)."""
     from tidemark.spark.jobs import lag_report
 
     console = _console()
