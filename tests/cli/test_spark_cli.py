@@ -162,3 +162,19 @@ def test_parse_time():
     assert parse_time("2023-11-14T22:13:20Z") == T
     assert parse_time("2023-11-14T23:13:20+01:00") == T
     assert parse_time("2023-11-14T22:13:20.5") == T + 500
+
+
+def test_a_cluster_without_an_offsets_topic_is_an_error(make_broker):
+    """Nothing committed yet: one line before Spark starts, not an empty report after it."""
+    broker = make_broker().start()
+    for job in (["offsets-snapshot"], ["lag-report"], ["expiry-report", "--at", "0"]):
+        result = CliRunner().invoke(main, ["spark", *job, "--bootstrap-server", broker.bootstrap])
+        assert result.exit_code == 1
+        assert result.stderr == (f"Error: no __consumer_offsets topic on {broker.bootstrap}: no consumer group has "
+                                 f"committed offsets to it yet\n")
+        assert result.stdout == ""
+    # Listing the topics did not create it.
+    from confluent_kafka.admin import AdminClient
+
+    assert "__consumer_offsets" not in AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(
+        timeout=30).topics

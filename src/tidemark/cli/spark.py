@@ -74,9 +74,29 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
             why = unreachable(kwargs["bootstrap"], REACH_TIMEOUT_S)
             if why is not None:
                 raise click.ClickException(f"cannot reach bootstrap server {kwargs['bootstrap']}: {why}")
+            _require_offsets_topic(kwargs["bootstrap"])
         return func(**kwargs)
 
     return wrapper
+
+
+def _require_offsets_topic(bootstrap: str) -> None:
+    """A cluster no group has committed to has no __consumer_offsets: say so instead of an empty
+    report after Spark's start. All topics are listed (naming the offsets topic in a Metadata
+    request could have the cluster create it)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from tidemark.spark.clients import quiet
+
+    admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
+    try:
+        topics = admin.list_topics(timeout=REACH_TIMEOUT_S).topics
+    except KafkaException as exc:
+        raise click.ClickException(f"cannot list the topics of {bootstrap}: {exc.args[0].str()}") from None
+    if "__consumer_offsets" not in topics:
+        raise click.ClickException(f"no __consumer_offsets topic on {bootstrap}: no consumer group has committed "
+                                   f"offsets to it yet")
 
 
 def _check_output(output: str | None, overwrite: bool) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from tidemark.spark.clients import quiet
 from tidemark.spark.options import Partition, PartitionOffsets, Subscription
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ REQUEST_TIMEOUT_S = 30.0
 
 class ClusterClient:
     def __init__(self, config: dict[str, str]) -> None:
-        self._admin = AdminClient(config)
+        self._admin = AdminClient(quiet(config))
 
     def partitions(self, subscription: Subscription) -> list[Partition]:
         """The partitions a subscription covers now: new partitions show up at the next call."""

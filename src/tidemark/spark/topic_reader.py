@@ -25,6 +25,8 @@ from confluent_kafka import (
 )
 from pyspark.sql.datasource import InputPartition
 
+from tidemark.spark.clients import quiet
+
 log = logging.getLogger(__name__)
 
 TOPIC_SCHEMA = (
@@ -105,7 +107,7 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
     if not isinstance(task, OffsetRange):
         return  # Spark plans one placeholder task when a read has no partitions at all
     start = task.start
-    consumer = Consumer({
+    consumer = Consumer(quiet({
         # librdkafka's default (1 s) pauses a partition whose local queue is full for a whole
         # second; a task that only drains one partition wants it refilled at once.
         "fetch.queue.backoff.ms": 10,
@@ -115,7 +117,7 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
-    })
+    }))
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(task.topic, task.partition),
                                                   timeout=task.poll_timeout_ms / 1000)

@@ -89,10 +89,10 @@ def log_end_offsets_from_cluster(bootstrap_servers: str, partitions: Iterable[tu
     """(topic, partition, high watermark) of each partition; None for one the cluster does not have."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    # Quiet: librdkafka's own log lines (connection refused, retries) would bury the report.
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "tidemark-lag-report",
-                         "enable.auto.commit": False, "log_level": 0, "error_cb": lambda _error: None,
-                         **(config or {})})
+    from tidemark.spark.clients import quiet
+
+    consumer = Consumer(quiet({"bootstrap.servers": bootstrap_servers, "group.id": "tidemark-lag-report",
+                               "enable.auto.commit": False, **(config or {})}))
     try:
         existing: dict[str, set[int]] = {}
         result = []
