@@ -91,10 +91,13 @@ def test_lag_report_prints_writes_parquet_and_draws(data_dir, tmp_path):
     (tmp_path / "lag" / "old-report.txt").write_text("replaced, as --overwrite asks")
     result = _run("lag-report", "--data-dir", str(data_dir), "--output", str(tmp_path / "lag"), "--chart", str(chart),
                   "--overwrite")
-    assert _table_rows(result.stdout) == [
-        ["etl", "orders", "0", "4", "10", "6"], ["etl", "orders", "1", "6", "20", "14"],
-        ["solo", "orders", "1", "2", "20", "18"],
-        ["etl", "2", "20"], ["solo", "1", "18"]]
+    rows = _table_rows(result.stdout)
+    # Every record is stamped T: the lag in seconds is the run's now minus T.
+    assert [row[:6] + row[7:] for row in rows[:3]] == [
+        ["etl", "orders", "0", "4", "10", "6", "OK"], ["etl", "orders", "1", "6", "20", "14", "OK"],
+        ["solo", "orders", "1", "2", "20", "18", "OK"]]
+    assert all(float(row[6].replace(",", "")) > 0 for row in rows[:3])
+    assert rows[3:] == [["etl", "2", "20", "OK"], ["solo", "1", "18", "OK"]]
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((tmp_path / "lag").glob("part-*.parquet"))
     assert not (tmp_path / "lag" / "old-report.txt").exists()
@@ -159,3 +162,19 @@ def test_parse_time():
     assert parse_time("2023-11-14T22:13:20Z") == T
     assert parse_time("2023-11-14T23:13:20+01:00") == T
     assert parse_time("2023-11-14T22:13:20.5") == T + 500
+
+
+def test_a_cluster_without_an_offsets_topic_is_an_error(make_broker):
+    """Nothing committed yet: one line before Spark starts, not an empty report after it."""
+    broker = make_broker().start()
+    for job in (["offsets-snapshot"], ["lag-report"], ["expiry-report", "--at", "0"]):
+        result = CliRunner().invoke(main, ["spark", *job, "--bootstrap-server", broker.bootstrap])
+        assert result.exit_code == 1
+        assert result.stderr == (f"Error: no __consumer_offsets topic on {broker.bootstrap}: no consumer group has "
+                                 f"committed offsets to it yet\n")
+        assert result.stdout == ""
+    # Listing the topics did not create it.
+    from confluent_kafka.admin import AdminClient
+
+    assert "__consumer_offsets" not in AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(
+        timeout=30).topics

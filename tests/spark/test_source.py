@@ -92,7 +92,7 @@ def batch_topic(kafka) -> list[tuple]:
 def test_batch_read_gives_every_record_exactly(spark, kafka, batch_topic):
     sent = batch_topic
     df = (spark.read.format("tidemark").option("bootstrap.servers", kafka.bootstrap)
-          .option("subscribe", "batch").load())
+          .option("subscribe", "batch").option("includeHeaders", "true").load())
     assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
     rows = df.collect()
     assert len(rows) == 300
@@ -102,6 +102,27 @@ def test_batch_read_gives_every_record_exactly(spark, kafka, batch_topic):
     assert by_value[b"v7"].key == b"k7"
     assert [(h.key, h.value) for h in by_value[b"v7"].headers] == [("n", b"7")]
     assert by_value[b"v8"].headers == []
+
+
+def test_connector_options_timestamps_min_partitions_and_no_headers(spark, kafka):
+    """startingTimestamp / endingOffsetsByTimestamp pick offsets by record time, minPartitions
+    splits a partition into several tasks without a record lost or read twice, and without
+    includeHeaders there is no headers column (the connector's default)."""
+    create_topic(kafka, "stamped", 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    base = 1_700_000_000_000
+    for i in range(40):  # partition i % 2, stamped base + i seconds: offset i // 2
+        producer.produce("stamped", f"v{i}".encode(), partition=i % 2, timestamp=base + i * 1000)
+    assert producer.flush(30) == 0
+    df = (spark.read.format("tidemark").option("bootstrap.servers", kafka.bootstrap).option("subscribe", "stamped")
+          .option("startingTimestamp", str(base + 10_000))  # offset 5 in both partitions
+          .option("endingOffsetsByTimestamp", f'{{"stamped": {{"0": {base + 30_000}, "1": {base + 99_000}}}}}')
+          .option("minPartitions", "6").load())
+    assert "headers" not in df.columns
+    assert df.rdd.getNumPartitions() == 6
+    rows = sorted((r.partition, r.offset, r.value) for r in df.collect())
+    assert rows == sorted([(0, o, f"v{2 * o}".encode()) for o in range(5, 15)]
+                          + [(1, o, f"v{2 * o + 1}".encode()) for o in range(5, 20)])
 
 
 def test_batch_read_between_specific_offsets(spark, kafka, batch_topic):
@@ -260,7 +281,7 @@ def test_sink_writes_read_back_exactly(spark, kafka):
     (df.selectExpr("*", "'not-this-topic' AS topic").write.format("tidemark")
      .option("bootstrap.servers", kafka.bootstrap).option("topic", "sunk").mode("append").save())
     back = (spark.read.format("tidemark").option("bootstrap.servers", kafka.bootstrap)
-            .option("subscribe", "sunk").load().collect())
+            .option("subscribe", "sunk").option("includeHeaders", "true").load().collect())
     assert sorted((r.key.decode(), r.value, r.partition) for r in back) == sorted(
         (k, v, p) for k, v, p, _ in rows)
     for partition in (0, 1):

@@ -57,7 +57,7 @@ def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str
     # latency low while the cleaner copies segments.
     sys.setswitchinterval(0.0005)
     try:
-        asyncio.run(_serve(config, data_dir, host, port))
+        asyncio.run(_serve(config, data_dir, host, port, metrics_port is not None))
     except DataDirLockedError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -84,7 +84,8 @@ def _check_port_free(host: str, port: int, option: str) -> None:
             raise click.ClickException(_bind_error(host, port, option, exc)) from None
 
 
-async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> None:
+async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int, metrics: bool) -> None:
+    from tidemark.broker import lag_metrics
     from tidemark.broker.server import Broker
 
     broker = Broker(config, data_dir, host, port)
@@ -93,7 +94,9 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await broker.start()
+    lag_collector = lag_metrics.install(broker) if metrics else None
     # A line tests and scripts can wait for, with the real port when 0 was asked for.
     print(f"tidemark listening on {broker.host}:{broker.port}", file=sys.stderr, flush=True)
     await stop.wait()
+    lag_metrics.uninstall(lag_collector)
     await broker.stop()

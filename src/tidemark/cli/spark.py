@@ -74,9 +74,29 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
             why = unreachable(kwargs["bootstrap"], REACH_TIMEOUT_S)
             if why is not None:
                 raise click.ClickException(f"cannot reach bootstrap server {kwargs['bootstrap']}: {why}")
+            _require_offsets_topic(kwargs["bootstrap"])
         return func(**kwargs)
 
     return wrapper
+
+
+def _require_offsets_topic(bootstrap: str) -> None:
+    """A cluster no group has committed to has no __consumer_offsets: say so instead of an empty
+    report after Spark's start. All topics are listed (naming the offsets topic in a Metadata
+    request could have the cluster create it)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from tidemark.spark.clients import quiet
+
+    admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
+    try:
+        topics = admin.list_topics(timeout=REACH_TIMEOUT_S).topics
+    except KafkaException as exc:
+        raise click.ClickException(f"cannot list the topics of {bootstrap}: {exc.args[0].str()}") from None
+    if "__consumer_offsets" not in topics:
+        raise click.ClickException(f"no __consumer_offsets topic on {bootstrap}: no consumer group has committed "
+                                   f"offsets to it yet")
 
 
 def _check_output(output: str | None, overwrite: bool) -> None:
@@ -132,6 +152,8 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        return f"{value:.3f}"
     return str(value)
 
 
@@ -142,7 +164,7 @@ def print_table(console, title: str, df, columns: Sequence[str], limit: int) -> 
     rows = df.select(*columns).limit(limit + 1).collect() if limit else []
     table = Table(title=title, title_justify="left")
     for name in columns:
-        numeric = name in ("partition", "committed_offset", "log_end_offset", "lag", "leader_epoch", "offsets",
+        numeric = name in ("partition", "committed_offset", "log_end_offset", "lag", "lag_seconds", "leader_epoch", "offsets",
                            "expiring", "pre_kip211_expiring", "partitions", "total_lag")
         table.add_column(name, justify="right" if numeric else "left", overflow="fold")
     for row in rows[:limit]:
@@ -178,10 +200,12 @@ def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master
 
 @spark.command("lag-report")
 @_source_options
-@click.option("--chart", default=None, help="Draw a PNG bar chart of total lag per group here.")
+@click.option("--chart", default=None, help="Draw a PNG here: total lag per group, and each group's lag over time "
+                                            "(after each commit in the offsets log).")
 def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
                        show: int, chart: str | None) -> None:
-    """Committed offset against log-end offset per group, topic and partition."""
+    """Committed offset against log-end offset per group, topic and partition, with the lag in
+    seconds and Burrow's status (from the commit history in the offsets log)."""
     from tidemark.spark.jobs import lag_report
 
     console = _console()

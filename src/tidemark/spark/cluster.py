@@ -8,21 +8,39 @@ timeout, so a missing cluster fails the query instead of hanging it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from tidemark.spark.clients import quiet
 from tidemark.spark.options import Partition, PartitionOffsets, Subscription
 
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30.0
+T = TypeVar("T")
 
 
 class ClusterClient:
-    def __init__(self, config: dict[str, str]) -> None:
-        self._admin = AdminClient(config)
+    def __init__(self, config: dict[str, str], retries: int = 0, retry_interval_ms: int = 0) -> None:
+        self._admin = AdminClient(quiet(config))
+        # fetchOffset.numRetries / fetchOffset.retryIntervalMs: offset lookups retried on failure.
+        self.retries = retries
+        self.retry_interval_ms = retry_interval_ms
+
+    def _retrying(self, fetch: Callable[[], T]) -> T:
+        for attempt in range(self.retries + 1):
+            try:
+                return fetch()
+            except KafkaException as exc:
+                if attempt == self.retries:
+                    raise
+                log.warning("fetching offsets failed (%s), retry %d of %d", exc, attempt + 1, self.retries)
+                time.sleep(self.retry_interval_ms / 1000)
+        raise AssertionError("unreachable")
 
     def partitions(self, subscription: Subscription) -> list[Partition]:
         """The partitions a subscription covers now: new partitions show up at the next call."""
@@ -35,21 +53,27 @@ class ClusterClient:
                 found.extend((name, p) for p in topic.partitions)
         return sorted(found)
 
-    def _list_offsets(self, partitions: Iterable[Partition], spec: OffsetSpec) -> PartitionOffsets:
-        request = {TopicPartition(topic, p): spec for topic, p in partitions}
+    def _list_offsets(self, request: dict[Partition, OffsetSpec]) -> PartitionOffsets:
         if not request:
             return {}
-        futures = self._admin.list_offsets(request, request_timeout=REQUEST_TIMEOUT_S)
-        result = {}
-        for tp, future in futures.items():
-            result[(tp.topic, tp.partition)] = future.result(timeout=REQUEST_TIMEOUT_S).offset
-        return result
+
+        def fetch() -> PartitionOffsets:
+            futures = self._admin.list_offsets({TopicPartition(t, p): spec for (t, p), spec in request.items()},
+                                               request_timeout=REQUEST_TIMEOUT_S)
+            return {(tp.topic, tp.partition): future.result(timeout=REQUEST_TIMEOUT_S).offset
+                    for tp, future in futures.items()}
+
+        return self._retrying(fetch)
+
+    def for_timestamps(self, timestamps: dict[Partition, int]) -> PartitionOffsets:
+        """The first offset stamped at or after each timestamp; -1 where no record is."""
+        return self._list_offsets({p: OffsetSpec.for_timestamp(ts) for p, ts in timestamps.items()})
 
     def earliest(self, partitions: Iterable[Partition]) -> PartitionOffsets:
-        return self._list_offsets(partitions, OffsetSpec.earliest())
+        return self._list_offsets({p: OffsetSpec.earliest() for p in partitions})
 
     def latest(self, partitions: Iterable[Partition]) -> PartitionOffsets:
-        return self._list_offsets(partitions, OffsetSpec.latest())
+        return self._list_offsets({p: OffsetSpec.latest() for p in partitions})
 
     def committed(self, group_id: str, partitions: Iterable[Partition]) -> PartitionOffsets:
         """The group's committed offsets (OffsetFetch); partitions without one are left out."""

@@ -349,7 +349,9 @@ def _file_records(directory: str) -> Iterator[tuple[int, int, bytes | None, byte
 
 
 def _client_config(options: dict[str, str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"bootstrap.servers": options["bootstrap.servers"]}
+    from tidemark.spark.clients import quiet
+
+    config: dict[str, Any] = quiet({"bootstrap.servers": options["bootstrap.servers"]})
     config.update({k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")})
     return config
 

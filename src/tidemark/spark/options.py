@@ -19,6 +19,11 @@ LATEST = -1
 # Kafka's consumer falls back to "latest" when a group has no committed offset.
 DEFAULT_GROUP_FALLBACK = "latest"
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+# The connector's defaults.
+DEFAULT_GROUP_ID_PREFIX = "spark-kafka-source"
+DEFAULT_FETCH_OFFSET_RETRIES = 3
+DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 10
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
 
 Partition = tuple[str, int]
 PartitionOffsets = dict[Partition, int]
@@ -61,10 +66,16 @@ class Subscription:
 
 @dataclass(frozen=True)
 class OffsetSpec:
-    """startingOffsets / endingOffsets: "earliest", "latest", "group" or per-partition offsets."""
+    """Where a read starts or ends: "earliest", "latest", "group", "specific" (per-partition
+    offsets), "timestamp" (per-partition timestamps in `specific`) or "global_timestamp" (one
+    `timestamp` for every partition). A timestamp resolves to the first offset stamped at or after
+    it (ListOffsets by time); `unmatched` says what a partition without one gets: "error" (fail the
+    query) or "latest"."""
 
     kind: str
     specific: PartitionOffsets = field(default_factory=dict)
+    timestamp: int | None = None
+    unmatched: str = "latest"
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,13 @@ class SourceOptions:
     fail_on_data_loss: bool
     poll_timeout_ms: int
     client_config: dict[str, str]
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    min_partitions: int | None = None
+    include_headers: bool = False
+    group_id_prefix: str = DEFAULT_GROUP_ID_PREFIX
+    fetch_offset_retries: int = DEFAULT_FETCH_OFFSET_RETRIES
+    fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
 
     def consumer_config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.bootstrap_servers, **self.client_config}
@@ -86,7 +104,10 @@ class SourceOptions:
 
 SOURCE_OPTIONS = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "startingOffsets",
                   "endingOffsets", "group.id", "maxOffsetsPerTrigger", "failOnDataLoss",
-                  "kafkaConsumer.pollTimeoutMs")
+                  "kafkaConsumer.pollTimeoutMs", "startingTimestamp", "startingOffsetsByTimestamp",
+                  "startingOffsetsByTimestampStrategy", "endingTimestamp", "endingOffsetsByTimestamp",
+                  "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "includeHeaders", "groupIdPrefix",
+                  "fetchOffset.numRetries", "fetchOffset.retryIntervalMs")
 # Spark's DataFrameWriter / DataStreamWriter hand their own settings to the sink among the options.
 SINK_OPTIONS = ("bootstrap.servers", "topic", "checkpointLocation", "path")
 
@@ -138,6 +159,48 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     return number
 
 
+def _non_negative_int(options: Mapping[str, str], name: str, default: int) -> int:
+    value = options.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise OptionError(f'option "{name}" must be a non-negative integer, got {value!r}')
+    return number
+
+
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(name: str, value: str) -> int:
+    """Spark's time strings: "15m", "30s", "500ms", "1h"; a bare number is milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+    if match is None or match.group(2) not in ("", *_DURATION_UNITS_MS):
+        raise OptionError(f'option "{name}" must be a duration like 15m, 30s or 500ms, got {value!r}')
+    return int(match.group(1)) * _DURATION_UNITS_MS.get(match.group(2) or "ms", 1)
+
+
+def _timestamp_spec(options: Mapping[str, str], single: str, per_partition: str, unmatched: str
+                    ) -> OffsetSpec | None:
+    """startingTimestamp / endingTimestamp (every partition) before the ...OffsetsByTimestamp JSON."""
+    if options.get(single) is not None:
+        try:
+            return OffsetSpec("global_timestamp", timestamp=int(options[single]), unmatched=unmatched)
+        except ValueError:
+            raise OptionError(f'option "{single}" must be epoch milliseconds, got {options[single]!r}') from None
+    if options.get(per_partition) is not None:
+        try:
+            stamps = offsets_from_json(json.loads(options[per_partition]))
+        except ValueError as exc:
+            raise OptionError(f'option "{per_partition}" must look like {{"topic": {{"0": 1700000000000}}}}: '
+                              f'{exc}') from exc
+        return OffsetSpec("timestamp", stamps, unmatched=unmatched)
+    return None
+
+
 def parse_subscription(options: Mapping[str, str]) -> Subscription:
     given = [name for name in ("subscribe", "subscribePattern", "assign") if options.get(name)]
     if len(given) != 1:
@@ -181,14 +244,21 @@ def parse_offset_spec(options: Mapping[str, str], name: str, default: str, allow
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     check_known(options, SOURCE_OPTIONS)
     group_id = options.get("group.id") or options.get("kafka.group.id")
-    starting = parse_offset_spec(
-        options, "startingOffsets", "latest" if streaming else "earliest", ("earliest", "latest", "group")
-    )
+    strategy = (options.get("startingOffsetsByTimestampStrategy") or "error").lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(f'option "startingOffsetsByTimestampStrategy" must be error or latest, got {strategy!r}')
+    # The connector's precedence: startingTimestamp, then startingOffsetsByTimestamp, then startingOffsets.
+    starting = _timestamp_spec(options, "startingTimestamp", "startingOffsetsByTimestamp", strategy) or (
+        parse_offset_spec(options, "startingOffsets", "latest" if streaming else "earliest",
+                          ("earliest", "latest", "group")))
     if starting.kind == "group" and not group_id:
         raise OptionError('startingOffsets "group" needs the option "group.id"')
-    if streaming and options.get("endingOffsets"):
-        raise OptionError('option "endingOffsets" is for batch queries only')
-    ending = parse_offset_spec(options, "endingOffsets", "latest", ("latest",))
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        if streaming and options.get(name):
+            raise OptionError(f'option "{name}" is for batch queries only')
+    # An ending timestamp that matches no offset ends at the latest offset, as in the connector.
+    ending = _timestamp_spec(options, "endingTimestamp", "endingOffsetsByTimestamp", "latest") or (
+        parse_offset_spec(options, "endingOffsets", "latest", ("latest",)))
     if any(offset == EARLIEST for offset in ending.specific.values()):
         raise OptionError('endingOffsets cannot use -2 (earliest)')
     fallback = _client_config(options).get("auto.offset.reset", DEFAULT_GROUP_FALLBACK).lower()
@@ -206,6 +276,15 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
         client_config={k: v for k, v in _client_config(options).items()
                        if k not in ("bootstrap.servers", "group.id", "auto.offset.reset")},
+        min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=parse_duration_ms("maxTriggerDelay", options["maxTriggerDelay"])
+        if options.get("maxTriggerDelay") is not None else DEFAULT_MAX_TRIGGER_DELAY_MS,
+        min_partitions=_positive_int(options, "minPartitions"),
+        include_headers=_boolean(options, "includeHeaders", False),
+        group_id_prefix=options.get("groupIdPrefix") or DEFAULT_GROUP_ID_PREFIX,
+        fetch_offset_retries=_non_negative_int(options, "fetchOffset.numRetries", DEFAULT_FETCH_OFFSET_RETRIES),
+        fetch_offset_retry_interval_ms=_non_negative_int(options, "fetchOffset.retryIntervalMs",
+                                                         DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS),
     )
 
 

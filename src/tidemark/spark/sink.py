@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
+from tidemark.spark.clients import quiet
 from tidemark.spark.options import OptionError, SinkOptions
 
 FLUSH_TIMEOUT_S = 120.0
@@ -62,12 +63,12 @@ def _as_bytes(value) -> bytes | None:
 
 def write_rows(options: SinkOptions, rows: Iterator[Row]) -> WrittenRecords:
     """Produce every row, wait for all acknowledgements, fail loudly on any error."""
-    producer = Producer({
+    producer = Producer(quiet({
         "bootstrap.servers": options.bootstrap_servers,
         "linger.ms": 5,
         **options.client_config,
         "acks": "all",
-    })
+    }))
     errors: list = []
 
     def delivered(error, _message) -> None:

@@ -21,7 +21,10 @@ commits `start` to the group.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
+import uuid
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -51,7 +54,7 @@ from tidemark.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
-from tidemark.spark.topic_reader import TOPIC_SCHEMA, OffsetRange, data_loss, read_range
+from tidemark.spark.topic_reader import TOPIC_SCHEMA, TOPIC_SCHEMA_WITH_HEADERS, OffsetRange, data_loss, read_range
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,9 @@ class TidemarkDataSource(DataSource):
         return "tidemark"
 
     def schema(self) -> str:
-        return TOPIC_SCHEMA
+        # As the connector: a headers column only with includeHeaders=true.
+        include = str(self.options.get("includeHeaders", "false")).lower() == "true"
+        return TOPIC_SCHEMA_WITH_HEADERS if include else TOPIC_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return TopicBatchReader(parse_source_options(self.options, streaming=False))
@@ -87,12 +92,16 @@ class _Planner:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._client: ClusterClient | None = None
+        # The readers' group.id (they only assign and fetch, never join nor commit): the group's
+        # if one is given, else groupIdPrefix and an id of this query, as the connector names them.
+        self.reader_group_id = options.group_id or f"{options.group_id_prefix}-{uuid.uuid4()}"
 
     @property
     def client(self) -> ClusterClient:
         # Created on first use: readers are pickled on their way to the planner process.
         if self._client is None:
-            self._client = ClusterClient(self.options.consumer_config())
+            self._client = ClusterClient(self.options.consumer_config(), self.options.fetch_offset_retries,
+                                         self.options.fetch_offset_retry_interval_ms)
         return self._client
 
     def close(self) -> None:
@@ -113,6 +122,8 @@ class _Planner:
         if spec.kind == "latest":
             return self.client.latest(partitions)
         specific = spec.specific
+        if spec.kind in ("timestamp", "global_timestamp"):
+            return self._resolve_timestamps(spec, partitions, what)
         if spec.kind == "group":
             committed = self.client.committed(self.options.group_id, partitions)
             missing = [p for p in partitions if p not in committed]
@@ -127,8 +138,27 @@ class _Planner:
         return {**{p: specific[p] for p in partitions}, **self.client.earliest(earliest_wanted),
                 **self.client.latest(latest_wanted)}
 
+    def _resolve_timestamps(self, spec: OffsetSpec, partitions: list[Partition], what: str) -> PartitionOffsets:
+        """Each partition's first offset stamped at or after its timestamp; where there is none,
+        the latest offset or an error, as `spec.unmatched` says."""
+        if spec.kind == "global_timestamp":
+            stamps = {p: spec.timestamp for p in partitions}
+        else:
+            unknown = sorted(set(partitions) - set(spec.specific))
+            if unknown:
+                raise OptionError(f"{what} must give a timestamp for every partition read; missing: "
+                                  + ", ".join(f"{t}-{p}" for t, p in unknown))
+            stamps = {p: spec.specific[p] for p in partitions}
+        found = self.client.for_timestamps(stamps)
+        unmatched = sorted(p for p, offset in found.items() if offset < 0)
+        if unmatched and spec.unmatched == "error":
+            raise OptionError(f"{what}: no record stamped at or after the timestamp in "
+                              + ", ".join(f"{t}-{p} ({stamps[(t, p)]})" for t, p in unmatched)
+                              + '; startingOffsetsByTimestampStrategy=latest starts those at the latest offset')
+        return {**found, **self.client.latest(unmatched)}
+
     def offset_ranges(self, start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
-        """One task per partition with records in [start, end)."""
+        """One task per partition with records in [start, end), split further for minPartitions."""
         new = [p for p in end if p not in start]
         if new:
             # Partitions that appeared since the previous batch are read from their beginning.
@@ -142,9 +172,29 @@ class _Planner:
                 continue
             if until > since:
                 ranges.append(OffsetRange(partition[0], partition[1], since, until,
-                                          self.options.consumer_config(), self.options.fail_on_data_loss,
-                                          self.options.poll_timeout_ms))
+                                          {**self.options.consumer_config(), "group.id": self.reader_group_id},
+                                          self.options.fail_on_data_loss, self.options.poll_timeout_ms,
+                                          self.options.include_headers))
+        return split_ranges(ranges, self.options.min_partitions)
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """minPartitions: with fewer ranges than that, split each in proportion to its size (at least
+    one piece, at most one per offset), into pieces whose sizes differ by one at most."""
+    if not min_partitions or len(ranges) >= min_partitions:
         return ranges
+    total = sum(r.end - r.start for r in ranges)
+    pieces = []
+    for r in ranges:
+        size = r.end - r.start
+        count = max(1, min(size, round(size * min_partitions / total)))
+        step, extra = divmod(size, count)
+        start = r.start
+        for i in range(count):
+            end = start + step + (1 if i < extra else 0)
+            pieces.append(dataclasses.replace(r, start=start, end=end))
+            start = end
+    return pieces
 
 
 class TopicBatchReader(DataSourceReader):
@@ -187,6 +237,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned = False  # has this reader planned a batch (so `start` ends a finished one)?
         self._target: PartitionOffsets | None = None  # availableNow: read no further than this
         self._committed: PartitionOffsets | None = None
+        self._last_trigger_ms: float | None = None  # minOffsetsPerTrigger: when a batch last got data
+        self.clock = time.monotonic
 
     def initialOffset(self) -> dict:
         if self._initial is None:
@@ -215,9 +267,26 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin = {**self.planner.client.earliest(new), **begin}
         # Partitions no longer there (topic deleted) keep their last offset.
         latest = {**{p: o for p, o in begin.items() if p not in latest}, **latest}
+        if self._too_few(begin, latest):
+            return start  # no batch yet: wait for minOffsetsPerTrigger or maxTriggerDelay
         if isinstance(limit, ReadMaxRows):
             latest = limit_offsets(begin, latest, limit.max_rows)
         return offsets_to_json(latest)
+
+    def _too_few(self, begin: PartitionOffsets, latest: PartitionOffsets) -> bool:
+        """minOffsetsPerTrigger: hold a batch back while fewer offsets are available, unless
+        maxTriggerDelay has passed since the last batch that had data (or there was none yet).
+        An availableNow run reads what is there regardless, as it would otherwise never end."""
+        options = self.planner.options
+        available = sum(max(latest[p] - begin.get(p, latest[p]), 0) for p in latest)
+        if not options.min_offsets_per_trigger or self._target is not None or not available:
+            return False
+        now_ms = self.clock() * 1000
+        if (available < options.min_offsets_per_trigger and self._last_trigger_ms is not None
+                and now_ms - self._last_trigger_ms < options.max_trigger_delay_ms):
+            return True
+        self._last_trigger_ms = now_ms
+        return False
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         self._planned = True

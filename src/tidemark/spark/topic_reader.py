@@ -25,12 +25,13 @@ from confluent_kafka import (
 )
 from pyspark.sql.datasource import InputPartition
 
+from tidemark.spark.clients import quiet
+
 log = logging.getLogger(__name__)
 
-TOPIC_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
-)
+TOPIC_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                "timestampType int")
+TOPIC_SCHEMA_WITH_HEADERS = TOPIC_SCHEMA + ", headers array<struct<key: string, value: binary>>"  # includeHeaders
 ARROW_SCHEMA = pa.schema([
     ("key", pa.binary()),
     ("value", pa.binary()),
@@ -41,6 +42,7 @@ ARROW_SCHEMA = pa.schema([
     ("timestampType", pa.int32()),
     ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
 ])
+ARROW_SCHEMA_WITHOUT_HEADERS = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("headers"))
 # Kafka's TimestampType ids, which Spark's connector puts in timestampType.
 _TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
 RECORDS_PER_POLL = 10_000  # also the most rows of one Arrow batch
@@ -62,6 +64,7 @@ class OffsetRange(InputPartition):
     consumer_config: dict
     fail_on_data_loss: bool
     poll_timeout_ms: int
+    include_headers: bool = False
 
 
 def data_loss(topic: str, partition: int, start: int, end: int, why: str, fail: bool) -> None:
@@ -82,8 +85,9 @@ def _headers_column(headers: list) -> pa.Array:
     return pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in headers], _HEADERS_TYPE)
 
 
-def to_record_batch(topic: str, partition: int, messages: list) -> pa.RecordBatch:
-    """Arrow columns for records of one partition, one pass per column (no per-row objects)."""
+def to_record_batch(topic: str, partition: int, messages: list, headers: bool = True) -> pa.RecordBatch:
+    """Arrow columns for records of one partition, one pass per column (no per-row objects); the
+    headers column only if asked (includeHeaders)."""
     n = len(messages)
     timestamps = [m.timestamp() for m in messages]
     millis = pa.array([t[1] for t in timestamps], pa.int64())
@@ -96,8 +100,8 @@ def to_record_batch(topic: str, partition: int, messages: list) -> pa.RecordBatc
         # librdkafka reports -1 when a record has no timestamp.
         pc.if_else(pc.less(millis, 0), None, pc.multiply(millis, 1000)).cast(ARROW_SCHEMA.field("timestamp").type),
         pa.array([_TIMESTAMP_TYPES.get(t[0], -1) for t in timestamps], pa.int32()),
-        _headers_column([m.headers() for m in messages]),
-    ], schema=ARROW_SCHEMA)
+        *([_headers_column([m.headers() for m in messages])] if headers else []),
+    ], schema=ARROW_SCHEMA if headers else ARROW_SCHEMA_WITHOUT_HEADERS)
 
 
 def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -105,17 +109,17 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
     if not isinstance(task, OffsetRange):
         return  # Spark plans one placeholder task when a read has no partitions at all
     start = task.start
-    consumer = Consumer({
+    consumer = Consumer(quiet({
         # librdkafka's default (1 s) pauses a partition whose local queue is full for a whole
         # second; a task that only drains one partition wants it refilled at once.
         "fetch.queue.backoff.ms": 10,
-        **task.consumer_config,
         "group.id": READER_GROUP_ID,
+        **task.consumer_config,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
-    })
+    }))
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(task.topic, task.partition),
                                                   timeout=task.poll_timeout_ms / 1000)
@@ -157,7 +161,7 @@ def _consume(consumer: Consumer, task: OffsetRange, start: int) -> Iterator[pa.R
             done = True
         if records:
             next_offset = records[-1].offset() + 1
-            yield to_record_batch(task.topic, task.partition, records)
+            yield to_record_batch(task.topic, task.partition, records, task.include_headers)
         if done:
             return
 

@@ -1,10 +1,14 @@
-"""Consumer lag from the offsets log: committed offset against log-end offset.
+"""Consumer lag from the offsets log: committed offset against log-end offset, lag in time and
+Burrow's status.
 
 `lag_report` joins the offsets snapshot with the log-end offset of every committed partition:
 lag = log_end_offset - committed_offset, as kafka-consumer-groups computes it (null when the
-partition's end is unknown, e.g. its topic was deleted). `lag_per_group` sums it per group.
-Log-end offsets come from the cluster (the high watermark, through confluent-kafka on the
-driver) or, offline, from the segment files of the data directory.
+partition's end is unknown, e.g. its topic was deleted), and with each partition's lag_seconds
+and status (lag_history: from the commit history in the offsets log). `lag_per_group` sums the
+lag per group and takes its worst status. Log-end offsets come from the cluster (the high
+watermark, through confluent-kafka on the driver) or, offline, from the segment files of the
+data directory. The chart shows the total lag per group now and, once a group has commits to
+show, its lag over time (after each commit).
 
     tidemark spark lag-report (--bootstrap-server HOST:PORT | --data-dir DIR)
         [--output PATH --format parquet|csv] [--chart lag.png]
@@ -12,15 +16,20 @@ driver) or, offline, from the segment files of the data directory.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidemark import lag as lag_math
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-REPORT_COLUMNS = ("group", "topic", "partition", "committed_offset", "log_end_offset", "lag")
-PER_GROUP_COLUMNS = ("group", "partitions", "total_lag")
+REPORT_COLUMNS = ("group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "lag_seconds", "status")
+PER_GROUP_COLUMNS = ("group", "partitions", "total_lag", "status")
+CHART_WIDTH_IN = 6  # at least; wider with more groups
+CHART_PANEL_HEIGHT_IN = 4.5
 
 
 def log_end_schema():
@@ -36,22 +45,41 @@ def log_end_schema():
                        StructField("log_end_offset", LongType())])
 
 
-def lag_report(snapshot: DataFrame, log_end: DataFrame) -> DataFrame:
+def details_schema():
+    from pyspark.sql.types import DoubleType, IntegerType, StringType, StructField, StructType
+
+    return StructType([StructField("group", StringType(), False), StructField("topic", StringType(), False),
+                       StructField("partition", IntegerType(), False), StructField("lag_seconds", DoubleType()),
+                       StructField("status", StringType())])
+
+
+def lag_report(snapshot: DataFrame, log_end: DataFrame, details: DataFrame | None = None) -> DataFrame:
     """REPORT_COLUMNS per committed offset of the snapshot; `log_end` has (topic, partition,
-    log_end_offset)."""
+    log_end_offset), `details` (group, topic, partition, lag_seconds, status)."""
     from pyspark.sql import functions as F
 
-    return (snapshot.join(log_end, ["topic", "partition"], "left")
-            .withColumn("lag", F.col("log_end_offset") - F.col("committed_offset"))
-            .select(*REPORT_COLUMNS).orderBy("group", "topic", "partition"))
+    report = (snapshot.join(log_end, ["topic", "partition"], "left")
+              .withColumn("lag", F.col("log_end_offset") - F.col("committed_offset")))
+    if details is None:
+        report = report.withColumn("lag_seconds", F.lit(None).cast("double")).withColumn("status", F.lit(None).cast("string"))
+    else:
+        report = report.join(details, ["group", "topic", "partition"], "left")
+    return report.select(*REPORT_COLUMNS).orderBy("group", "topic", "partition")
 
 
 def lag_per_group(report: DataFrame) -> DataFrame:
-    """PER_GROUP_COLUMNS: committed partitions and their total lag (unknown lags left out)."""
+    """PER_GROUP_COLUMNS: committed partitions, their total lag (unknown lags left out) and the
+    worst partition's status (REWIND, STOP and STALL as ERR, as Burrow reports a group)."""
     from pyspark.sql import functions as F
 
+    levels = [lag_math.OK, lag_math.WARN, lag_math.ERR]
+    rank = F.create_map(*[F.lit(x) for status in (lag_math.OK, lag_math.WARN, lag_math.ERR, lag_math.STOP,
+                                                  lag_math.STALL, lag_math.REWIND)
+                          for x in (status, levels.index(lag_math.group_status([status])))])
     return (report.groupBy("group")
-            .agg(F.count(F.lit(1)).alias("partitions"), F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))
+            .agg(F.count(F.lit(1)).alias("partitions"), F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"),
+                 F.max(rank[F.col("status")]).alias("_worst"))
+            .withColumn("status", F.element_at(F.array(*map(F.lit, levels)), F.col("_worst") + 1))
             .select(*PER_GROUP_COLUMNS).orderBy("group"))
 
 
@@ -61,8 +89,10 @@ def log_end_offsets_from_cluster(bootstrap_servers: str, partitions: Iterable[tu
     """(topic, partition, high watermark) of each partition; None for one the cluster does not have."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "tidemark-lag-report",
-                         "enable.auto.commit": False, **(config or {})})
+    from tidemark.spark.clients import quiet
+
+    consumer = Consumer(quiet({"bootstrap.servers": bootstrap_servers, "group.id": "tidemark-lag-report",
+                               "enable.auto.commit": False, **(config or {})}))
     try:
         existing: dict[str, set[int]] = {}
         result = []
@@ -96,8 +126,13 @@ def log_end_offsets_from_data_dir(data_dir: str | Path, partitions: Iterable[tup
     return result
 
 
-def draw_chart(per_group: Iterable[tuple[str, int]], path: str | Path, title: str = "consumer lag per group") -> None:
-    """A PNG bar chart of total lag per group (matplotlib, Agg backend: no display needed)."""
+def draw_chart(per_group: Iterable[tuple[str, int]], path: str | Path, title: str = "consumer lag per group",
+               over_time: dict[str, list[tuple[int, int]]] | None = None) -> None:
+    """A PNG (matplotlib, Agg backend: no display needed): a bar chart of total lag per group and,
+    when `over_time` has a group with two points or more, a second panel with each group's total
+    lag over time ((epoch ms, lag) points, a step after each commit)."""
+    import datetime
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -105,10 +140,14 @@ def draw_chart(per_group: Iterable[tuple[str, int]], path: str | Path, title: st
     from matplotlib.ticker import MaxNLocator
 
     rows = list(per_group)
+    series = {group: points for group, points in sorted((over_time or {}).items()) if len(points) >= 2}
     groups = [group for group, _ in rows]
     lags = [lag for _, lag in rows]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(rows) + 2), 4.5))
+    width = max(CHART_WIDTH_IN, 0.6 * len(rows) + 2)
+    panels = 2 if series else 1
+    fig, axes = plt.subplots(panels, 1, figsize=(width, CHART_PANEL_HEIGHT_IN * panels), squeeze=False)
     try:
+        ax = axes[0][0]
         bars = ax.bar(range(len(rows)), lags, color="#3b7dd8")
         ax.set_xticks(range(len(rows)), groups, rotation=30 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center")
         ax.bar_label(bars, labels=[f"{lag:,}" for lag in lags], padding=2, fontsize=8)
@@ -116,6 +155,17 @@ def draw_chart(per_group: Iterable[tuple[str, int]], path: str | Path, title: st
         ax.set_title(title)
         ax.set_ylim(bottom=0, top=max([1, *lags]) * 1.15)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if series:
+            ax = axes[1][0]
+            for group, points in series.items():
+                times = [datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC) for ts, _ in points]
+                ax.step(times, [value for _, value in points], where="post", label=group)
+            ax.set_ylabel("total lag (messages)")
+            ax.set_title("lag over time (at each commit)")
+            ax.set_ylim(bottom=0)
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.legend(fontsize=8)
+            fig.autofmt_xdate()
         fig.tight_layout()
         fig.savefig(path, format="png", dpi=100)
     finally:
@@ -124,21 +174,36 @@ def draw_chart(per_group: Iterable[tuple[str, int]], path: str | Path, title: st
 
 def main(spark: SparkSession, *, bootstrap_servers: str | None = None, data_dir: str | None = None,
          output: str | None = None, fmt: str = "parquet", chart: str | None = None,
-         client_config: dict[str, Any] | None = None) -> tuple[DataFrame, DataFrame]:
-    """`tidemark spark lag-report`: (report, per group), written and charted when asked."""
+         client_config: dict[str, Any] | None = None, now_ms: int | None = None) -> tuple[DataFrame, DataFrame]:
+    """`tidemark spark lag-report`: (report, per group), written and charted when asked; time lags
+    and statuses as of `now_ms` (default: now)."""
+    from tidemark.spark.jobs import lag_history
     from tidemark.spark.jobs.common import read_offsets_log, write
     from tidemark.spark.jobs.offsets_snapshot import offsets_snapshot
 
-    snapshot = offsets_snapshot(read_offsets_log(spark, bootstrap_servers=bootstrap_servers, data_dir=data_dir)).cache()
-    partitions = [(row.topic, row.partition) for row in snapshot.select("topic", "partition").distinct().collect()]
+    records = read_offsets_log(spark, bootstrap_servers=bootstrap_servers, data_dir=data_dir).cache()
+    snapshot = offsets_snapshot(records).cache()
+    committed = {(r.group, r.topic, r.partition): r.committed_offset
+                 for r in snapshot.select("group", "topic", "partition", "committed_offset").collect()}
+    partitions = sorted({key[1:] for key in committed})
     if bootstrap_servers is not None:
         ends = log_end_offsets_from_cluster(bootstrap_servers, partitions, client_config)
+        lookups: lag_history.Lookups = lag_history.ClusterLookups(bootstrap_servers, client_config)
     else:
         ends = log_end_offsets_from_data_dir(data_dir, partitions)
-    report = lag_report(snapshot, spark.createDataFrame(ends, log_end_schema())).cache()
+        lookups = lag_history.DataDirLookups(data_dir)
+    end_of = {(topic, partition): end for topic, partition, end in ends}
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    details = lag_history.lag_details([tuple(r) for r in lag_history.commit_history(records).collect()], committed,
+                                      end_of, lookups, now_ms)
+    details_df = spark.createDataFrame([(*key, d.lag_seconds, d.status) for key, d in details.items()],
+                                       details_schema())
+    report = lag_report(snapshot, spark.createDataFrame(ends, log_end_schema()), details_df).cache()
     per_group = lag_per_group(report).cache()
     if output:
         write(report, output, fmt)
     if chart:
-        draw_chart([(row.group, row.total_lag) for row in per_group.collect()], chart)
+        current = {key: lag_math.records_lag(offset, end_of.get(key[1:])) for key, offset in committed.items()}
+        draw_chart([(row.group, row.total_lag) for row in per_group.collect()], chart,
+                   over_time=lag_history.group_lag_over_time(details, current, now_ms))
     return report, per_group
