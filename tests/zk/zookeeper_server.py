@@ -46,6 +46,7 @@ class ZooKeeperServer:
         config = self.directory / "zoo.cfg"
         config.write_text(
             "tickTime=500\n"  # session timeouts may go down to 2 ticks: 1 s
+            "maxSessionTimeout=120000\n"
             f"dataDir={data_dir}\n"
             f"clientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\n"
