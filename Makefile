@@ -41,6 +41,7 @@ bench: install
 	$(BIN)/python -m bench.spark_source
 	$(BIN)/python -m bench.offsets_log_spark
 	$(BIN)/python -m bench.restart
+	$(BIN)/python -m bench.zk_offsets
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -29,8 +29,11 @@ def zookeeper_available() -> bool:
 
 
 class ZooKeeperServer:
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, force_sync: bool = False) -> None:
+        """force_sync: fsync each transaction's log entry (ZooKeeper's default, what a benchmark
+        measures); tests run without it."""
         self.directory = directory
+        self.force_sync = force_sync
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = directory / "zookeeper.log"
@@ -53,7 +56,7 @@ class ZooKeeperServer:
             "admin.enableServer=false\n"
             "4lw.commands.whitelist=srvr,ruok\n"
             "maxClientCnxns=0\n"
-            "forceSync=no\n"  # a throwaway server: no fsync per transaction (see BENCHMARKS.md)
+            f"forceSync={'yes' if self.force_sync else 'no'}\n"
         )
         classpath = [str(ZOOKEEPER_JAR)] + ([str(SLF4J_BINDING)] if SLF4J_BINDING.exists() else [])
         log_file = open(self.log_path, "ab")
