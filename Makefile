@@ -17,9 +17,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $@
 
-# Debian packages the tests drive as real peers (kcat).
+# Debian packages the tests drive as real peers: kcat, and ZooKeeper (its server jar, started by
+# the tests themselves on a free port; the package's own service is not needed).
+ZOOKEEPER_JAR ?= /usr/share/java/zookeeper.jar
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; }
+	@[ -f $(ZOOKEEPER_JAR) ] || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq zookeeperd >/dev/null; }
 
 serve: install
 	$(BIN)/tidemark serve --listen $(LISTEN) --data-dir $(DATA_DIR)
@@ -38,6 +41,7 @@ bench: install
 	$(BIN)/python -m bench.spark_source
 	$(BIN)/python -m bench.offsets_log_spark
 	$(BIN)/python -m bench.restart
+	$(BIN)/python -m bench.zk_offsets
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -56,6 +56,12 @@ def _parse_ip_overrides(text: str) -> dict[str, int]:
     return overrides
 
 
+def _parse_offsets_storage(text: str) -> str:
+    if text.strip() not in ("kafka", "zookeeper"):
+        raise ValueError("expected kafka or zookeeper")
+    return text.strip()
+
+
 def _parse_timestamp_type(text: str) -> str:
     if text.strip() not in ("CreateTime", "LogAppendTime"):
         raise ValueError("expected CreateTime or LogAppendTime")
@@ -136,6 +142,11 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("offsets.commit.timeout.ms", 5000, 1),
         _int("offsets.load.buffer.size", 5242880, 1),
         _int("offset.metadata.max.bytes", 4096, 0),
+        # Where OffsetCommit/OffsetFetch keep offsets: the offsets topic, or ZooKeeper's znodes
+        # (OffsetCommit v0-1 and OffsetFetch v0 are served, from ZooKeeper, when it is set).
+        Setting("offsets.storage", "kafka", _parse_offsets_storage),
+        Setting("zookeeper.connect", "", str.strip),
+        _int("zookeeper.session.timeout.ms", 18000, 1),
         # The log cleaner (compaction of cleanup.policy=compact topics).
         Setting("log.cleaner.enable", True, _parse_bool),
         _int("log.cleaner.backoff.ms", 15000, 0),
@@ -228,6 +239,8 @@ class BrokerConfig:
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
             # As Kafka: refusing every address needs at least one override to let someone in.
             raise ConfigError(f"{where}max.connections.per.ip=0 needs max.connections.per.ip.overrides")
+        if self["offsets.storage"] == "zookeeper" and not self["zookeeper.connect"]:
+            raise ConfigError(f"{where}offsets.storage=zookeeper needs zookeeper.connect")
 
     @classmethod
     def load(cls, properties_file: Path | None = None, sets: Iterable[str] = ()) -> BrokerConfig:

@@ -26,7 +26,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 
-from tidemark.broker import metrics
+from tidemark.broker import metrics, zk_offsets
 from tidemark.broker.apis import (
     api_versions,
     fetch,
@@ -104,7 +104,7 @@ class Broker:
         self.port = port
         self.advertised_host = host
         self.advertised_port = port
-        self.supported_versions = supported_versions(self.handlers)
+        self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
         self.replicas = PartitionManager(config, data_dir)
         self.coordinator = GroupCoordinator(config, self.replicas, clock=self.clock)
         self._server: asyncio.base_events.Server | None = None
@@ -136,6 +136,7 @@ class Broker:
         for connection in list(self.connections):
             connection.close()
         await self.coordinator.stop()
+        await zk_offsets.close_store(self.config)
         await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=True)
 

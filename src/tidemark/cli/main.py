@@ -8,6 +8,7 @@ from tidemark.cli.groups import groups
 from tidemark.cli.offsets import offsets
 from tidemark.cli.serve import serve
 from tidemark.cli.spark import spark
+from tidemark.cli.zk import zk
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,3 +21,4 @@ main.add_command(serve)
 main.add_command(offsets)
 main.add_command(groups)
 main.add_command(spark)
+main.add_command(zk)

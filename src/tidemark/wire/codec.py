@@ -35,7 +35,7 @@ from kio.serial import entity_reader
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from . import error_responses, list_offsets_v0
+from . import error_responses, list_offsets_v0, offsets_v0
 from .build import build
 from .errors import MalformedRequest
 from .list_offsets_v0 import ListOffsetsV0Response
@@ -91,8 +91,16 @@ KIO_API_RANGES: dict[int, tuple[int, int]] = {
 """Every API kio covers, with the version range it has request and response schemas for."""
 
 CODEC_API_RANGES: dict[int, tuple[int, int]] = dict(KIO_API_RANGES)
-"""What this module can decode and encode: kio's ranges plus the hand-written ListOffsets v0."""
+"""What this module can decode and encode: kio's ranges plus the hand-written ListOffsets v0.
+(OffsetCommit v0-1 and OffsetFetch v0 are hand-written too, but only a broker with a ZooKeeper
+offset store serves them: see HAND_WRITTEN_RANGES.)"""
 CODEC_API_RANGES[LIST_OFFSETS_KEY] = (0, KIO_API_RANGES[LIST_OFFSETS_KEY][1])
+
+HAND_WRITTEN_RANGES: dict[int, tuple[int, int]] = {
+    offsets_v0.OFFSET_COMMIT_KEY: (0, KIO_API_RANGES[offsets_v0.OFFSET_COMMIT_KEY][1]),
+    offsets_v0.OFFSET_FETCH_KEY: (0, KIO_API_RANGES[offsets_v0.OFFSET_FETCH_KEY][1]),
+}
+"""The ranges with the old versions this module writes by hand, for brokers that serve them."""
 
 
 # --------------------------------------------------------------------------- decoding
@@ -117,6 +125,9 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
     if api_key == LIST_OFFSETS_KEY and api_version == 0:
         read_header = entity_reader(RequestHeaderV1)
         read_body = list_offsets_v0.read_request
+    elif (api_key, api_version) in offsets_v0.CODECS:
+        read_header = entity_reader(RequestHeaderV1)
+        read_body = offsets_v0.CODECS[api_key, api_version][0]
     else:
         try:
             schema = load_request_schema(api_key, api_version)
@@ -200,6 +211,9 @@ def _encoder_for(cls: type) -> tuple[bool, _Encoder]:
         pass
     if cls is ListOffsetsV0Response:
         enc = (False, _list_offsets_v0_writer)
+    elif (key := (getattr(cls, "__api_key__", None), getattr(cls, "__version__", None))) in offsets_v0.CODECS:
+        write = offsets_v0.CODECS[key][2]
+        enc = (False, lambda buffer, body: buffer.write(write(body)))
     else:
         if getattr(cls, "__type__", None) is not EntityType.response:
             raise TypeError(f"{cls.__name__} is not a kio response entity")
@@ -369,6 +383,8 @@ def error_response(request: Request, code: ErrorCode) -> object | None:
 
 
 def _response_schema(api_key: int, api_version: int) -> type:
+    if (api_key, api_version) in offsets_v0.CODECS:
+        return offsets_v0.CODECS[api_key, api_version][1]
     try:
         return load_response_schema(api_key, api_version)
     except Exception as e:

@@ -1,0 +1,118 @@
+"""`tidemark zk`: ZooKeeper-stored consumer offsets (Kafka's storage before the offsets topic).
+
+    tidemark zk migrate-offsets --zookeeper HOST:PORT --bootstrap-server HOST:PORT [--group G]... [--dry-run]
+
+migrate-offsets copies each group's /consumers/[group]/offsets znodes into the cluster's offsets
+topic with OffsetCommit (generation -1, as an admin commit), so the group's consumers resume
+there once they use offsets.storage=kafka. A group is refused while it has live members (a
+consumer registered under /consumers/[group]/ids, or a non-Empty group on the cluster). A
+partition whose offset the cluster already has at or past the ZooKeeper one (a group that ran
+with dual.commit.enabled) is kept: dual commit resumes from the larger of the two, and so does
+the migration. The broker must keep offsets in its log (offsets.storage=kafka) for the commits
+to land there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import click
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from tidemark.cli.groups import Cluster, GroupsError, _parse_config, common_options
+from tidemark.zk.offset_store import ZookeeperOffsetManager, ZookeeperUnavailable
+
+
+@dataclass
+class ZookeeperGroup:
+    name: str
+    members: list[str]
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+async def read_zookeeper(connect: str, groups: tuple[str, ...], timeout_s: float) -> list[ZookeeperGroup]:
+    """Every wanted group's live members and stored offsets (all groups when none is named)."""
+    store = ZookeeperOffsetManager(connect, session_timeout_ms=max(int(timeout_s * 1000), 4000))
+    store.start()
+    try:
+        names = list(groups) or await store.groups(timeout_s)
+        found = []
+        for name in names:
+            members = await store.live_members(name, timeout_s)
+            offsets = await store.fetch(name, None, timeout_s)
+            found.append(ZookeeperGroup(name, members, {tp: o for tp, o in offsets.items() if o >= 0}))
+        return found
+    finally:
+        await asyncio.to_thread(store.close)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def zk() -> None:
+    """ZooKeeper-stored consumer offsets: move them to the offsets topic."""
+
+
+@zk.command("migrate-offsets")
+@click.option("--zookeeper", "zookeeper", required=True, metavar="HOST:PORT[/chroot]",
+              help="The ZooKeeper the consumers stored their offsets in (zookeeper.connect).")
+@click.option("--group", "group_names", multiple=True, metavar="GROUP",
+              help="A group to migrate; repeatable. Default: every group under /consumers.")
+@click.option("--dry-run", is_flag=True, help="Only show what would move.")
+@common_options
+def migrate_offsets_command(zookeeper: str, group_names: tuple[str, ...], dry_run: bool, bootstrap: str,
+                            timeout_ms: int, command_config: tuple[str, ...]) -> None:
+    """Copy ZooKeeper-stored offsets of groups without live members into the offsets topic."""
+    cluster = Cluster(bootstrap, timeout_ms, _parse_config(command_config))
+    cluster.check_reachable()
+    try:
+        zk_groups = asyncio.run(read_zookeeper(zookeeper, group_names, cluster.timeout_s))
+    except ZookeeperUnavailable as exc:
+        raise GroupsError(f"Error: cannot read ZooKeeper {zookeeper}: {exc}") from exc
+    known = cluster.topic_partitions()
+    table = Table("GROUP", "TOPIC", "PARTITION", "ZOOKEEPER-OFFSET", "KAFKA-OFFSET", "RESULT",
+                  title="dry run: nothing committed" if dry_run else None)
+    refused: list[str] = []
+    stderr = Console(stderr=True)
+    with Progress(console=stderr, transient=True) as progress:
+        task = progress.add_task("migrating groups", total=len(zk_groups))
+        for group in zk_groups:
+            reason = _refusal(cluster, group)
+            if reason is not None:
+                refused.append(group.name)
+                table.add_row(group.name, "-", "-", "-", "-", f"refused: {reason}")
+                progress.advance(task)
+                continue
+            committed = cluster.committed(group.name)
+            plan: dict[tuple[str, int], int] = {}
+            rows = []
+            for (topic, partition), offset in sorted(group.offsets.items()):
+                current = committed.get((topic, partition))
+                if partition not in known.get(topic, ()):
+                    result = "skipped: unknown partition"
+                elif current is not None and current >= offset:
+                    result = "kept"
+                else:
+                    plan[topic, partition] = offset
+                    result = "would move" if dry_run else "moved"
+                rows.append((topic, partition, offset, current, result))
+            if plan and not dry_run:
+                cluster.alter_offsets(group.name, plan)
+            for topic, partition, offset, current, result in rows:
+                table.add_row(group.name, topic, str(partition), str(offset),
+                              "-" if current is None else str(current), result)
+            progress.advance(task)
+    Console(width=200).print(table)
+    if refused:
+        raise GroupsError(f"Error: {len(refused)} group(s) not migrated (live members): {', '.join(refused)}")
+
+
+def _refusal(cluster: Cluster, group: ZookeeperGroup) -> str | None:
+    """Why a group may not be migrated now, or None."""
+    if group.members:
+        return f"live ZooKeeper consumers {', '.join(group.members)}"
+    state = cluster.group_state(group.name)
+    if state not in ("Empty", "Dead"):
+        return f"group is {state} on the cluster"
+    return None

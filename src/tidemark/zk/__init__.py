@@ -1,0 +1,1 @@
+"""ZooKeeper, where Kafka consumers kept their offsets before the offsets topic (kazoo client)."""

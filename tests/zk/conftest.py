@@ -1,0 +1,30 @@
+"""A real ZooKeeper server per test module (tests.zk.zookeeper_server), and a kazoo client on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.zk.zookeeper_server import ZooKeeperServer, zookeeper_available
+
+if not zookeeper_available():
+    pytest.skip("ZooKeeper is not installed (make system-deps installs zookeeperd)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
+    """A kazoo client connected to the module's server (the tests' view of the znodes)."""
+    client = KazooClient(hosts=zookeeper.connect, timeout=10.0)
+    client.start(timeout=30)
+    yield client
+    client.stop()
+    client.close()
