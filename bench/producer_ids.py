@@ -40,6 +40,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from tests.conftest import BrokerProcess  # noqa: E402  (needs the repo root on sys.path)
 from tests.integration.raw import RawClient  # noqa: E402
+from tidemark.log import LogConfig, UnifiedLog  # noqa: E402
 from tidemark.records import build_batch  # noqa: E402
 
 PRODUCE, API_VERSIONS, INIT_PRODUCER_ID = 0, 18, 22
@@ -125,13 +126,20 @@ def restart_times(tmp: Path, total: int, producers: int, repeat: int) -> dict[tu
         with RawClient(broker.bootstrap) as client:
             assert client.create_topic("restart", configs={"segment.bytes": str(SEGMENT_BYTES)}).error_code == 0
             ids = [init_producer_id(client) for _ in range(producers)]
-            per_request = 20_000
-            sequences = dict.fromkeys(ids, 0)
-            for n in range(0, total, per_request):
-                pid = ids[(n // per_request) % producers]
-                count = min(per_request, total - n)
-                assert produce(client, "restart", batches(count, pid, sequences[pid])).error_code == 0
-                sequences[pid] += count
+        # A Produce request carries one batch per partition, so the million batches of issued ids
+        # are written into the stopped broker's log directly, 20,000 per append.
+        broker.stop()
+        log = UnifiedLog.open(broker.data_dir / "restart-0", LogConfig(segment_bytes=SEGMENT_BYTES),
+                              clean_shutdown=True)
+        per_append = 20_000
+        sequences = dict.fromkeys(ids, 0)
+        for n in range(0, total, per_append):
+            pid = ids[(n // per_append) % producers]
+            count = min(per_append, total - n)
+            log.append(batches(count, pid, sequences[pid]), now_ms=int(time.time() * 1000))
+            sequences[pid] += count
+        log.close()
+        broker.start()
         results: dict[tuple[str, bool], float] = {}
         for _ in range(repeat):
             for how in ("clean", "SIGKILL"):
