@@ -132,7 +132,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # Idempotent producer state (ProducerStateManager).
         _int("producer.id.expiration.ms", 86400000, 1),
         _int("producer.id.expiration.check.interval.ms", 600000, 1),
-        # The offsets topic and the offset manager (shared/reference/kafka-offsets-facts.md §3).
+        # The offsets topic and the offset manager (Kafka's defaults).
         _int("offsets.topic.num.partitions", 50, 1),
         _int("offsets.topic.replication.factor", 3, 1),
         _int("offsets.topic.segment.bytes", 104857600, 1, maximum=INT_MAX),  # Kafka's bounds
