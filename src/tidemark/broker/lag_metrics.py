@@ -73,7 +73,7 @@ class LagTracker:
     async def rows(self) -> tuple[list[Row], int]:
         """The rows to export (sorted, at most max_series) and how many were dropped."""
         self._tail_offsets_log()
-        now = self.broker.clock()
+        now = self.broker.clock.now_ms()
         committed = sorted(self._committed_offsets())
         dropped = max(len(committed) - self.max_series, 0)
         rows = []
@@ -122,8 +122,10 @@ class LagTracker:
         """Feed the commit records appended since the last scrape into the windows."""
         budget = TAIL_BYTES_PER_SCRAPE
         new: dict[tuple[str, str, int], tuple[bool, list[tuple[int, int]]]] = {}
-        for index, runtime in sorted(self.broker.coordinator.shards.items()):
-            partition = runtime.partition
+        for index in sorted(self.broker.coordinator.shards):
+            partition = self.broker.replicas.partition(OFFSETS_TOPIC, index)
+            if partition is None:  # the offsets topic was deleted
+                continue
             position = max(self._positions.get(index, 0), partition.log.log_start_offset)
             end = partition.high_watermark
             if position > end:  # the log was truncated or replaced: start over
