@@ -17,6 +17,7 @@ from tidemark.broker.server import Broker
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DELETE_TOPICS = (
     10, 8, 9, 11, 12, 14, 20)
+METADATA = 3
 
 
 def _commit(client, group, offset, generation=-1, member=""):
@@ -143,4 +144,26 @@ def test_deleting_the_offsets_topic_unloads_its_groups(make_broker):
         assert _commit(client, "deleted", 42) == ErrorCode.not_coordinator
         # FindCoordinator creates the topic again; its partitions load afresh, empty.
         assert _until_loaded(client, "deleted") == (ErrorCode.none, [-1])
+    broker.stop()
+
+
+def test_metadata_for_the_offsets_topic_creates_it(make_broker):
+    """Kafka creates __consumer_offsets (its own partition count, compacted, internal) when a
+    Metadata request names it, even with auto-creation off: lag monitors such as Burrow ask for its
+    partition count before anything else."""
+    broker = make_broker({"auto.create.topics.enable": "false", "offsets.topic.num.partitions": "7"}).start()
+    with RawClient(broker.bootstrap) as client:
+        for allow in (False, True):
+            response = client.request(METADATA, 12, {"topics": [{"name": "__consumer_offsets", "topic_id": None}],
+                                                     "allow_auto_topic_creation": allow,
+                                                     "include_topic_authorized_operations": False})
+            (topic,) = response.topics
+            assert (topic.error_code, topic.is_internal, len(topic.partitions)) == (ErrorCode.none, True, 7)
+        # It is the coordinator's topic: the groups in it load and serve.
+        assert _until_loaded(client, "after-metadata") == (ErrorCode.none, [-1])
+        # Other unknown topics still follow auto.create.topics.enable.
+        response = client.request(METADATA, 12, {"topics": [{"name": "not-there", "topic_id": None}],
+                                                 "allow_auto_topic_creation": True,
+                                                 "include_topic_authorized_operations": False})
+        assert response.topics[0].error_code == ErrorCode.unknown_topic_or_partition
     broker.stop()

@@ -186,10 +186,6 @@ def test_topic_configs_kafka_knows_are_accepted_unknown_refused(broker):
 def test_internal_and_duplicate_topic_names(broker):
     with RawClient(broker.bootstrap) as client:
         assert client.create_topic("__consumer_offsets").error_code == ErrorCode.invalid_request
-        response = client.request(METADATA, 12, {"topics": [{"name": "__consumer_offsets", "topic_id": None}],
-                                                 "allow_auto_topic_creation": True,
-                                                 "include_topic_authorized_operations": False})
-        assert response.topics[0].error_code == ErrorCode.unknown_topic_or_partition  # not auto-created
         twice = {"name": "dup", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
         response = client.request(19, 7, {"topics": [twice, twice], "timeout": 10000, "validate_only": False})
         assert [t.error_code for t in response.topics] == [ErrorCode.invalid_request] * 2

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker.group_coordinator import OFFSETS_TOPIC
 from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, TopicMetadata, validate_topic_name
 
 if TYPE_CHECKING:
@@ -63,6 +64,11 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
                 topics.append(topic_entry(ctx, topic) if topic else _error_entry(None, ErrorCode.unknown_topic_id))
                 continue
             topic = replicas.topic(name)
+            if topic is None and name == OFFSETS_TOPIC:
+                # Kafka creates its internal topic when asked for it, whatever auto-creation says
+                # (monitoring tools such as Burrow read its partition count before anything else).
+                ctx.coordinator.ensure_offsets_topic()
+                topic = replicas.topic(name)
             if topic is None and allow_auto_create and name not in INTERNAL_TOPICS:
                 try:
                     validate_topic_name(name)
