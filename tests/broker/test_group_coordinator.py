@@ -19,7 +19,8 @@ from tidemark.broker.errors import (
     NotLeaderOrFollowerError,
     PartitionDeletedError,
 )
-from tidemark.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
+from tidemark.broker.group_coordinator import GroupCoordinator, LoadState
+from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.broker.partition_manager import PartitionManager
 from tidemark.log.errors import LogOfflineError
 from tidemark.records.errors import RecordListTooLargeError, RecordTooLargeError

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Protocol
 from tidemark.coordinator.result import OffsetsRecord
 from tidemark.records import build_batch, iter_batches, iter_key_values
 from tidemark.records.compression import CompressionType
+from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
     from tidemark.broker.partition import Partition
     from tidemark.broker.partition_manager import PartitionManager
 
-OFFSETS_TOPIC = "__consumer_offsets"
 
 # (log offset, key, value) of one record read back for loading
 LogRecord = tuple[int, bytes | None, bytes | None]

@@ -33,14 +33,13 @@ from prometheus_client.registry import Collector
 from tidemark import lag
 from tidemark.log.errors import OffsetOutOfRangeError
 from tidemark.records import decode_records, iter_batches, iter_key_values
-from tidemark.records.offsets_schema import OffsetCommitKey, decode_key, decode_offset_commit_value
+from tidemark.records.offsets_schema import OFFSETS_TOPIC, OffsetCommitKey, decode_key, decode_offset_commit_value
 
 if TYPE_CHECKING:
     from tidemark.broker.server import Broker
 
 log = structlog.get_logger("tidemark.lag_metrics")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 TAIL_BYTES_PER_SCRAPE = 16 * 1024 * 1024
 YIELD_EVERY = 500
 SCRAPE_TIMEOUT_S = 10.0

@@ -20,9 +20,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.lag import WINDOW, Commit
-from tidemark.records.offsets_schema import OffsetCommitKey, decode_key, decode_offset_commit_value
+from tidemark.records.offsets_schema import OFFSETS_TOPIC, OffsetCommitKey, decode_key, decode_offset_commit_value
 
-OFFSETS_TOPIC = "__consumer_offsets"
 # How far back from its end an offsets partition is read for commit histories.
 HISTORY_RECORDS = 200_000
 

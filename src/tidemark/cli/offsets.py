@@ -30,6 +30,7 @@ from tidemark.log.offline import (
     topic_partition_dirs,
 )
 from tidemark.records.offsets_schema import (
+    OFFSETS_TOPIC,
     GroupMetadataKey,
     OffsetCommitKey,
     UnknownKey,
@@ -38,7 +39,6 @@ from tidemark.records.offsets_schema import (
     decode_offset_commit_value,
 )
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
 
 

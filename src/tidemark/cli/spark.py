@@ -87,6 +87,7 @@ def _require_offsets_topic(bootstrap: str) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    from tidemark.records.offsets_schema import OFFSETS_TOPIC
     from tidemark.spark.clients import quiet
 
     admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
@@ -94,7 +95,7 @@ def _require_offsets_topic(bootstrap: str) -> None:
         topics = admin.list_topics(timeout=REACH_TIMEOUT_S).topics
     except KafkaException as exc:
         raise click.ClickException(f"cannot list the topics of {bootstrap}: {exc.args[0].str()}") from None
-    if "__consumer_offsets" not in topics:
+    if OFFSETS_TOPIC not in topics:
         raise click.ClickException(f"no __consumer_offsets topic on {bootstrap}: no consumer group has committed "
                                    f"offsets to it yet")
 

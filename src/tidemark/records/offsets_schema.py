@@ -27,6 +27,7 @@ _V1_VALUE_HEAD = struct.Struct(">hqh")  # version, offset, metadata length
 _TWO_INT64 = struct.Struct(">qq")
 
 __all__ = [
+    "OFFSETS_TOPIC",
     "GROUP_METADATA_KEY_VERSION",
     "GROUP_METADATA_VALUE_VERSION",
     "OFFSET_COMMIT_KEY_VERSION",
@@ -47,6 +48,8 @@ __all__ = [
     "encode_key",
     "encode_offset_commit_value",
 ]
+
+OFFSETS_TOPIC = "__consumer_offsets"  # the topic these records live in
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2

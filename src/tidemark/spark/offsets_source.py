@@ -53,6 +53,7 @@ from pyspark.sql.types import (
 
 from tidemark.coordinator.group import Group
 from tidemark.records.offsets_schema import (
+    OFFSETS_TOPIC,
     GroupMetadataKey,
     OffsetCommitKey,
     UnknownKey,
@@ -63,7 +64,6 @@ from tidemark.records.offsets_schema import (
     decode_offset_commit_value_tuple,
 )
 
-OFFSETS_TOPIC = "__consumer_offsets"
 FORMAT = "tidemark-offsets"
 
 OFFSET_COMMIT = "offset_commit"

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker.group_coordinator import OFFSETS_TOPIC
 from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, TopicMetadata, validate_topic_name
+from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
