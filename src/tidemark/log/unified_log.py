@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 from tidemark.records import (
     BatchHeader,
     CorruptRecordError,
-    InvalidRecordError,
     RecordListTooLargeError,
     RecordTooLargeError,
     decode_records,
