@@ -404,7 +404,7 @@ def _replay(shard: CoordinatorShard, groups: int, partitions: int) -> None:
         group = f"bench-group-{g:05d}"
         keys = [encode_key(OffsetCommitKey(group, "orders", p)) for p in range(partitions)]
         for key in keys:
-            shard.replay(log_offset, key, value, loading=True, now_ms=1)
+            shard.replay(log_offset, key, value, now_ms=1)
             log_offset += 1
 
 

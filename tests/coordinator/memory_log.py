@@ -93,9 +93,9 @@ class InMemoryLog:
             info = self.append(build_batch([(r.key, r.value, (), now) for r in result.records]), now_ms=now)
             for offset, key, value in self._records():
                 if offset >= info.first_offset:
-                    shard.replay(offset, key, value, loading=False, now_ms=now)
+                    result.responses.update(shard.replay(offset, key, value, now_ms=now).responses)
         return result
 
     def replay_into(self, shard) -> None:
         for offset, key, value in self._records():
-            shard.replay(offset, key, value, loading=True, now_ms=NOW)
+            shard.replay(offset, key, value, now_ms=NOW)

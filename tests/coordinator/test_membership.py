@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.group import Group, GroupState
 from tidemark.coordinator.membership import GroupConfig, GroupMembership
@@ -97,20 +98,31 @@ class Harness:
         self.tokens = itertools.count(100)
         self.now = 0
 
-    def join(self, request: Any, version: int = 5, client_id: str = "c") -> tuple[int, Result]:
-        token = next(self.tokens)
-        return token, self.membership.join_group(request, version, token, self.now, client_id, "/127.0.0.1")
+    def committed(self, result: Result) -> Result:
+        """The result once its group records are committed and replayed (as the runtime does):
+        with the responses their replay completes."""
+        for record in result.records:
+            key = decode_key(record.key)
+            value = None if record.value is None else decode_group_metadata_value(record.value)
+            result.responses.update(self.membership.replay_group(key.group, value, self.now).responses)
+        return result
 
-    def sync(self, request: Any, version: int = 3) -> tuple[int, Result]:
+    def join(self, request: Any, version: int = 5, client_id: str = "c", commit: bool = True) -> tuple[int, Result]:
         token = next(self.tokens)
-        return token, self.membership.sync_group(request, version, token, self.now)
+        result = self.membership.join_group(request, version, token, self.now, client_id, "/127.0.0.1")
+        return token, self.committed(result) if commit else result
+
+    def sync(self, request: Any, version: int = 3, commit: bool = True) -> tuple[int, Result]:
+        token = next(self.tokens)
+        result = self.membership.sync_group(request, version, token, self.now)
+        return token, self.committed(result) if commit else result
 
     def heartbeat(self, generation: int, member_id: str, **kw: Any) -> int:
         return self.membership.heartbeat(hb_req(generation, member_id, **kw), 3, self.now)["error_code"]
 
     def poll(self, now: int) -> Result:
         self.now = now
-        return self.membership.poll(now)
+        return self.committed(self.membership.poll(now))
 
     def new_member(self, client_id: str, version: int = 5, **kw: Any) -> tuple[str, int, Result]:
         """JoinGroup as a new dynamic member: the MEMBER_ID_REQUIRED round, then the real join."""
@@ -354,12 +366,16 @@ def test_sync_append_failure_resets_and_rebalances() -> None:
         tokens.append(token)
     complete_join(h)
     tb, rb = h.sync(sync_req(1, ids[1]))
-    ta, ra = h.sync(sync_req(1, ids[0], {ids[0]: b"A", ids[1]: b"B"}))
-    assert ra.records and ra.on_append_failure is not None
-    failed = ra.on_append_failure(NOT_COORDINATOR)
-    assert set(failed) == {ta, tb}
-    assert all(resp["error_code"] == NOT_COORDINATOR for resp in failed.values())
+    ta, ra = h.sync(sync_req(1, ids[0], {ids[0]: b"A", ids[1]: b"B"}), commit=False)
     group = h.groups["g"]
+    # Nothing is applied before the record commits: no assignment, no Stable, nobody answered.
+    assert ra.records and not ra.responses
+    assert group.state is GroupState.COMPLETING_REBALANCE and all(m.assignment == b"" for m in group.members.values())
+    assert ra.on_failure is not None
+    # A timeout maps to COORDINATOR_NOT_AVAILABLE (Kafka's group-record error mapping).
+    failed = ra.on_failure(ErrorCode.request_timed_out, h.now).responses
+    assert set(failed) == {ta, tb}
+    assert all(resp["error_code"] == ErrorCode.coordinator_not_available for resp in failed.values())
     assert group.state is GroupState.PREPARING_REBALANCE
     assert all(m.assignment == b"" for m in group.members.values())
     assert h.heartbeat(1, ids[0]) == REBALANCE_IN_PROGRESS
@@ -400,7 +416,7 @@ def test_heartbeat_codes_in_every_state() -> None:
     assert h.heartbeat(1, member_id) == NONE
     assert h.groups["g"].members[member_id].last_heartbeat_ms == 5000
     h.groups["g"].transition_to(GroupState.DEAD, 5000)
-    assert h.heartbeat(1, member_id) == UNKNOWN_MEMBER_ID
+    assert h.heartbeat(1, member_id) == ErrorCode.coordinator_not_available  # Kafka's answer for Dead
 
 
 def test_heartbeat_in_preparing_rebalance_refreshes_session() -> None:
@@ -456,10 +472,10 @@ def test_last_member_leaving_empties_group_with_record() -> None:
     value = group_value(result)
     assert value == GroupMetadataValue(protocol_type="consumer", generation=group.generation, protocol=None,
                                        leader=None, current_state_timestamp=7000, members=())
-    # Kafka completes the (empty) join phase: the generation moves on and is kept.
+    # Kafka completes the (empty) join phase: the generation moves on and is kept. A failure
+    # to store it fails nothing else: the responses go as they are.
     assert value.generation == 2
-    assert result.on_append_failure is not None
-    assert result.on_append_failure(NOT_COORDINATOR) == result.responses
+    assert result.on_failure is None
     assert h.heartbeat(2, ids["a"]) == UNKNOWN_MEMBER_ID
 
 
@@ -602,14 +618,16 @@ def test_static_rejoin_append_failure_reverts_member_id() -> None:
     t1, r1 = h.join(join_req(instance="i1"))
     old_id = r1.responses[t1]["member_id"]
     h.sync(sync_req(1, old_id, {old_id: b"A"}, instance="i1"))
-    token, result = h.join(join_req(instance="i1"))
+    token, result = h.join(join_req(instance="i1"), commit=False)
     new_id = result.responses[token]["member_id"]
     assert result.responses[token]["members"] == []  # before v9: no member list, no skip
-    failed = result.on_append_failure(NOT_COORDINATOR)
-    assert failed[token]["error_code"] == NOT_COORDINATOR
     group = h.groups["g"]
+    # The new id takes the old one's place only when its record commits.
     assert group.static_members == {"i1": old_id} and list(group.members) == [old_id]
-    assert new_id not in group.members and group.leader == old_id
+    failed = result.on_failure(ErrorCode.not_leader_or_follower, h.now).responses
+    assert failed[token]["error_code"] == NOT_COORDINATOR and failed[token]["member_id"] == ""
+    assert group.static_members == {"i1": old_id} and list(group.members) == [old_id]
+    assert new_id not in group.members and group.leader == old_id and not group.pending_replacements
 
 
 def test_static_rejoin_with_changed_protocol_rebalances() -> None:

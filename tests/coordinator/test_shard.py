@@ -72,8 +72,8 @@ def test_explicit_retention_writes_a_v1_value_with_expire_timestamp():
 def test_failed_append_leaves_no_trace():
     shard = new_shard()
     result = shard.commit_offsets(commit_request("g", {"orders": [(0, 10)]}), 8, 1, NOW)
-    responses = result.on_append_failure(ErrorCode.request_timed_out)
-    assert codes(type(result)(responses=responses)) == {("orders", 0): ErrorCode.request_timed_out}
+    failed = result.on_failure(ErrorCode.request_timed_out, NOW)
+    assert codes(failed) == {("orders", 0): ErrorCode.request_timed_out}
     assert not shard.offsets.has_pending("g")
     assert shard.fetch_offsets("g", [("orders", [0])], True)[0]["partitions"][0]["committed_offset"] == -1
 
@@ -108,7 +108,7 @@ def test_replay_is_idempotent_and_loading_rebuilds_the_same_state():
             {"partition_index": 1}]}]}), 9, NOW))
     # Replaying an earlier record again (a reload racing a write) does not move the offset back.
     key, value = log.records[0]
-    shard.replay(0, key, value, loading=False, now_ms=NOW)
+    shard.replay(0, key, value, now_ms=NOW)
     assert shard.offsets.get("g", ("orders", 0)).offset == 7
 
     fresh = new_shard()

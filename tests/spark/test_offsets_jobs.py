@@ -288,7 +288,7 @@ def _coordinator_expires(at_ms: int) -> tuple[set[tuple[str, str, int]], set[str
     """What the broker's retention check tombstones at at_ms, after loading EXPIRY_RECORDS."""
     shard = CoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: True)
     for offset, (key, value) in enumerate(EXPIRY_RECORDS):
-        shard.replay(offset, key, value, loading=True, now_ms=T)
+        shard.replay(offset, key, value, now_ms=T)
     offsets, groups = set(), set()
     for record in shard.expire_offsets(at_ms, RETENTION).records:
         key = decode_key(record.key)

@@ -1,10 +1,12 @@
 """The coordinator runtime: drives one CoordinatorShard per `__consumer_offsets` partition.
 
 One writer per offsets partition (DESIGN principle 3): every event of a shard (a request or a
-timer) runs on that shard's own queue, in order. Records a handler returns are appended to the
-partition's log and the handler's responses are released only once the high watermark passes
-them (acks=all, offsets.commit.timeout.ms); then the records are replayed into the shard, which
-is also exactly how loading works.
+timer) runs on that shard's own queue, in order, and returns records and responses. Records are
+appended to the partition's log; the shard's state changes only when the high watermark passes
+them and they are replayed, in log order, by the same `CoordinatorShard.replay` that loading
+uses, whoever wrote them. Responses are released only after the records they depend on are
+replayed (acks=all, offsets.commit.timeout.ms); a write that times out is answered with its
+handler's failure path and still replayed if it commits later.
 
 The runtime reaches the log only through a `PartitionWriter` and time only through a `Clock`
 (broker/coordinator_io.py). Each shard has a load state with a checked transition table;
@@ -15,6 +17,8 @@ ignored, so a stale load or unload can never finish over a newer one.
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import enum
 import itertools
 import time
@@ -96,9 +100,13 @@ class ShardRuntime:
         self.epoch = -1
         self.shard: CoordinatorShard | None = None
         self.writer: PartitionWriter | None = None
-        self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Result]]] = asyncio.Queue()
-        self._tasks: set[asyncio.Task[Any]] = set()  # load, event loop, tail replay
-        self._in_flight: dict[asyncio.Task[None], tuple[Result, asyncio.Future[Result]]] = {}
+        # (event, its future, released at once: a failure path, which waits for no write)
+        self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Result], bool]] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[Any]] = set()  # load, event loop, high watermark follower
+        self._pending: collections.deque[_PendingWrite] = collections.deque()  # in log order
+        self._replayed_to = 0  # the shard holds every committed record below this offset
+        self._last_written = 0  # the end of this leadership's last append
+        self._log_failed: ErrorCode | None = None  # the partition's log failed under this leadership
         self._wakeup: Cancellable | None = None
         self._wakeup_at: int | None = None
         self._retry: Cancellable | None = None
@@ -158,16 +166,19 @@ class ShardRuntime:
         self._wakeup = self._wakeup_at = self._retry = None
         unavailable = ShardNotAvailable(ErrorCode.not_coordinator)
         while not self._queue.empty():
-            _, future = self._queue.get_nowait()
+            _, future, _immediate = self._queue.get_nowait()
             if not future.done():
                 future.set_exception(unavailable)
-        for task, (result, future) in list(self._in_flight.items()):
-            task.cancel()
-            self._fail(result, future, ErrorCode.not_coordinator)
-        self._in_flight.clear()
-        if self.shard is not None:
-            for group_id in list(self.shard.groups):  # held JoinGroup/SyncGroup requests
-                self.runtime.release(self.shard.membership.remove_group(group_id, self.clock.now_ms()))
+        now = self.clock.now_ms()
+        for write in self._pending:  # their commits are no longer this broker's to wait for
+            if write.timeout is not None:
+                write.timeout.cancel()
+            if not write.answered:
+                on_failure = write.result.on_failure
+                self._answer(write, on_failure(ErrorCode.not_leader_or_follower, now) if on_failure else write.result)
+        self._pending.clear()
+        if self.shard is not None:  # held JoinGroup/SyncGroup requests: NOT_COORDINATOR (Kafka's onUnloaded)
+            self.runtime.release(self.shard.unloaded(now))
         self.shard = None
         self.writer = None
         self.transition_to(LoadState.UNLOADED)
@@ -197,12 +208,13 @@ class ShardRuntime:
         config = self.runtime.config
         self.shard.schedule_retention_check(self.clock.now_ms(), config["offsets.retention.check.interval.ms"],
                                             config["offsets.retention.minutes"] * 60_000)
+        # Records an earlier leadership appended and not committed yet are replayed as the high
+        # watermark passes them, read from the log; this leadership's own appends follow them.
+        self._replayed_to = position
+        self._last_written = self.writer.log_end_offset
+        self._log_failed = None
         self._spawn(self._run(), f"coordinator-{self.index}")
-        # Records an earlier leadership appended that are not committed yet: replayed as the
-        # high watermark passes them. Everything from here on is this shard's own appends.
-        own_from = self.writer.log_end_offset
-        if position < own_from:
-            self._spawn(self._replay_tail(epoch, position, own_from), f"coordinator-tail-{self.index}")
+        self._spawn(self._follow_high_watermark(epoch), f"coordinator-replay-{self.index}")
         self._arm_timer()
 
     def _failed(self, epoch: int) -> None:
@@ -257,7 +269,7 @@ class ShardRuntime:
                              position=position, end=end)
             now = self.clock.now_ms()
             for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
-                shard.replay(offset, key, value, loading=True, now_ms=now)
+                shard.replay(offset, key, value, now_ms=now)  # nothing waits on a loading shard
                 if replayed % 10_000 == 0:
                     await asyncio.sleep(0)
             keys += len(latest)
@@ -268,32 +280,11 @@ class ShardRuntime:
                  records_per_second=round(records / seconds) if seconds > 0 else None)
         return position
 
-    async def _replay_tail(self, epoch: int, position: int, end: int) -> None:
-        """Replay [position, end) as the high watermark passes it."""
-        writer = self.writer
-        assert writer is not None
-        while position < end and epoch == self.epoch and self.state is LoadState.ACTIVE:
-            high_watermark = writer.high_watermark
-            if high_watermark <= position:
-                try:
-                    await writer.wait_for_high_watermark(position + 1)
-                except Exception:  # noqa: BLE001 - the partition went away: its unload follows
-                    return
-                continue
-            chunk, after = writer.read(position, min(high_watermark, end))
-            if after <= position:
-                return
-            assert self.shard is not None
-            now = self.clock.now_ms()
-            for offset, key, value in chunk:
-                self.shard.replay(offset, key, value, loading=True, now_ms=now)
-            position = after
-
     # -- events -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
         while True:
-            event, future = await self._queue.get()
+            event, future, immediate = await self._queue.get()
             if future.done():
                 continue
             shard = self.shard
@@ -304,7 +295,11 @@ class ShardRuntime:
                 log.exception("coordinator_event_failed", partition=self.index)
                 future.set_exception(exc)
                 continue
-            self._complete(result, future)
+            if immediate:
+                self.runtime.release(result)
+                future.set_result(result)
+            else:
+                self._complete(result, future)
             self._arm_timer()
 
     def submit(self, event: Event) -> asyncio.Future[Result]:
@@ -312,63 +307,118 @@ class ShardRuntime:
         if self.state is not LoadState.ACTIVE:
             raise ShardNotAvailable(NOT_ACTIVE_ERRORS[self.state])
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((event, future))
+        self._queue.put_nowait((event, future, False))
         return future
 
     def _complete(self, result: Result, future: asyncio.Future[Result]) -> None:
-        """Append the result's records; release its responses once they are committed."""
-        if not result.records:
-            self.runtime.release(result)
-            future.set_result(result)
-            return
+        """Append the result's records; its responses wait until the high watermark passes them
+        (a result without records waits for every earlier write: what it read may depend on
+        them, as in Kafka's runtime)."""
         assert self.writer is not None
-        try:
-            end = self.writer.append(result.records, self.clock.now_ms())
-        except Exception as exc:  # noqa: BLE001 - mapped to the coordinator's error codes
-            self._fail(result, future, _append_error(exc))
-            return
-        committed = self.writer.wait_for_high_watermark(end)
-        task = asyncio.get_running_loop().create_task(
-            self._await_commit(result, future, committed, end - len(result.records)))
-        self._in_flight[task] = (result, future)
-        task.add_done_callback(lambda t: self._in_flight.pop(t, None))
-
-    async def _await_commit(self, result: Result, future: asyncio.Future[Result], committed: asyncio.Future[None],
-                            first_offset: int) -> None:
-        """Wait for the high watermark to pass the records, at most offsets.commit.timeout.ms."""
-        timed_out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        deadline = self.clock.now_ms() + self.runtime.config["offsets.commit.timeout.ms"]
-        timeout = self.clock.call_at(deadline, lambda: timed_out.done() or timed_out.set_result(None))
-        try:
-            await asyncio.wait((committed, timed_out), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timeout.cancel()
-            timed_out.cancel()
-        if not committed.done():
-            committed.cancel()
-            self._fail(result, future, ErrorCode.request_timed_out)
-            return
-        if committed.exception() is not None:
-            self._fail(result, future, _append_error(committed.exception()))
-            return
-        if future.done() or self.shard is None:
-            return
         now = self.clock.now_ms()
-        for offset, record in enumerate(result.records, start=first_offset):
-            self.shard.replay(offset, record.key, record.value, loading=False, now_ms=now, decoded=record.decoded)
-        self.runtime.release(result)
-        future.set_result(result)
-        self._arm_timer()
-
-    def _fail(self, result: Result, future: asyncio.Future[Result], code: ErrorCode) -> None:
-        if future.done():
+        if self._log_failed is not None:  # nothing written from here on can commit
+            self._write_failed(_PendingWrite(self._last_written, self._last_written, result, future), self._log_failed)
             return
-        responses = result.on_append_failure(code) if result.on_append_failure else {}
-        result.responses = responses
+        if result.records:
+            try:
+                end = self.writer.append(result.records, now)
+            except Exception as exc:  # noqa: BLE001 - nothing was written: the handler's failure path
+                self._write_failed(_PendingWrite(self._last_written, self._last_written, result, future),
+                                   error_code_for(exc))
+                return
+            write = _PendingWrite(end - len(result.records), end, result, future)
+            self._last_written = end
+        else:
+            write = _PendingWrite(self._last_written, self._last_written, result, future)
+        if write.end <= self._replayed_to:
+            self._released(write)
+            return
+        write.timeout = self.clock.call_at(now + self.runtime.config["offsets.commit.timeout.ms"],
+                                           lambda: self._write_failed(write, ErrorCode.request_timed_out))
+        self._pending.append(write)
+
+    def _write_failed(self, write: _PendingWrite, code: ErrorCode) -> None:
+        """An append that failed, or was not committed in time: answer its requests through the
+        handler's failure path. A timed-out write stays pending: if it commits later it is
+        replayed like any other (the log, not the answer, decides the state)."""
+        if write.answered:
+            return
+        on_failure = write.result.on_failure
+        if on_failure is None:
+            self._answer(write, write.result)
+        else:
+            write.answered = True
+            self._queue.put_nowait((lambda _shard, now: on_failure(code, now), write.future, True))
+
+    def _released(self, write: _PendingWrite) -> None:
+        """The write's records are committed and replayed: its responses go."""
+        if write.timeout is not None:
+            write.timeout.cancel()
+        if not write.answered:
+            self._answer(write, write.result)
+
+    def _answer(self, write: _PendingWrite, result: Result) -> None:
+        write.answered = True
         self.runtime.release(result)
-        future.set_result(result)
-        if self.state is LoadState.ACTIVE:
-            self._arm_timer()
+        if not write.future.done():
+            write.future.set_result(result)
+
+    # -- replay: the one path by which the shard's state changes --------------------------------
+
+    async def _follow_high_watermark(self, epoch: int) -> None:
+        """Replay records as the high watermark passes them, and release what waited on them."""
+        writer = self.writer
+        assert writer is not None
+        while epoch == self.epoch and self.state is LoadState.ACTIVE:
+            self._advance()
+            high_watermark = writer.high_watermark
+            waiting_for = self._replayed_to + 1 if high_watermark <= self._replayed_to else high_watermark + 1
+            try:
+                await writer.wait_for_high_watermark(waiting_for)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the log failed or went away (its unload follows)
+                self._log_failed = error_code_for(exc)
+                for write in list(self._pending):
+                    self._write_failed(write, self._log_failed)
+                return
+
+    def _advance(self) -> None:
+        """Replay [replayed_to, high watermark): this shard's own writes from the records they
+        carry, anything else (an earlier leadership's tail) read from the log."""
+        writer, shard = self.writer, self.shard
+        assert writer is not None and shard is not None
+        high_watermark = writer.high_watermark
+        pending = self._pending
+        replayed = Result()
+        while True:
+            write = pending[0] if pending else None
+            if write is not None and write.end <= self._replayed_to:
+                pending.popleft()
+                self.runtime.release(replayed)
+                replayed = Result()
+                self._released(write)
+                continue
+            if self._replayed_to >= high_watermark:
+                break
+            now = self.clock.now_ms()
+            if write is not None and write.first == self._replayed_to:
+                if write.end > high_watermark:
+                    break  # a batch commits whole
+                for offset, record in enumerate(write.result.records, start=write.first):
+                    replayed.merge(shard.replay(offset, record.key, record.value, now_ms=now,
+                                                decoded=record.decoded))
+                self._replayed_to = write.end
+                continue
+            upper = high_watermark if write is None else min(high_watermark, write.first)
+            chunk, after = writer.read(self._replayed_to, upper)
+            if after <= self._replayed_to:
+                break  # nothing readable below the high watermark
+            for offset, key, value in chunk:
+                replayed.merge(shard.replay(offset, key, value, now_ms=now))
+            self._replayed_to = after
+        self.runtime.release(replayed)
+        self._arm_timer()
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -390,28 +440,25 @@ class ShardRuntime:
         self._wakeup = self._wakeup_at = None
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_consume_result)
-        self._queue.put_nowait((lambda shard, now: shard.poll(now), future))
+        self._queue.put_nowait((lambda shard, now: shard.poll(now), future, False))
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingWrite:
+    """A result waiting for the high watermark: records at [first, end) (first == end: none)."""
+
+    first: int
+    end: int
+    result: Result
+    future: asyncio.Future[Result]
+    timeout: Cancellable | None = None
+    answered: bool = False
 
 
 def _consume_result(future: asyncio.Future[Result]) -> None:
     """For events nobody awaits (timers): their failures are already logged by the shard loop."""
     if not future.cancelled():
         future.exception()
-
-
-def _append_error(exc: BaseException) -> ErrorCode:
-    """Facts §4: how a failed append of offsets records reaches the client."""
-    code = error_code_for(exc)
-    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
-                ErrorCode.not_enough_replicas_after_append):
-        return ErrorCode.coordinator_not_available
-    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_record):
-        return ErrorCode.invalid_commit_offset_size
-    if code is ErrorCode.request_timed_out:
-        return code
-    return ErrorCode.unknown_server_error
 
 
 class GroupCoordinator:

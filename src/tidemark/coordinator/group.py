@@ -11,6 +11,8 @@ import dataclasses
 import enum
 import struct
 
+from kio.schema.errors import ErrorCode
+
 from tidemark.records.offsets_schema import GroupMetadataValue, MemberMetadata
 
 
@@ -103,6 +105,12 @@ class Group:
         # Members that have not sent SyncGroup since the join phase completed, and the deadline.
         self.pending_sync: set[str] = set()
         self.sync_deadline_ms: int | None = None
+        # Its tombstone is written and not yet committed: requests that would change it are
+        # answered as for a Dead group; reads still see the committed (Empty) group.
+        self.deleting = False
+        # Static members rejoining under a new member id whose group record is not committed
+        # yet: new member id -> (protocols, rebalance timeout, session timeout) of that JoinGroup.
+        self.pending_replacements: dict[str, tuple[tuple[tuple[str, bytes], ...], int, int]] = {}
 
     def __repr__(self) -> str:
         return (f"Group({self.group_id!r}, {self.state.value}, generation={self.generation}, "
@@ -117,8 +125,45 @@ class Group:
         self.state = state
         self.state_timestamp_ms = now_ms
 
+    @property
+    def is_dead(self) -> bool:
+        """Dead as a request that would change the group sees it: removed, or being deleted."""
+        return self.state is GroupState.DEAD or self.deleting
+
     def is_empty(self) -> bool:
         return not self.members
+
+    # -- validation (Kafka's ClassicGroup.validateOffsetCommit, validateDeleteGroup) -----------
+
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode | None:
+        """Why an OffsetCommit to this group is refused, in Kafka's order, or None."""
+        if self.is_dead:
+            return ErrorCode.coordinator_not_available
+        if generation < 0 and self.state is GroupState.EMPTY:
+            return None  # an admin or standalone commit to a group with no members
+        if generation >= 0 or member_id or instance_id is not None:
+            if instance_id is not None:
+                current = self.static_members.get(instance_id)
+                if current is None:
+                    return ErrorCode.unknown_member_id
+                if current != member_id:
+                    return ErrorCode.fenced_instance_id
+            elif member_id not in self.members:
+                return ErrorCode.unknown_member_id
+            if generation != self.generation:
+                return ErrorCode.illegal_generation
+        elif self.state is not GroupState.EMPTY:
+            return ErrorCode.unknown_member_id  # no member, no generation: only an Empty group
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return None
+
+    def validate_delete_group(self) -> ErrorCode | None:
+        if self.is_dead:
+            return ErrorCode.group_id_not_found
+        if self.state is not GroupState.EMPTY:
+            return ErrorCode.non_empty_group
+        return None
 
     def has_member(self, member_id: str) -> bool:
         return member_id in self.members
@@ -230,13 +275,16 @@ class Group:
 
     # -- persistence ---------------------------------------------------------------------------
 
-    def to_metadata_value(self) -> GroupMetadataValue:
+    def to_metadata_value(self, assignments: dict[str, bytes] | None = None,
+                          state_timestamp_ms: int | None = None) -> GroupMetadataValue:
+        """The group's record; with `assignments`, as it will be once they are stored (SyncGroup)."""
+        timestamp = self.state_timestamp_ms if state_timestamp_ms is None else state_timestamp_ms
         return GroupMetadataValue(
             protocol_type=self.protocol_type or "",
             generation=self.generation,
             protocol=self.protocol,
             leader=self.leader,
-            current_state_timestamp=-1 if self.state_timestamp_ms is None else self.state_timestamp_ms,
+            current_state_timestamp=-1 if timestamp is None else timestamp,
             members=tuple(
                 MemberMetadata(
                     member_id=m.member_id,
@@ -246,7 +294,7 @@ class Group:
                     rebalance_timeout=m.rebalance_timeout_ms,
                     session_timeout=m.session_timeout_ms,
                     subscription=m.metadata(self.protocol),
-                    assignment=m.assignment,
+                    assignment=m.assignment if assignments is None else assignments.get(m.member_id, b""),
                 )
                 for m in self.members.values()
             ),

@@ -10,6 +10,7 @@ Responses are dicts with Kafka's field names, every field any version needs.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import functools
@@ -20,9 +21,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.group import Group, GroupState, Member
-from tidemark.coordinator.result import OffsetsRecord, Result
+from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
-from tidemark.records.offsets_schema import GroupMetadataKey, encode_group_metadata_value, encode_key
+from tidemark.records.offsets_schema import GroupMetadataKey, GroupMetadataValue, encode_group_metadata_value, encode_key
 from tidemark.wire import error_responses
 
 # Kafka bounds how long a member may sit in its first JoinGroup without being answered.
@@ -118,7 +119,7 @@ class GroupMembership:
             if member_id:
                 return fail(ErrorCode.unknown_member_id)
             group = Group(group_id, now_ms)
-        if group.state is GroupState.DEAD:
+        if group.is_dead:
             # Being removed (unloaded or deleted): let the client find the coordinator again.
             return fail(ErrorCode.coordinator_not_available)
         if not self._accept_joining_member(group, member_id):
@@ -138,7 +139,7 @@ class GroupMembership:
         if group.state is GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None \
                 and group.join_deadline_ms <= now_ms:
             self._on_join_deadline(group, now_ms, result)
-        return self._finish(result)
+        return result
 
     def _accept_joining_member(self, group: Group, member_id: str) -> bool:
         max_size = self.config.max_size
@@ -225,56 +226,21 @@ class GroupMembership:
     def _update_static_member_and_rebalance(self, group: Group, old_id: str, new_id: str, join: _Join,
                                             result: Result) -> None:
         assert join.instance_id is not None
+        if group.state is GroupState.STABLE and group.protocol == self._protocol_with(group, old_id, join):
+            self._replace_stable_static_member(group, old_id, new_id, join, result)
+            return
+        # Rebalancing anyway: the new incarnation takes the old one's place at once (nothing of
+        # it is persisted until the rebalance completes).
         old_member = group.members[old_id]
-        saved = (old_member.protocols, old_member.rebalance_timeout_ms, old_member.session_timeout_ms,
-                 old_member.last_heartbeat_ms)
-        old_leader = group.leader
-        # The old incarnation is fenced at once, including any request it has held here.
-        if old_member.join_token is not None:
-            result.respond(old_member.join_token, error_responses.join_group(
-                old_member.join_version, ErrorCode.fenced_instance_id, old_id))
-            old_member.join_token = None
-        if old_member.sync_token is not None:
-            result.respond(old_member.sync_token, error_responses.sync_group(ErrorCode.fenced_instance_id))
-            old_member.sync_token = None
+        self._fence(old_member, result)
         member = group.replace_static_member(join.instance_id, old_id, new_id)
         member.protocols = join.protocols
         member.rebalance_timeout_ms = join.rebalance_timeout_ms
         member.session_timeout_ms = join.session_timeout_ms
         member.last_heartbeat_ms = join.now_ms
         self._set_join(member, join, result)
-
         if group.state is GroupState.STABLE:
-            if group.protocol == group.select_protocol():
-                # No rebalance: persist the new member id and answer with the current generation.
-                member.join_token = None
-                is_leader = group.is_leader(new_id)
-                skip = is_leader and join.version >= 9
-                result.respond(join.token, _join_response(
-                    join.version, ErrorCode.none, new_id, generation=group.generation,
-                    protocol_type=group.protocol_type, protocol=group.protocol, leader=group.leader or "",
-                    members=self._member_list(group) if skip else None, skip_assignment=skip))
-                result.records.append(self._group_record(group))
-                generation = group.generation
-                others = {t: r for t, r in result.responses.items() if t != join.token}
-
-                def revert(error: int) -> dict[int, Any]:
-                    if group.members.get(new_id) is member and group.generation == generation:
-                        reverted = group.replace_static_member(join.instance_id, new_id, old_id)
-                        (reverted.protocols, reverted.rebalance_timeout_ms, reverted.session_timeout_ms,
-                         reverted.last_heartbeat_ms) = saved
-                        group.leader = old_leader if old_leader in group.members else group.leader
-                        self.reschedule(group.group_id)
-                    responses = dict(others)
-                    responses[join.token] = _join_response(
-                        join.version, error, "", generation=group.generation,
-                        protocol_type=group.protocol_type, protocol=group.protocol,
-                        leader=group.leader or "")
-                    return responses
-
-                result.on_append_failure = revert
-            else:
-                self._maybe_prepare_rebalance(group, join.now_ms, result)
+            self._maybe_prepare_rebalance(group, join.now_ms, result)
         elif group.state is GroupState.COMPLETING_REBALANCE:
             # The leader may already be assigning to the old member id: rebalance again.
             self._prepare_rebalance(group, join.now_ms, result)
@@ -282,6 +248,56 @@ class GroupMembership:
             pass  # wait for the join phase like everyone else
         else:
             raise AssertionError(f"static member in group {group.group_id!r} in state {group.state.value}")
+
+    @staticmethod
+    def _protocol_with(group: Group, old_id: str, join: _Join) -> str:
+        """The protocol the group would select with the member's new protocols."""
+        member = group.members[old_id]
+        saved = member.protocols
+        member.protocols = join.protocols
+        try:
+            return group.select_protocol()
+        finally:
+            member.protocols = saved
+
+    def _replace_stable_static_member(self, group: Group, old_id: str, new_id: str, join: _Join,
+                                      result: Result) -> None:
+        """A static member rejoins a Stable group under a new id with nothing to rebalance: the
+        new id is persisted, and takes the old one's place when that record is replayed."""
+        assert join.instance_id is not None
+        image = copy.deepcopy(group)
+        image.replace_static_member(join.instance_id, old_id, new_id).protocols = join.protocols
+        result.records.append(self._group_record(image))
+        group.pending_replacements[new_id] = (join.protocols, join.rebalance_timeout_ms, join.session_timeout_ms)
+        is_leader = image.is_leader(new_id)
+        skip = is_leader and join.version >= 9
+        # Before v9 the member must not run an assignment again: it is told the leader from
+        # before its replacement (KIP-814 gave v9+ skip_assignment instead).
+        leader = image.leader if join.version >= 9 else group.leader
+        result.respond(join.token, _join_response(
+            join.version, ErrorCode.none, new_id, generation=group.generation,
+            protocol_type=group.protocol_type, protocol=group.protocol, leader=leader or "",
+            members=self._member_list(image) if skip else None, skip_assignment=skip))
+        generation = group.generation
+
+        def failed(code: ErrorCode, _now_ms: int) -> Result:
+            group.pending_replacements.pop(new_id, None)
+            return Result().respond(join.token, _join_response(
+                join.version, group_append_error(code), "", generation=generation,
+                protocol_type=group.protocol_type, protocol=group.protocol, leader=group.leader or ""))
+
+        result.on_failure = failed
+
+    @staticmethod
+    def _fence(member: Member, result: Result) -> None:
+        """The old incarnation of a static member is fenced, including requests it has held."""
+        if member.join_token is not None:
+            result.respond(member.join_token, error_responses.join_group(
+                member.join_version, ErrorCode.fenced_instance_id, member.member_id))
+            member.join_token = None
+        if member.sync_token is not None:
+            result.respond(member.sync_token, error_responses.sync_group(ErrorCode.fenced_instance_id))
+            member.sync_token = None
 
     def _joined_response(self, group: Group, member: Member, version: int) -> dict[str, Any]:
         is_leader = group.is_leader(member.member_id)
@@ -396,18 +412,11 @@ class GroupMembership:
         # Leaving Stable or CompletingRebalance with nobody left completes the join at once.
         self._maybe_complete_join(group, now_ms, result)
 
-    def _group_record(self, group: Group) -> OffsetsRecord:
-        return OffsetsRecord(encode_key(GroupMetadataKey(group.group_id)),
-                             encode_group_metadata_value(group.to_metadata_value()))
-
     @staticmethod
-    def _finish(result: Result) -> Result:
-        if result.records and result.on_append_failure is None:
-            # A group record that fails to store (e.g. the empty-group record) fails nothing
-            # else in Kafka: release the responses as they are.
-            responses = dict(result.responses)
-            result.on_append_failure = lambda error: dict(responses)
-        return result
+    def _group_record(group: Group, value: GroupMetadataValue | None = None) -> OffsetsRecord:
+        value = group.to_metadata_value() if value is None else value
+        return OffsetsRecord(encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value),
+                             (GroupMetadataKey(group.group_id), value))
 
     # -- SyncGroup --------------------------------------------------------------------------------
 
@@ -432,7 +441,7 @@ class GroupMembership:
         group = self.groups.get(group_id)
         if group is None:
             return fail(ErrorCode.unknown_member_id)
-        if group.state is GroupState.DEAD:
+        if group.is_dead:
             return fail(ErrorCode.coordinator_not_available)
         if group.is_static_member_fenced(instance_id, member_id):
             return fail(ErrorCode.fenced_instance_id)
@@ -465,36 +474,27 @@ class GroupMembership:
         if not group.is_leader(member_id):
             return result
 
+        # The leader's assignment: persisted first, applied (Stable, every held SyncGroup
+        # answered) when its record is replayed.
         assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
-        for m in group.members.values():
-            m.assignment = assignments.get(m.member_id, b"")
-        group.transition_to(GroupState.STABLE, now_ms)
-        result.records.append(self._group_record(group))
-        answered: list[int] = []
-        for m in group.members.values():
-            if m.sync_token is not None:
-                result.respond(m.sync_token, _sync_response(
-                    ErrorCode.none, protocol_type=group.protocol_type, protocol=group.protocol,
-                    assignment=m.assignment))
-                answered.append(m.sync_token)
-                m.sync_token = None
-                m.last_heartbeat_ms = now_ms
-        generation = group.generation
-        others = {t: r for t, r in result.responses.items() if t not in answered}
+        result.records.append(self._group_record(group, group.to_metadata_value(assignments, now_ms)))
+        result.on_failure = functools.partial(self._assignment_not_stored, group, group.generation)
+        return result
 
-        def on_append_failure(error: int, failed_at_ms: int | None = None) -> dict[int, Any]:
-            # Kafka: storing the assignment failed, so reset it and rebalance.
-            if self.groups.get(group.group_id) is group and group.generation == generation \
-                    and group.state is GroupState.STABLE:
-                for m in group.members.values():
-                    m.assignment = b""
-                self._prepare_rebalance(group, now_ms if failed_at_ms is None else failed_at_ms, Result())
-                self.reschedule(group.group_id)
-            responses = dict(others)
-            responses.update({t: error_responses.sync_group(error) for t in answered})
-            return responses
-
-        result.on_append_failure = on_append_failure
+    def _assignment_not_stored(self, group: Group, generation: int, code: ErrorCode, now_ms: int) -> Result:
+        """Storing the leader's assignment failed: every held SyncGroup gets the error and the
+        group rebalances (Kafka's SyncGroup append callback)."""
+        result = Result()
+        if self.groups.get(group.group_id) is not group or group.generation != generation \
+                or group.state is not GroupState.COMPLETING_REBALANCE:
+            return result  # the group moved on (or the record committed after all)
+        error = error_responses.sync_group(group_append_error(code))
+        for member in group.members.values():
+            if member.sync_token is not None:
+                result.respond(member.sync_token, dict(error))
+                member.sync_token = None
+        self._prepare_rebalance(group, now_ms, result)
+        self.reschedule(group.group_id)
         return result
 
     @staticmethod
@@ -512,7 +512,9 @@ class GroupMembership:
         if not group_id:
             return error_responses.heartbeat(ErrorCode.invalid_group_id)
         group = self.groups.get(group_id)
-        if group is None or group.state in (GroupState.EMPTY, GroupState.DEAD):
+        if group is not None and group.is_dead:
+            return error_responses.heartbeat(ErrorCode.coordinator_not_available)
+        if group is None or group.state is GroupState.EMPTY:
             return error_responses.heartbeat(ErrorCode.unknown_member_id)
         if group.is_static_member_fenced(instance_id, member_id):
             return error_responses.heartbeat(ErrorCode.fenced_instance_id)
@@ -555,18 +557,17 @@ class GroupMembership:
             return result
 
         if not request.group_id:
-            return self._leave_result(respond(ErrorCode.invalid_group_id, [0] * len(leaving)))
+            return respond(ErrorCode.invalid_group_id, [0] * len(leaving))
         group = self.groups.get(request.group_id)
         if group is None:
-            return self._leave_result(respond(ErrorCode.none, [_code(ErrorCode.unknown_member_id)] * len(leaving)))
-        if group.state is GroupState.DEAD:
+            return respond(ErrorCode.none, [_code(ErrorCode.unknown_member_id)] * len(leaving))
+        if group.is_dead:
             # Kafka sends the group-level error with no per-member entries.
-            result.respond(token, error_responses.leave_group(ErrorCode.coordinator_not_available))
-            return self._leave_result(result)
+            return result.respond(token, error_responses.leave_group(ErrorCode.coordinator_not_available))
         errors = []
         for member_id, instance_id in leaving:
             errors.append(_code(self._leave_one(group, member_id, instance_id, now_ms, result)))
-        return self._leave_result(respond(ErrorCode.none, errors))
+        return respond(ErrorCode.none, errors)
 
     def _leave_one(self, group: Group, member_id: str, instance_id: str | None, now_ms: int,
                    result: Result) -> ErrorCode:
@@ -588,9 +589,6 @@ class GroupMembership:
         self._remove_member_and_update_group(group, member_id, now_ms, result)
         return ErrorCode.none
 
-    def _leave_result(self, result: Result) -> Result:
-        return self._finish(result)
-
     # -- timers -----------------------------------------------------------------------------------
     # One key per member (its session, or its pending member id) and per group (join and sync
     # deadlines) in the shard's CoordinatorTimer. Every handler reschedules the keys of the one
@@ -601,10 +599,8 @@ class GroupMembership:
         result = Result()
         while due := self.timer.pop_due(now_ms):
             for _key, event in due:
-                fired = event(now_ms)
-                result.records += fired.records
-                result.responses.update(fired.responses)
-        return self._finish(result)
+                result.merge(event(now_ms))
+        return result
 
     def next_deadline(self) -> int | None:
         """The earliest time `poll` has something to do, or None."""
@@ -737,6 +733,58 @@ class GroupMembership:
             listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                            "group_state": group.state.value, "group_type": CLASSIC_GROUP_TYPE})
         return {"throttle_time": 0, "error_code": 0, "groups": listed}
+
+    # -- replay of committed group records -------------------------------------------------------
+
+    def replay_group(self, group_id: str, value: GroupMetadataValue | None, now_ms: int) -> Result:
+        """A group's record is committed: bring the group in line with it (Kafka's
+        GroupMetadataManager.replay). The responses are requests the record completes."""
+        result = Result()
+        group = self.groups.get(group_id)
+        if value is None:
+            return self.remove_group(group_id, now_ms)  # a tombstone: DeleteGroups or expiry
+        if group is None or value.generation > group.generation:
+            # Loading, a standby, or a record of a leadership ahead of this one.
+            if group is not None:
+                result.merge(self.remove_group(group_id, now_ms))
+            self.groups[group_id] = Group.from_metadata_value(group_id, value, now_ms)
+        elif value.generation == group.generation:
+            if group.state is GroupState.COMPLETING_REBALANCE and value.members:
+                self._assignment_stored(group, value, now_ms, result)
+            elif group.state is GroupState.STABLE:
+                self._replacements_stored(group, value, now_ms, result)
+        # else: an older generation's record committing late; the group has moved on.
+        self.reschedule(group_id)  # loaded members' sessions start now
+        return result
+
+    def _assignment_stored(self, group: Group, value: GroupMetadataValue, now_ms: int, result: Result) -> None:
+        """The leader's SyncGroup record is committed: Stable, and every held SyncGroup answered."""
+        assignments = {m.member_id: bytes(m.assignment) for m in value.members}
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id, b"")
+        stamp = value.current_state_timestamp
+        group.transition_to(GroupState.STABLE, stamp if stamp is not None and stamp >= 0 else now_ms)
+        for member in group.members.values():
+            if member.sync_token is not None:
+                result.respond(member.sync_token, _sync_response(
+                    ErrorCode.none, protocol_type=group.protocol_type, protocol=group.protocol,
+                    assignment=member.assignment))
+                member.sync_token = None
+                member.last_heartbeat_ms = now_ms
+
+    def _replacements_stored(self, group: Group, value: GroupMetadataValue, now_ms: int, result: Result) -> None:
+        """A static member's new member id is committed: it takes the old one's place."""
+        for persisted in value.members:
+            instance_id = persisted.group_instance_id
+            current = group.static_members.get(instance_id) if instance_id is not None else None
+            if current is None or current == persisted.member_id:
+                continue
+            self._fence(group.members[current], result)
+            member = group.replace_static_member(instance_id, current, persisted.member_id)
+            joined = group.pending_replacements.pop(persisted.member_id, None)
+            if joined is not None:
+                member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = joined
+            member.last_heartbeat_ms = now_ms
 
     # -- for the offset manager -------------------------------------------------------------------
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -21,19 +24,67 @@ class OffsetsRecord:
 class Result:
     """The outcome of one event (a request or a timer) on a coordinator shard.
 
-    `records` are appended to the shard's offsets partition with acks=all; only once they are
-    committed (high watermark past them) does the runtime replay them into the shard and release
-    `responses`. If the append fails, nothing is replayed and `failure_responses(code)` is sent
-    instead. `responses` maps a request token (chosen by the runtime when it calls the shard) to
-    the response for that request: an event can answer requests other than its own (a JoinGroup
+    A handler never applies what `records` describe: the runtime appends them to the shard's
+    offsets partition and, once the high watermark passes them, replays them into the shard
+    (the one path by which persisted state changes) and only then releases `responses`.
+    `responses` maps a request token (chosen by the runtime when it calls the shard) to the
+    response for that request: an event can answer requests other than its own (a JoinGroup
     completing a rebalance answers every member waiting in JoinGroup).
+
+    If the append fails or is not committed within offsets.commit.timeout.ms, `on_failure`
+    (error code, now) runs as an event on the shard and its Result is released instead; it
+    builds error responses and may move transient state (a SyncGroup rebalances again), never
+    undoes persisted state, which was never changed. Without it the responses go as they are.
     """
 
     records: list[OffsetsRecord] = dataclasses.field(default_factory=list)
     responses: dict[int, Any] = dataclasses.field(default_factory=dict)
-    # Built lazily by the runtime on append failure: token -> response carrying the mapped error.
-    on_append_failure: Any = None
+    on_failure: Callable[[ErrorCode, int], Result] | None = None
 
     def respond(self, token: int, response: Any) -> Result:
         self.responses[token] = response
         return self
+
+    def merge(self, other: Result) -> Result:
+        """Fold another Result of the same event into this one (records in order, and both
+        failure paths)."""
+        if self.on_failure is not None or other.on_failure is not None:
+            mine, theirs = self._failure_path(), other._failure_path()
+            self.on_failure = lambda code, now_ms: mine(code, now_ms).merge(theirs(code, now_ms))
+        self.records += other.records
+        self.responses.update(other.responses)
+        return self
+
+    def _failure_path(self) -> Callable[[ErrorCode, int], Result]:
+        if self.on_failure is not None:
+            return self.on_failure
+        responses = dict(self.responses)
+        return lambda _code, _now_ms: Result(responses=dict(responses))
+
+
+def group_append_error(code: ErrorCode) -> ErrorCode:
+    """How a failed append of group records reaches the client (Kafka's
+    appendGroupMetadataErrorToResponseError): retriable codes where the client should look the
+    coordinator up again, UNKNOWN_SERVER_ERROR for a record too large."""
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
+                ErrorCode.not_enough_replicas_after_append, ErrorCode.request_timed_out):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.unknown_server_error
+    return code
+
+
+def offset_commit_append_error(code: ErrorCode) -> ErrorCode:
+    """How a failed append of offset commits reaches the client (facts §4)."""
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
+                ErrorCode.not_enough_replicas_after_append):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_record):
+        return ErrorCode.invalid_commit_offset_size
+    if code is ErrorCode.request_timed_out:
+        return code
+    return ErrorCode.unknown_server_error

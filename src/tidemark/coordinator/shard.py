@@ -1,9 +1,11 @@
 """One `__consumer_offsets` partition's coordinator: its groups and their committed offsets.
 
-Requests come in with the current time and leave as a `Result`. Offsets follow DESIGN principle
-2 strictly: a commit only builds records; the cache changes when the runtime replays them after
-they are committed. Group membership (who is in the group, which generation) lives in memory as
-in Kafka's classic coordinator; its records are the durable image that loading replays.
+Requests come in with the current time and leave as a `Result`: records to append and
+responses. Persisted state changes only in `replay`, when the runtime replays committed records
+in log order (the same path loading and a standby follow): a commit's offsets, a group's
+assignment and its move to Stable, a static member's new id, a deletion. What Kafka keeps only
+in memory (who is waiting in JoinGroup, sessions, the join and sync phases) the handlers move
+directly, as Kafka's classic group coordinator does.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from tidemark.coordinator.group import Group, GroupState
 from tidemark.coordinator.membership import GroupConfig, GroupMembership
 from tidemark.coordinator.offsets import OffsetStore
-from tidemark.coordinator.result import OffsetsRecord, Result
+from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
@@ -100,29 +102,17 @@ class CoordinatorShard:
         generation = request.generation_id_or_member_epoch
         group = self.groups.get(group_id)
         if group is None:
+            # A standalone consumer (assign() + commit) commits to a group that does not exist
+            # yet: replaying its first offset record creates it.
             if generation < 0:
-                # A standalone consumer (assign() + commit): a "simple" group, Empty, no protocol.
-                self.groups[group_id] = Group(group_id, now_ms)
                 return None
             return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
-        if group.state is GroupState.DEAD:
-            return ErrorCode.coordinator_not_available
-        if generation < 0 and group.state is GroupState.EMPTY:
-            return None  # admin or standalone commit to a group with no members
-        member = group.members.get(request.member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        instance_id = getattr(request, "group_instance_id", None)
-        if instance_id is not None and member.group_instance_id != instance_id:
-            return ErrorCode.fenced_instance_id
-        if generation != group.generation:
-            return ErrorCode.illegal_generation
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            return ErrorCode.rebalance_in_progress
-        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+        error = group.validate_offset_commit(request.member_id, getattr(request, "group_instance_id", None),
+                                             generation)
+        if error is None and generation >= 0 and group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
             # A classic member's commit keeps its session alive, as a heartbeat does (Kafka).
-            self.membership.keep_alive(group, member, now_ms)
-        return None
+            self.membership.keep_alive(group, group.members[request.member_id], now_ms)
+        return error
 
     def commit_offsets(self, request: Any, version: int, token: int, now_ms: int,
                        topic_names: Callable[[Any], str | None] = lambda t: t.name) -> Result:
@@ -166,16 +156,18 @@ class CoordinatorShard:
             group_id = request.group_id
             self.offsets.add_pending(group_id, committed)
 
-            def failed(code: ErrorCode) -> dict[int, Any]:
-                # Nothing was replayed, so the cache has no trace of the commit.
+            def failed(code: ErrorCode, _now_ms: int) -> Result:
+                # Nothing was replayed, so the cache has no trace of the commit (if it commits
+                # after all, replay applies it then).
                 self.offsets.remove_pending(group_id, committed)
+                error = offset_commit_append_error(code)
                 for topic_response in topics:
                     for partition_response in topic_response["partitions"]:
                         if partition_response["error_code"] == ErrorCode.none:
-                            partition_response["error_code"] = code
-                return {token: response}
+                            partition_response["error_code"] = error
+                return Result().respond(token, response)
 
-            result.on_append_failure = failed
+            result.on_failure = failed
         return result
 
     # -- OffsetFetch ----------------------------------------------------------------------------
@@ -214,25 +206,42 @@ class CoordinatorShard:
     def _offset_tombstones(self, group_id: str, tps: list[tuple[str, int]]) -> list[OffsetsRecord]:
         return [OffsetsRecord(encode_key(OffsetCommitKey(group_id, topic, partition)), None) for topic, partition in tps]
 
+    def _group_tombstones(self, group: Group) -> Result:
+        """Tombstones for a group and all its offsets (Kafka's GroupCoordinatorShard.deleteGroups).
+        The group is removed when they are replayed; until then requests that would change it
+        are answered as for a Dead group."""
+        records = self._offset_tombstones(group.group_id, sorted(self.offsets.group_offsets(group.group_id)))
+        records.append(OffsetsRecord(encode_key(GroupMetadataKey(group.group_id)), None))
+        group.deleting = True
+
+        def failed(code: ErrorCode, _now_ms: int) -> Result:
+            if self.groups.get(group.group_id) is group:
+                group.deleting = False  # not deleted after all (unless the tombstone commits later)
+            return Result()
+
+        return Result(records=records, on_failure=failed)
+
     def delete_group(self, group_id: str, token: int, now_ms: int) -> Result:
         group = self.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return Result().respond(token, {"group_id": group_id, "error_code": ErrorCode.group_id_not_found})
-        if group.state is not GroupState.EMPTY:
-            return Result().respond(token, {"group_id": group_id, "error_code": ErrorCode.non_empty_group})
-        records = self._offset_tombstones(group_id, sorted(self.offsets.group_offsets(group_id)))
-        records.append(OffsetsRecord(encode_key(GroupMetadataKey(group_id)), None))
-        self.membership.remove_group(group_id, now_ms)
-        response = {"group_id": group_id, "error_code": ErrorCode.none}
-        result = Result(records=records).respond(token, response)
-        result.on_append_failure = lambda code: {token: {"group_id": group_id, "error_code": code}}
+        error = ErrorCode.group_id_not_found if group is None else group.validate_delete_group()
+        if error is not None:
+            return Result().respond(token, {"group_id": group_id, "error_code": error})
+        assert group is not None
+        result = self._group_tombstones(group).respond(token, {"group_id": group_id, "error_code": ErrorCode.none})
+        deleted = result.on_failure
+        assert deleted is not None
+
+        def failed(code: ErrorCode, now: int) -> Result:
+            return deleted(code, now).respond(token, {"group_id": group_id, "error_code": group_append_error(code)})
+
+        result.on_failure = failed
         return result
 
     def delete_offsets(self, request: Any, token: int, now_ms: int) -> Result:
         """OffsetDelete (KIP-496): refused for topics a live consumer group subscribes to."""
         group_id = request.group_id
         group = self.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
+        if group is None or group.is_dead:
             return Result().respond(token, {"error_code": ErrorCode.group_id_not_found, "throttle_time": 0, "topics": []})
         subscribed: set[str] | None = set()
         if group.state is not GroupState.EMPTY:
@@ -255,7 +264,8 @@ class CoordinatorShard:
             topics.append({"name": topic.name, "partitions": partitions})
         response = {"error_code": ErrorCode.none, "throttle_time": 0, "topics": topics}
         result = Result(records=self._offset_tombstones(group_id, tombstoned)).respond(token, response)
-        result.on_append_failure = lambda code: {token: {"error_code": code, "throttle_time": 0, "topics": []}}
+        result.on_failure = lambda code, _now_ms: Result().respond(
+            token, {"error_code": group_append_error(code), "throttle_time": 0, "topics": []})
         return result
 
     # -- expiration (KIP-211) -----------------------------------------------------------------
@@ -279,6 +289,8 @@ class CoordinatorShard:
         result = Result()
         for group_id in set(self.groups) | set(self.offsets.groups()):
             group = self.groups.get(group_id)
+            if group is not None and group.deleting:
+                continue  # its tombstones are already written
             committed = self.offsets.group_offsets(group_id)
             expired = []
             for (topic, partition), entry in committed.items():
@@ -291,25 +303,25 @@ class CoordinatorShard:
                 base = self._expiration_base(group, topic, entry.commit_timestamp)
                 if base is not None and now_ms - base >= retention_ms:
                     expired.append((topic, partition))
-            result.records += self._offset_tombstones(group_id, sorted(expired))
             left = len(committed) - len(expired)
-            if group is not None and group.state is GroupState.EMPTY and left == 0 \
+            if group is not None and group.state is GroupState.EMPTY and not group.deleting and left == 0 \
                     and not self.offsets.has_pending(group_id):
-                result.records.append(OffsetsRecord(encode_key(GroupMetadataKey(group_id)), None))
-                result.responses.update(self.membership.remove_group(group_id, now_ms).responses)
+                result.merge(self._group_tombstones(group))
+            else:
+                result.records += self._offset_tombstones(group_id, sorted(expired))
             if expired:
                 log.info("offsets_expired", partition=self.partition_index, group=group_id, offsets=len(expired))
         return result
 
-    # -- replay -------------------------------------------------------------------------------
+    # -- replay: the one path by which persisted state changes ----------------------------
 
     def replay(self, log_offset: int, key_bytes: bytes | None, value_bytes: bytes | None, *,
-               loading: bool, now_ms: int, decoded: tuple[Any, Any] | None = None) -> None:
-        """Apply one committed record. Offset records always; group records only while loading
-        (in normal operation the in-memory group already is what its record describes).
-        `decoded` is the record's (key, value) already decoded, when the caller has it."""
+               now_ms: int, decoded: tuple[Any, Any] | None = None) -> Result:
+        """Apply one committed record, whoever wrote it; returns the responses it completes
+        (SyncGroup requests held for the group's assignment). `decoded` is the record's (key,
+        value) already decoded, when the caller has it."""
         if key_bytes is None:
-            return
+            return Result()
         key = decoded[0] if decoded else decode_key(key_bytes)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
@@ -318,19 +330,21 @@ class CoordinatorShard:
             else:
                 value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
                 self.offsets.replay_commit(log_offset, key.group, tp, value)
-            if not loading:
-                self.offsets.remove_one_pending(key.group, tp)
-            if loading and key.group not in self.groups and value_bytes is not None:
-                self.groups[key.group] = Group(key.group, now_ms)
+                if key.group not in self.groups:  # a standalone consumer's group starts here
+                    self.groups[key.group] = Group(key.group, now_ms)
+            self.offsets.remove_one_pending(key.group, tp)
         elif isinstance(key, GroupMetadataKey):
-            if not loading:
-                return
-            if value_bytes is None:
-                self.groups.pop(key.group, None)
-            else:
-                self.groups[key.group] = Group.from_metadata_value(key.group, decode_group_metadata_value(value_bytes),
-                                                                   now_ms)
-            self.membership.reschedule(key.group)  # loaded members' sessions start now
+            value = None if value_bytes is None else (decoded[1] if decoded else
+                                                      decode_group_metadata_value(value_bytes))
+            return self.membership.replay_group(key.group, value, now_ms)
         elif isinstance(key, UnknownKey):
             log.warning("offsets_record_skipped", partition=self.partition_index, offset=log_offset,
                         key_version=key.version)
+        return Result()
+
+    def unloaded(self, now_ms: int) -> Result:
+        """The shard is being unloaded: answer every held request NOT_COORDINATOR."""
+        result = Result()
+        for group_id in list(self.groups):
+            result.merge(self.membership.remove_group(group_id, now_ms))
+        return result
