@@ -29,11 +29,13 @@ if TYPE_CHECKING:
 TOPIC_IDS_FROM = 10  # the first OffsetCommit and OffsetFetch version naming topics by id
 
 # Topic id -> its topic's name now, or None where no topic has it (a deleted topic's id: its
-# recreation gets a new one). Only for v10+ requests; None for the ones naming topics by name.
+# recreation gets a new one; the zero id, which kio reads as None, names no topic either).
 Names = dict[uuid.UUID | None, str | None]
 
 
 def _names(ctx: RequestContext, topics: Any) -> Names | None:
+    """The names of the topics a v10+ request names by id, looked up once so the coordinator and
+    the answer agree; None when the request names topics by name, or asks for all of them."""
     if ctx.api_version < TOPIC_IDS_FROM or topics is None:
         return None
     names: Names = {}
