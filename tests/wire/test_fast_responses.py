@@ -14,10 +14,10 @@ from tidemark.wire.build import build
 from tidemark.wire.codec import Request, encode_response
 from tidemark.wire.fast_responses import FAST_ENCODERS, encode_fast
 
-ERROR_CODES = st.sampled_from([0, 3, 12, 14, 15, 16, 22, 25, 27, 28, 82])
+ERROR_CODES = st.sampled_from([0, 3, 12, 14, 15, 16, 22, 25, 27, 28, 82, 100])
 PARTITIONS = st.lists(st.fixed_dictionaries({"partition_index": st.integers(0, 2**31 - 1),
                                              "error_code": ERROR_CODES}), max_size=200)
-TOPICS = st.lists(st.fixed_dictionaries({"name": st.text(max_size=140), "topic_id": st.uuids(),
+TOPICS = st.lists(st.fixed_dictionaries({"name": st.text(max_size=140), "topic_id": st.none() | st.uuids(),
                                          "partitions": PARTITIONS}), max_size=4)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,26 @@ def test_kafka_python_commits_land_in_znodes(zk_broker, zk) -> None:
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed (make test installs it)")
+def test_v10_names_topics_by_id_in_zookeeper_too(zk_broker, zk) -> None:
+    unknown = uuid.uuid4()
+    with RawClient(zk_broker.bootstrap) as raw:
+        known = raw.create_topic("zk-ids").topic_id
+        committed = raw.request(8, 10, {"group_id": "ids-group", "generation_id_or_member_epoch": -1,
+                                        "member_id": "", "group_instance_id": None, "topics": [
+            {"topic_id": t, "partitions": [{"partition_index": 0, "committed_offset": 21,
+                                            "committed_leader_epoch": -1, "committed_metadata": None}]}
+            for t in (unknown, known)]})
+        assert [(t.topic_id, t.partitions[0].error_code) for t in committed.topics] == [
+            (unknown, ErrorCode.unknown_topic_id), (known, ErrorCode.none)]
+        fetched = raw.request(9, 10, {"require_stable": False, "groups": [
+            {"group_id": "ids-group", "member_id": None, "member_epoch": -1,
+             "topics": [{"topic_id": t, "partition_indexes": [0]} for t in (unknown, known)]}]})
+        assert [(t.topic_id, t.partitions[0].committed_offset, t.partitions[0].error_code)
+                for t in fetched.groups[0].topics] == [(unknown, -1, ErrorCode.unknown_topic_id),
+                                                        (known, 21, ErrorCode.none)]
+    assert znode_offset(zk, "ids-group", "zk-ids", 0) == b"21"
+
+
 def test_kcat_group_resumes_from_the_znode(zk_broker, zk) -> None:
     create_topic(zk_broker.bootstrap, "zk-kcat", 1)
     produce_all(zk_broker.bootstrap, "zk-kcat", [(0, None, b"first %d" % i) for i in range(5)])

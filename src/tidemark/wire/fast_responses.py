@@ -10,6 +10,7 @@ for every version.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _PARTITION_COMMIT = struct.Struct(">ih")  # partition_index, error_code
+_ZERO_UUID = uuid.UUID(int=0)  # kio reads it as None
 
 OFFSET_COMMIT = 8
 
@@ -66,7 +68,7 @@ def encode_offset_commit_response(version: int, response: dict[str, Any]) -> byt
     w.array_length(len(topics))
     for topic in topics:
         if version >= 10:
-            w.out += topic["topic_id"].bytes
+            w.out += (topic["topic_id"] or _ZERO_UUID).bytes
         else:
             w.string(topic["name"])
         partitions = topic["partitions"]

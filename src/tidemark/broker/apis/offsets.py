@@ -2,11 +2,17 @@
 
 OffsetCommit/OffsetFetch go to the offsets topic's coordinator, or to ZooKeeper
 (broker.zk_offsets) with offsets.storage=zookeeper and for v0, as Kafka did.
+
+From v10 both name topics by id only. As in Kafka, the ids are resolved here, once per request:
+the coordinator sees names, an id no topic has is answered UNKNOWN_TOPIC_ID here, and the
+answers carry the ids back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -20,14 +26,23 @@ if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
+TOPIC_IDS_FROM = 10  # the first OffsetCommit and OffsetFetch version naming topics by id
 
-def _topic_name(ctx: RequestContext, topic: Any) -> str | None:
-    """Requests name topics by name, or by id from OffsetCommit v10 / OffsetFetch v10."""
-    topic_id = getattr(topic, "topic_id", None)
-    if topic_id is not None:
-        found = ctx.replicas.topic_by_id(topic_id)
-        return found.name if found else None
-    return topic.name
+# Topic id -> its topic's name now, or None where no topic has it (a deleted topic's id: its
+# recreation gets a new one; the zero id, which kio reads as None, names no topic either).
+Names = dict[uuid.UUID | None, str | None]
+
+
+def _names(ctx: RequestContext, topics: Any) -> Names | None:
+    """The names of the topics a v10+ request names by id, looked up once so the coordinator and
+    the answer agree; None when the request names topics by name, or asks for all of them."""
+    if ctx.api_version < TOPIC_IDS_FROM or topics is None:
+        return None
+    names: Names = {}
+    for topic in topics:
+        found = ctx.replicas.topic_by_id(topic.topic_id) if topic.topic_id is not None else None
+        names[topic.topic_id] = found.name if found else None
+    return names
 
 
 def _old_version(ctx: RequestContext, api_key: int, response: dict[str, Any]) -> Any:
@@ -36,28 +51,53 @@ def _old_version(ctx: RequestContext, api_key: int, response: dict[str, Any]) ->
     return response if cls is None else build(cls, response)
 
 
-async def handle_commit(ctx: RequestContext, request: Request) -> Any:
-    body, version = request.body, ctx.api_version
+# -- OffsetCommit -------------------------------------------------------------------------------
+
+async def _commit(ctx: RequestContext, body: Any, names: Names | None) -> dict[str, Any]:
+    version = ctx.api_version
+    name_of = (lambda t: t.name) if names is None else (lambda t: names[t.topic_id])
     if zk_offsets.serves(ctx, zk_offsets.OFFSET_COMMIT):
-        return _old_version(ctx, 8, await zk_offsets.commit(ctx, body, lambda t: _topic_name(ctx, t)))
-    return _old_version(ctx, 8, await ctx.coordinator.call(
+        return await zk_offsets.commit(ctx, body, name_of)
+    return await ctx.coordinator.call(
         body.group_id,
-        lambda shard, token, now: shard.commit_offsets(body, version, token, now, lambda t: _topic_name(ctx, t)),
+        lambda shard, token, now: shard.commit_offsets(body, version, token, now, name_of),
         lambda code: error_responses.offset_commit(body, version, code),
-    ))
+    )
 
 
-def _wanted(ctx: RequestContext, topics: Any) -> list[tuple[str, list[int]]] | None:
+def _unknown_id_commit(topic: Any) -> dict[str, Any]:
+    return {"topic_id": topic.topic_id, "partitions": [
+        {"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_id} for p in topic.partitions]}
+
+
+async def handle_commit(ctx: RequestContext, request: Request) -> Any:
+    body = request.body
+    names = _names(ctx, body.topics)
+    if names is None:
+        return _old_version(ctx, 8, await _commit(ctx, body, None))
+    known = tuple(t for t in body.topics if names[t.topic_id] is not None)
+    # Only the topics that exist go to the coordinator (none at all: it is not asked).
+    response = await _commit(ctx, dataclasses.replace(body, topics=known), names) if known else \
+        {"throttle_time": 0, "topics": []}
+    answered = iter(response["topics"])  # one per known topic, in the request's order
+    return {**response, "topics": [next(answered) if names[t.topic_id] is not None else _unknown_id_commit(t)
+                                   for t in body.topics]}
+
+
+# -- OffsetFetch --------------------------------------------------------------------------------
+
+def _wanted(topics: Any, names: Names | None) -> list[tuple[str, list[int]]] | None:
     """The (topic, partitions) an OffsetFetch group asks for; None for all of them."""
     if topics is None:
         return None
-    wanted = [(_topic_name(ctx, t), list(getattr(t, "partition_indexes", ()))) for t in topics]
-    return [(name, partitions) for name, partitions in wanted if name is not None]
+    if names is None:
+        return [(t.name, list(t.partition_indexes)) for t in topics]
+    return [(name, list(t.partition_indexes)) for t in topics if (name := names[t.topic_id]) is not None]
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> dict[str, Any]:
+def _read_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None,
+                require_stable: bool) -> dict[str, Any]:
     """One group's part of an OffsetFetch response: its topics and its error code."""
-    wanted = _wanted(ctx, topics)
     return ctx.coordinator.read(
         group_id,
         lambda shard: {"group_id": group_id, "error_code": 0,
@@ -66,16 +106,43 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable
     )
 
 
+def _unknown_id_fetch(topic: Any) -> dict[str, Any]:
+    return {"topic_id": topic.topic_id, "partitions": [
+        {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+         "error_code": ErrorCode.unknown_topic_id} for p in topic.partition_indexes]}
+
+
+def _with_topic_ids(ctx: RequestContext, group: dict[str, Any], topics: Any, names: Names | None) -> dict[str, Any]:
+    """A v10 group answer, its topics named by id as Kafka names them: a requested id no topic has
+    gets UNKNOWN_TOPIC_ID on each partition; an all-topics fetch leaves out the topics that no
+    longer exist (they have no id)."""
+    if group["error_code"] != ErrorCode.none:
+        return group
+    if names is None:  # all topics
+        answered = []
+        for entry in group["topics"]:
+            topic = ctx.replicas.topic(entry["name"])
+            if topic is not None:
+                answered.append({**entry, "topic_id": topic.topic_id})
+    else:
+        found = iter(group["topics"])  # one per known topic, in the request's order
+        answered = [{**next(found), "topic_id": t.topic_id} if names[t.topic_id] is not None else _unknown_id_fetch(t)
+                    for t in topics]
+    return {**group, "topics": answered}
+
+
 async def handle_fetch(ctx: RequestContext, request: Request) -> Any:
     body, version = request.body, ctx.api_version
     require_stable = getattr(body, "require_stable", False)
+    asked = [(g.group_id, g.topics) for g in body.groups] if version >= 8 else [(body.group_id, body.topics)]
+    names = [_names(ctx, topics) for _, topics in asked]
+    wanted = [_wanted(topics, n) for (_, topics), n in zip(asked, names)]
     if zk_offsets.serves(ctx, zk_offsets.OFFSET_FETCH):
-        pairs = [(g.group_id, g.topics) for g in body.groups] if version >= 8 else [(body.group_id, body.topics)]
-        groups = list(await asyncio.gather(*(zk_offsets.fetch_group(ctx, g, _wanted(ctx, t)) for g, t in pairs)))
-    elif version >= 8:
-        groups = [_fetch_group(ctx, g.group_id, g.topics, require_stable) for g in body.groups]
+        groups = list(await asyncio.gather(*(zk_offsets.fetch_group(ctx, g, w) for (g, _), w in zip(asked, wanted))))
     else:
-        groups = [_fetch_group(ctx, body.group_id, body.topics, require_stable)]
+        groups = [_read_group(ctx, g, w, require_stable) for (g, _), w in zip(asked, wanted)]
+    if version >= TOPIC_IDS_FROM:
+        groups = [_with_topic_ids(ctx, group, topics, n) for group, (_, topics), n in zip(groups, asked, names)]
     if version >= 8:  # the multi-group form
         return {"throttle_time": 0, "groups": groups}
     group = groups[0]
@@ -83,6 +150,8 @@ async def handle_fetch(ctx: RequestContext, request: Request) -> Any:
         return _old_version(ctx, 9, error_responses.offset_fetch(body, version, group["error_code"]))
     return _old_version(ctx, 9, {"throttle_time": 0, "topics": group["topics"], "error_code": ErrorCode.none})
 
+
+# -- OffsetDelete -------------------------------------------------------------------------------
 
 async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
