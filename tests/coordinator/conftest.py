@@ -69,6 +69,8 @@ class InMemoryPartitionWriter:
         self.log_start_offset = 0
         self.auto_commit = auto_commit
         self.fail_reads = 0
+        self.fail_appends = 0  # that many appends raise, writing nothing
+        self.batch_ends: list[int] = []  # where each append ended: the high watermark's stops
         self.reads = 0
         self.on_read: Callable[[InMemoryPartitionWriter], None] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -78,7 +80,11 @@ class InMemoryPartitionWriter:
         return len(self.records)
 
     def append(self, records: list[OffsetsRecord], now_ms: int) -> int:
+        if self.fail_appends:
+            self.fail_appends -= 1
+            raise OSError("injected append failure")
         self.records.extend((r.key, r.value) for r in records)
+        self.batch_ends.append(self.log_end_offset)
         if self.auto_commit:
             self.commit()
         return self.log_end_offset

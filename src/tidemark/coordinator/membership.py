@@ -266,7 +266,10 @@ class GroupMembership:
         new id is persisted, and takes the old one's place when that record is replayed."""
         assert join.instance_id is not None
         image = copy.deepcopy(group)
-        image.replace_static_member(join.instance_id, old_id, new_id).protocols = join.protocols
+        replaced = image.replace_static_member(join.instance_id, old_id, new_id)
+        replaced.protocols = join.protocols
+        replaced.rebalance_timeout_ms = join.rebalance_timeout_ms
+        replaced.session_timeout_ms = join.session_timeout_ms
         result.records.append(self._group_record(image))
         group.pending_replacements[new_id] = (join.protocols, join.rebalance_timeout_ms, join.session_timeout_ms)
         is_leader = image.is_leader(new_id)

@@ -1,0 +1,210 @@
+"""Replay equivalence: the live coordinator is always what its committed log says.
+
+Hypothesis drives one offsets partition through any sequence of requests (commits, static
+members joining, syncing, heartbeating and leaving, DeleteGroups, OffsetDelete), clock moves,
+high watermark moves, and appends that fail or time out. After every step, what reads show (the
+offsets OffsetFetch returns) is exactly what a fresh shard replaying the log up to the high
+watermark holds: nothing uncommitted is ever visible. At the end, with everything committed,
+the live shard's offsets and every persisted group (generation, protocol, leader, members and
+their assignments) are exactly a fresh replay's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema
+
+from tests.coordinator.conftest import Harness
+from tidemark.coordinator.group import GroupState
+from tidemark.coordinator.shard import CoordinatorShard
+from tidemark.records.offsets_schema import GroupMetadataKey, decode_key
+from tidemark.wire.build import build
+
+GROUPS = ("g1", "g2")
+INSTANCES = ("i0", "i1", "i2")
+COMMIT_TIMEOUT_MS = 5_000
+SESSION_MS = 10_000
+
+
+def _error_response(code: Any) -> dict[str, Any]:
+    return {"error_code": code}
+
+
+def _request(api_key: int, version: int, body: dict[str, Any]) -> Any:
+    return build(load_request_schema(api_key, version), body)
+
+
+class Driver:
+    """Turns generated steps into requests on a Harness's coordinator (not awaited: held
+    requests stay held) and checks the invariants."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.calls: list[asyncio.Future[Any]] = []
+
+    @property
+    def shard(self) -> CoordinatorShard:
+        return self.h.shard.shard
+
+    def _call(self, group: str, event) -> None:
+        self.calls.append(asyncio.ensure_future(self.h.coordinator.call(group, event, _error_response)))
+
+    def _member(self, group: str, instance: str) -> tuple[str, int]:
+        """The live member id and generation a client of `instance` would use."""
+        live = self.shard.groups.get(group)
+        if live is None:
+            return "", -1
+        return live.static_members.get(instance, ""), live.generation
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def commit(self, group: str, partition: int, offset: int, instance: str | None) -> None:
+        member, generation = self._member(group, instance) if instance else ("", -1)
+        request = _request(8, 8, {
+            "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+            "group_instance_id": instance if member else None, "topics": [{"name": "orders", "partitions": [
+                {"partition_index": partition, "committed_offset": offset, "committed_leader_epoch": -1,
+                 "committed_metadata": f"m{offset}"}]}]})
+        self._call(group, lambda shard, token, now: shard.commit_offsets(request, 8, token, now))
+
+    def join(self, group: str, instance: str, protocol: str) -> None:
+        member, _ = self._member(group, instance)
+        request = _request(11, 5, {
+            "group_id": group, "session_timeout": SESSION_MS, "rebalance_timeout": SESSION_MS,
+            "member_id": member if member and protocol == "range" else "", "group_instance_id": instance,
+            "protocol_type": "consumer", "protocols": [{"name": protocol, "metadata": instance.encode()}]})
+        self._call(group, lambda shard, token, now: shard.membership.join_group(request, 5, token, now, "c", "h"))
+
+    def sync(self, group: str, instance: str) -> None:
+        member, generation = self._member(group, instance)
+        live = self.shard.groups.get(group)
+        assignments = [{"member_id": m, "assignment": f"{m}@{generation}".encode()}
+                       for m in (live.members if live else ())]
+        request = _request(14, 3, {"group_id": group, "generation_id": generation, "member_id": member,
+                                   "group_instance_id": instance, "assignments": assignments})
+        self._call(group, lambda shard, token, now: shard.membership.sync_group(request, 3, token, now))
+
+    def heartbeat(self, group: str, instance: str) -> None:
+        member, generation = self._member(group, instance)
+        request = _request(12, 3, {"group_id": group, "generation_id": generation, "member_id": member,
+                                   "group_instance_id": instance})
+
+        def event(shard, token, now):
+            from tidemark.coordinator.result import Result
+            return Result().respond(token, shard.membership.heartbeat(request, 3, now))
+
+        self._call(group, event)
+
+    def leave(self, group: str, instance: str) -> None:
+        member, _ = self._member(group, instance)
+        request = _request(13, 3, {"group_id": group, "members": [
+            {"member_id": member, "group_instance_id": instance}]})
+        self._call(group, lambda shard, token, now: shard.membership.leave_group(request, 3, token, now))
+
+    def delete_group(self, group: str) -> None:
+        self._call(group, lambda shard, token, now: shard.delete_group(group, token, now))
+
+    def delete_offsets(self, group: str, partition: int) -> None:
+        request = _request(47, 0, {"group_id": group, "topics": [
+            {"name": "orders", "partitions": [{"partition_index": partition}]}]})
+        self._call(group, lambda shard, token, now: shard.delete_offsets(request, token, now))
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    def replayed(self, upto: int) -> CoordinatorShard:
+        """A fresh shard that replayed the log below `upto`."""
+        fresh = CoordinatorShard(0, self.shard.config, self.shard.partition_exists)
+        for offset, (key, value) in enumerate(self.h.writer.records[:upto]):
+            fresh.replay(offset, key, value, now_ms=self.h.clock.now_ms())
+        return fresh
+
+    @staticmethod
+    def offsets(shard: CoordinatorShard) -> dict[str, Any]:
+        return {group: {tp: (o.offset, o.metadata) for tp, o in shard.offsets.group_offsets(group).items()}
+                for group in GROUPS if shard.offsets.group_offsets(group)}
+
+    def check_reads(self) -> None:
+        """OffsetFetch shows exactly the committed log's offsets."""
+        assert self.offsets(self.shard) == self.offsets(self.replayed(self.h.writer.high_watermark))
+
+    def written_groups(self) -> set[str]:
+        return {key.group for key in (decode_key(k) for k, _ in self.h.writer.records)
+                if isinstance(key, GroupMetadataKey)}
+
+    def check_equivalent(self) -> None:
+        fresh = self.replayed(len(self.h.writer.records))
+        assert self.offsets(self.shard) == self.offsets(fresh)
+        for group_id, persisted in fresh.groups.items():
+            live = self.shard.groups.get(group_id)
+            assert live is not None, group_id
+            if live.state in (GroupState.STABLE, GroupState.EMPTY) and persisted.generation == live.generation:
+                live_value, persisted_value = live.to_metadata_value(), persisted.to_metadata_value()
+                if group_id not in self.written_groups():
+                    # Made by a commit's replay, no group record: when it became Empty is not in the log.
+                    live_value = dataclasses.replace(live_value, current_state_timestamp=-1)
+                    persisted_value = dataclasses.replace(persisted_value, current_state_timestamp=-1)
+                assert live_value == persisted_value, group_id
+        for group_id, live in self.shard.groups.items():
+            if group_id not in fresh.groups:
+                # Only what Kafka keeps in memory alone: a group mid-rebalance, or never written.
+                assert live.state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE) \
+                    or live.generation == 0 or not live.members, live
+
+
+groups = st.sampled_from(GROUPS)
+instances = st.sampled_from(INSTANCES)
+steps = st.lists(st.one_of(
+    st.tuples(st.just("commit"), groups, st.integers(0, 1), st.integers(0, 1000), st.none() | instances),
+    st.tuples(st.just("join"), groups, instances, st.sampled_from(["range", "range", "sticky"])),
+    st.tuples(st.just("sync"), groups, instances),
+    st.tuples(st.just("heartbeat"), groups, instances),
+    st.tuples(st.just("leave"), groups, instances),
+    st.tuples(st.just("delete_group"), groups),
+    st.tuples(st.just("delete_offsets"), groups, st.integers(0, 1)),
+    st.tuples(st.just("advance"), st.sampled_from([0, 1, 1_000, COMMIT_TIMEOUT_MS, SESSION_MS, 40_000])),
+    st.tuples(st.just("commit_log"), st.booleans()),
+    st.tuples(st.just("fail_next_append")),
+), min_size=1, max_size=40)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=steps)
+def test_the_live_shard_is_always_its_committed_log_replayed(steps):
+    async def scenario() -> None:
+        h = Harness({"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
+                     "offsets.commit.timeout.ms": str(COMMIT_TIMEOUT_MS),
+                     "group.min.session.timeout.ms": "1000"})
+        try:
+            await h.start()
+            h.writer.auto_commit = False
+            driver = Driver(h)
+            for step in steps:
+                kind, args = step[0], step[1:]
+                if kind == "advance":
+                    h.clock.advance(args[0])
+                elif kind == "commit_log":
+                    writer = h.writer
+                    # all of it, or only the oldest uncommitted batch (batches commit whole)
+                    later = [end for end in writer.batch_ends if end > writer.high_watermark]
+                    writer.commit(to=None if args[0] or not later else later[0])
+                elif kind == "fail_next_append":
+                    h.writer.fail_appends = 1
+                else:
+                    getattr(driver, kind)(*args)
+                await h.settle()
+                driver.check_reads()
+            h.writer.fail_appends = 0
+            h.writer.commit()
+            await h.settle()
+            driver.check_reads()
+            driver.check_equivalent()
+            assert not h.shard._pending
+        finally:
+            await h.coordinator.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
