@@ -284,12 +284,13 @@ class CoordinatorShard:
             for (topic, partition), entry in committed.items():
                 if self.offsets.is_pending(group_id, (topic, partition)):
                     continue  # a commit in flight decides this offset's fate
+                base = self._expiration_base(group, topic, entry.commit_timestamp)
+                if base is None:
+                    continue  # not a candidate at all, whatever retention its commit asked for
                 if entry.expire_timestamp >= 0:  # an explicit retention (OffsetCommit v2-v4)
                     if now_ms >= entry.expire_timestamp:
                         expired.append((topic, partition))
-                    continue
-                base = self._expiration_base(group, topic, entry.commit_timestamp)
-                if base is not None and now_ms - base >= retention_ms:
+                elif now_ms - base >= retention_ms:
                     expired.append((topic, partition))
             result.records += self._offset_tombstones(group_id, sorted(expired))
             left = len(committed) - len(expired)
