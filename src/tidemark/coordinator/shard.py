@@ -258,6 +258,27 @@ class CoordinatorShard:
         result.on_append_failure = lambda code: {token: {"error_code": code, "throttle_time": 0, "topics": []}}
         return result
 
+    def delete_topic_offsets(self, topics: list[str]) -> Result:
+        """Deleted topics (Kafka's onPartitionsDeleted): a tombstone for every group's offset of
+        them, commits in flight included, so a topic created again under a name starts empty."""
+        records = []
+        for topic in topics:
+            tps = self.offsets.topic_offsets(topic)
+            records += [OffsetsRecord(encode_key(OffsetCommitKey(group, topic, partition)), None)
+                        for group, partition in tps]
+            if tps:
+                log.info("offsets_of_deleted_topic", partition=self.partition_index, topic=topic, offsets=len(tps))
+
+        def failed(code: ErrorCode) -> dict[int, Any]:
+            # Kafka too only logs this: the offsets stay until retention expires them.
+            log.warning("offsets_of_deleted_topic_kept", partition=self.partition_index, topics=topics,
+                        error=code.name)
+            return {}
+
+        result = Result(records=records)
+        result.on_append_failure = failed
+        return result
+
     # -- expiration (KIP-211) -----------------------------------------------------------------
 
     def _expiration_base(self, group: Group | None, topic: str, commit_timestamp: int) -> int | None:
