@@ -268,16 +268,8 @@ class CoordinatorShard:
                         for group, partition in tps]
             if tps:
                 log.info("offsets_of_deleted_topic", partition=self.partition_index, topic=topic, offsets=len(tps))
-
-        def failed(code: ErrorCode) -> dict[int, Any]:
-            # Kafka too only logs this: the offsets stay until retention expires them.
-            log.warning("offsets_of_deleted_topic_kept", partition=self.partition_index, topics=topics,
-                        error=code.name)
-            return {}
-
-        result = Result(records=records)
-        result.on_append_failure = failed
-        return result
+        # No failure path: if the append fails the offsets stay, for retention to expire (Kafka too).
+        return Result(records=records)
 
     # -- expiration (KIP-211) -----------------------------------------------------------------
 
