@@ -93,10 +93,27 @@ def test_rebalancing_group_keeps_everything():
 
 def test_explicit_retention_uses_the_expire_timestamp():
     shard, log = new_shard(), InMemoryLog()
-    commit(shard, log, "explicit", [(0, 5)], at=NOW, retention=HOUR, version=2)
-    consumer_group(shard, "explicit", GroupState.STABLE, topics=("orders",))  # even for a live group
+    commit(shard, log, "explicit", [(0, 5)], at=NOW, retention=HOUR, version=2)  # standalone
     assert expire(shard, log, NOW + HOUR - 1) == []
-    assert expire(shard, log, NOW + HOUR) == [OffsetCommitKey("explicit", "orders", 0)]
+    assert expire(shard, log, NOW + HOUR) == [OffsetCommitKey("explicit", "orders", 0),
+                                              GroupMetadataKey("explicit")]
+
+
+def test_explicit_retention_applies_only_where_the_offset_may_expire_at_all():
+    """Kafka applies an expire timestamp only to offsets its group's expiration condition
+    considers: a live group keeps the topics it consumes, a rebalancing group keeps everything."""
+    shard, log = new_shard(), InMemoryLog()
+    for group_id in ("consuming", "moved", "busy"):
+        commit(shard, log, group_id, [(0, 5)], at=NOW, retention=HOUR, version=2)
+    consumer_group(shard, "consuming", GroupState.STABLE, topics=("orders",))
+    consumer_group(shard, "moved", GroupState.STABLE, topics=("payments",))
+    consumer_group(shard, "busy", GroupState.PREPARING_REBALANCE, topics=("payments",))
+    assert expire(shard, log, NOW + HOUR - 1) == []
+    # At the expire timestamp (long before the broker's retention) only the topic "moved" left.
+    assert expire(shard, log, NOW + HOUR) == [OffsetCommitKey("moved", "orders", 0)]
+    assert expire(shard, log, NOW + 100 * RETENTION) == []
+    assert shard.offsets.get("consuming", ("orders", 0)).offset == 5
+    assert shard.offsets.get("busy", ("orders", 0)).offset == 5
 
 
 def test_pending_commits_are_skipped():

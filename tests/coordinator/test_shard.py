@@ -5,12 +5,13 @@ from __future__ import annotations
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from tidemark.coordinator.group import GroupState
+from tidemark.coordinator.group import Group, GroupState
 from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
 from tidemark.records.offsets_schema import decode_key, decode_offset_commit_value
 from tidemark.wire.build import build
 
 from .memory_log import NOW, InMemoryLog
+from .test_group import member, subscription
 
 TOPICS = {("orders", 0), ("orders", 1), ("orders", 2)}
 
@@ -130,3 +131,33 @@ def test_delete_group_writes_tombstones_and_refuses_non_empty_groups():
     fresh = new_shard()
     log.replay_into(fresh)
     assert fresh.offsets.group_offsets("g") == {} and "g" not in fresh.groups
+
+
+def test_offset_delete_counts_unknown_subscriptions_of_a_live_consumer_group_as_subscribed():
+    """Kafka's ClassicGroup.isSubscribedToTopic: when the subscriptions are unknown (a member's
+    metadata does not parse), a group using the consumer protocol is taken as subscribed to every
+    topic, so its offsets are not deleted under it; an Empty group subscribes to nothing."""
+    shard, log = new_shard(), InMemoryLog()
+    log.append_and_replay(shard, shard.commit_offsets(commit_request("g", {"orders": [(0, 5)]}), 8, 1, NOW))
+    group = shard.groups["g"] = Group("g", NOW)
+    group.protocol_type = "consumer"
+    group.add(member("m1", (("range", subscription("payments")),)))
+    group.add(member("m2", (("range", b"\xff"),)))  # a subscription that cannot be decoded
+    group.transition_to(GroupState.PREPARING_REBALANCE, NOW)
+    group.transition_to(GroupState.COMPLETING_REBALANCE, NOW)
+    group.protocol = "range"
+    group.transition_to(GroupState.STABLE, NOW)
+    request = build(load_request_schema(47, 0), {"group_id": "g", "topics": [
+        {"name": "orders", "partitions": [{"partition_index": 0}]}]})
+    refused = shard.delete_offsets(request, 2, NOW)
+    assert codes(refused, 2) == {("orders", 0): ErrorCode.group_subscribed_to_topic} and not refused.records
+    group.protocol_type = "connect"  # a live group of another protocol: refused as a whole
+    assert shard.delete_offsets(request, 3, NOW).responses[3]["error_code"] == ErrorCode.non_empty_group
+    group.protocol_type = "consumer"
+    group.remove("m1")
+    group.remove("m2")
+    group.transition_to(GroupState.PREPARING_REBALANCE, NOW)
+    group.transition_to(GroupState.EMPTY, NOW)
+    deleted = log.append_and_replay(shard, shard.delete_offsets(request, 4, NOW))
+    assert codes(deleted, 4) == {("orders", 0): ErrorCode.none}
+    assert shard.offsets.group_offsets("g") == {}

@@ -17,7 +17,7 @@ from tidemark.broker.server import Broker
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DELETE_TOPICS = (
     10, 8, 9, 11, 12, 14, 20)
-METADATA = 3
+METADATA, OFFSET_DELETE = 3, 47
 
 
 def _commit(client, group, offset, generation=-1, member=""):
@@ -86,6 +86,27 @@ def test_commits_keep_a_members_session_alive(tmp_path):
             assert _heartbeat(client, "committer", member) == ErrorCode.none
             advance(session_ms)  # and without commits or heartbeats the session does end
             assert _heartbeat(client, "committer", member) == ErrorCode.unknown_member_id
+
+
+def test_offset_delete_takes_a_live_group_with_unreadable_subscriptions_as_subscribed(tmp_path):
+    """Kafka's isSubscribedToTopic: a consumer group whose members' subscriptions do not parse
+    (here empty metadata) is taken as subscribed to every topic while it has members, so
+    OffsetDelete leaves its offsets (GROUP_SUBSCRIBED_TO_TOPIC). The clock is manual: the member
+    stays in the group for as long as the test runs."""
+    clock = ManualClock()
+    config = BrokerConfig({"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"})
+    with running_broker(Broker(config, tmp_path, port=0, clock=clock)) as (broker, _):
+        with RawClient(f"127.0.0.1:{broker.port}") as client:
+            client.create_topic("orders")
+            _until_loaded(client, "opaque")
+            member = _join_alone(client, "opaque", 30_000)
+            assert _commit(client, "opaque", 7, generation=1, member=member) == ErrorCode.none
+            deleted = client.request(OFFSET_DELETE, 0, {"group_id": "opaque", "topics": [
+                {"name": "orders", "partitions": [{"partition_index": 0}]}]})
+            assert (deleted.error_code, [(t.name, p.partition_index, p.error_code) for t in deleted.topics
+                                         for p in t.partitions]) == (
+                ErrorCode.none, [("orders", 0, ErrorCode.group_subscribed_to_topic)])
+            assert _fetch(client, "opaque") == (ErrorCode.none, [7])
 
 
 @contextlib.contextmanager

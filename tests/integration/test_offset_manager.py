@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
+from click.testing import CliRunner
 from kio.schema.errors import ErrorCode
 
 from tests.integration.raw import RawClient
+from tidemark.cli.offsets import offsets
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.hold import HOLD_AT, HOLD_RELEASE
 from tidemark.log import LogConfig, UnifiedLog
@@ -16,7 +20,7 @@ from tidemark.records.offsets_schema import (
     encode_offset_commit_value,
 )
 
-FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, METADATA, HEARTBEAT = 10, 8, 9, 3, 12
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, METADATA, HEARTBEAT, DELETE_TOPICS = 10, 8, 9, 3, 12, 20
 
 
 def _commit(client, group, topic, partitions, version=8, generation=-1, member="", metadata=None):
@@ -92,6 +96,33 @@ def test_multi_group_offset_fetch(broker):
         got = {g.group_id: [(t.name, p.partition_index, p.committed_offset) for t in g.topics for p in t.partitions]
                for g in response.groups}
         assert got == {"multi-a": [("multi", 0, 11)], "multi-b": [("multi", 0, 22)]}
+
+
+def test_deleting_a_topic_tombstones_its_offsets_so_recreating_it_starts_without_them(broker):
+    group = "deleted-topic"
+    with RawClient(broker.bootstrap) as client:
+        client.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+        client.create_topic("doomed", partitions=2)
+        client.create_topic("kept")
+        deadline = time.monotonic() + 30
+        while (committed := _commit(client, group, "doomed", [(0, 5), (1, 7)])) == {
+                0: ErrorCode.coordinator_load_in_progress, 1: ErrorCode.coordinator_load_in_progress}:
+            assert time.monotonic() < deadline  # the group's offsets partition is still loading
+            time.sleep(0.05)
+        assert committed == {0: ErrorCode.none, 1: ErrorCode.none}
+        assert _commit(client, group, "kept", [(0, 3)]) == {0: ErrorCode.none}
+        deleted = client.request(DELETE_TOPICS, 6, {"topics": [{"name": "doomed", "topic_id": None}],
+                                                    "timeout_ms": 10000})
+        assert deleted.responses[0].error_code == ErrorCode.none
+        assert client.create_topic("doomed", partitions=2).error_code == ErrorCode.none
+        assert _fetch(client, group, "doomed", [0, 1]) == (ErrorCode.none, {0: (-1, "", 0), 1: (-1, "", 0)})
+        assert _fetch(client, group, "kept", [0]) == (ErrorCode.none, {0: (3, "", 0)})
+    # The deletion is in the offsets log (and survives a restart): a tombstone per offset.
+    dumped = CliRunner().invoke(offsets, ["dump", "--data-dir", str(broker.data_dir),
+                                          "--partition", str(partition_for(group, 50))], catch_exceptions=False)
+    assert dumped.exit_code == 0, dumped.output
+    lines = [line.split(" key: ")[1] for line in dumped.stdout.splitlines() if f'"group":"{group}"' in line]
+    assert lines[-2:] == [f'{{"group":"{group}","topic":"doomed","partition":{p}}} value: <tombstone>' for p in (0, 1)]
 
 
 def test_fetch_during_load_gets_load_in_progress_then_the_offsets(make_broker):

@@ -266,7 +266,8 @@ EXPIRY_RECORDS = [
     # Stable group whose subscription does not decode, and a non-consumer group: kept.
     _offset("opaque", "payments", 0, T), _group("opaque", "consumer", (_member("m1", b"junk"),)),
     _offset("connect", "payments", 0, T), _group("connect", "connect", (_member("w1", b"\x00\x01"),)),
-    # Explicit expire timestamps (value v1) decide alone, even in a Stable group.
+    # Explicit expire timestamps (value v1) decide where the offset may expire at all: a Stable
+    # group keeps the topic it consumes, explicit retention or not.
     _offset("stable", "orders", 2, T, expire=T + 2 * MINUTE),
     _offset("solo", "orders", 2, T, expire=T + 60 * MINUTE),
     # An Empty consumer group without offsets left, and a tombstoned offset.

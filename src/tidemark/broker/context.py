@@ -43,6 +43,8 @@ class Coordinator(Protocol):
 
     def list_groups(self, body: Any, version: int) -> tuple[list[dict[str, Any]], ErrorCode]: ...
 
+    async def on_topics_deleted(self, topics: list[str]) -> None: ...
+
 
 class RequestContext:
     """One request's view of the broker. Read-only by convention (slotted, not frozen: it is

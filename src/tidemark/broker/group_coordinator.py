@@ -522,6 +522,17 @@ class GroupCoordinator:
             runtime.resigned(self._leader_epoch)
         self._leader_epoch += 1
 
+    async def on_topics_deleted(self, topics: list[str]) -> None:
+        """Deleted topics: every active shard tombstones their offsets as one event (Kafka's
+        onPartitionsDeleted), done once those records are committed or have failed. A shard not
+        active keeps them (as in Kafka), for retention to expire."""
+        topics = [topic for topic in topics if topic != OFFSETS_TOPIC]  # that one unloads the shards
+        events = [runtime.submit(lambda shard, now: shard.delete_topic_offsets(topics))
+                  for runtime in self.shards.values() if topics and runtime.state is LoadState.ACTIVE]
+        for outcome in await asyncio.gather(*events, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                log.warning("offsets_of_deleted_topic_kept", topics=topics, error=repr(outcome))
+
     async def stop(self) -> None:
         """Unload every shard (held requests are answered NOT_COORDINATOR)."""
         await asyncio.gather(*(runtime.close() for runtime in self.shards.values()))

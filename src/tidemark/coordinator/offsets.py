@@ -119,6 +119,12 @@ class OffsetStore:
                 for topic, partitions in self._offsets.get(group, {}).items()
                 for partition, packed in partitions.items()}
 
+    def topic_offsets(self, topic: str) -> list[tuple[str, int]]:
+        """(group, partition) of every offset of `topic`, committed or in flight."""
+        found = {(group, partition) for group, topics in self._offsets.items() for partition in topics.get(topic, ())}
+        found.update((group, tp[1]) for group, pending in self._pending.items() for tp in pending if tp[0] == topic)
+        return sorted(found)
+
     def groups(self) -> list[str]:
         return list(self._offsets)
 

@@ -268,6 +268,19 @@ class CoordinatorShard:
             token, {"error_code": group_append_error(code), "throttle_time": 0, "topics": []})
         return result
 
+    def delete_topic_offsets(self, topics: list[str]) -> Result:
+        """Deleted topics (Kafka's onPartitionsDeleted): a tombstone for every group's offset of
+        them, commits in flight included, so a topic created again under a name starts empty."""
+        records = []
+        for topic in topics:
+            tps = self.offsets.topic_offsets(topic)
+            records += [OffsetsRecord(encode_key(OffsetCommitKey(group, topic, partition)), None)
+                        for group, partition in tps]
+            if tps:
+                log.info("offsets_of_deleted_topic", partition=self.partition_index, topic=topic, offsets=len(tps))
+        # No failure path: if the append fails the offsets stay, for retention to expire (Kafka too).
+        return Result(records=records)
+
     # -- expiration (KIP-211) -----------------------------------------------------------------
 
     def _expiration_base(self, group: Group | None, topic: str, commit_timestamp: int) -> int | None:
@@ -296,12 +309,13 @@ class CoordinatorShard:
             for (topic, partition), entry in committed.items():
                 if self.offsets.is_pending(group_id, (topic, partition)):
                     continue  # a commit in flight decides this offset's fate
+                base = self._expiration_base(group, topic, entry.commit_timestamp)
+                if base is None:
+                    continue  # not a candidate at all, whatever retention its commit asked for
                 if entry.expire_timestamp >= 0:  # an explicit retention (OffsetCommit v2-v4)
                     if now_ms >= entry.expire_timestamp:
                         expired.append((topic, partition))
-                    continue
-                base = self._expiration_base(group, topic, entry.commit_timestamp)
-                if base is not None and now_ms - base >= retention_ms:
+                elif now_ms - base >= retention_ms:
                     expired.append((topic, partition))
             left = len(committed) - len(expired)
             if group is not None and group.state is GroupState.EMPTY and not group.deleting and left == 0 \

@@ -138,6 +138,7 @@ async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]
         wanted = [(item.name, item.topic_id) for item in body.topics]
     duplicated = _duplicates([name if name is not None else topic_id for name, topic_id in wanted])
     responses = []
+    deleted = []
     for name, topic_id in wanted:
         if (name if name is not None else topic_id) in duplicated:
             responses.append({"name": name, "topic_id": topic_id, "error_code": ErrorCode.invalid_request,
@@ -151,5 +152,9 @@ async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]
             responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.topic_deletion_disabled})
             continue
         replicas.delete_topic(topic.name)
+        deleted.append(topic.name)
         responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": 0})
+    # Their committed offsets go too (tombstones), before the answer: a topic created again
+    # under the name never shows a consumer the old offsets.
+    await ctx.coordinator.on_topics_deleted(deleted)
     return {"throttle_time": 0, "responses": responses}

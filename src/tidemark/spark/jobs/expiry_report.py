@@ -72,7 +72,9 @@ def expiry_report(records: DataFrame, at_ms: int, retention_ms: int) -> DataFram
     return (offsets
             .withColumn("group_state", F.coalesce("group_state", F.lit(NO_GROUP)))
             .withColumn("retention_base", F.when(F.col("expire_timestamp").isNull(), base))
-            .withColumn("expires_at", F.coalesce("expire_timestamp", plus_retention(F.col("retention_base"))))
+            # An explicit expire timestamp counts only where the offset may expire at all (Kafka).
+            .withColumn("expires_at", F.when(base.isNotNull(),
+                                             F.coalesce("expire_timestamp", plus_retention(base))))
             .withColumn("expires", F.coalesce(at >= F.col("expires_at"), F.lit(False)))
             .withColumn("pre_kip211_expires_at",
                         F.coalesce("expire_timestamp", plus_retention(F.col("commit_timestamp"))))
