@@ -20,7 +20,7 @@ import time
 from types import SimpleNamespace
 
 from tidemark.coordinator.group import Group, GroupState, Member
-from tidemark.coordinator.membership import _session_deadline
+from tidemark.coordinator.rebalance import _session_deadline
 from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
 
 MEMBERS = 3

@@ -14,7 +14,9 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.group import Group, GroupState
-from tidemark.coordinator.membership import GroupConfig, GroupMembership
+from tidemark.coordinator.group_views import describe_groups, list_groups
+from tidemark.coordinator.membership import GroupMembership
+from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.result import Result
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
@@ -678,7 +680,7 @@ def test_describe_groups() -> None:
     ids = stable_group(h, "a")
     h.groups["simple"] = Group("simple", 0)
     request = build_request(15, 5, groups=("g", "simple", "missing"), include_authorized_operations=False)
-    response = h.membership.describe_groups(request, 5)
+    response = describe_groups(h.groups, request, 5)
     g, simple, missing = response["groups"]
     assert g["group_state"] == "Stable" and g["protocol_type"] == "consumer" and g["protocol_data"] == "range"
     assert g["members"] == [{"member_id": ids["a"], "group_instance_id": None, "client_id": "a",
@@ -686,10 +688,10 @@ def test_describe_groups() -> None:
                              "member_assignment": ids["a"].encode()}]
     assert simple["group_state"] == "Empty" and simple["protocol_type"] == "" and simple["members"] == []
     assert missing["error_code"] == NONE and missing["group_state"] == "Dead"
-    assert h.membership.describe_groups(request, 6)["groups"][2]["error_code"] == GROUP_ID_NOT_FOUND
+    assert describe_groups(h.groups, request, 6)["groups"][2]["error_code"] == GROUP_ID_NOT_FOUND
     # Outside Stable: no protocol, metadata or assignment.
     h.join(join_req(member_id=ids["a"]))
-    g = h.membership.describe_groups(request, 5)["groups"][0]
+    g = describe_groups(h.groups, request, 5)["groups"][0]
     assert g["group_state"] == "CompletingRebalance" and g["protocol_data"] == ""
     assert g["members"][0]["member_metadata"] == b"" and g["members"][0]["member_assignment"] == b""
 
@@ -698,14 +700,14 @@ def test_list_groups_with_filters() -> None:
     h = Harness()
     stable_group(h, "a")
     h.groups["simple"] = Group("simple", 0)
-    listed = h.membership.list_groups(build_request(16, 3), 3)["groups"]
+    listed = list_groups(h.groups, build_request(16, 3), 3)["groups"]
     assert {(g["group_id"], g["group_state"], g["protocol_type"]) for g in listed} == {
         ("g", "Stable", "consumer"), ("simple", "Empty", "")}
-    only_stable = h.membership.list_groups(build_request(16, 4, states_filter=("stable",)), 4)["groups"]
+    only_stable = list_groups(h.groups, build_request(16, 4, states_filter=("stable",)), 4)["groups"]
     assert [g["group_id"] for g in only_stable] == ["g"]
-    classic = h.membership.list_groups(build_request(16, 5, states_filter=(), types_filter=("classic",)), 5)
+    classic = list_groups(h.groups, build_request(16, 5, states_filter=(), types_filter=("classic",)), 5)
     assert len(classic["groups"]) == 2 and classic["groups"][0]["group_type"] == "classic"
-    consumer = h.membership.list_groups(build_request(16, 5, states_filter=(), types_filter=("consumer",)), 5)
+    consumer = list_groups(h.groups, build_request(16, 5, states_filter=(), types_filter=("consumer",)), 5)
     assert consumer["groups"] == []
 
 
@@ -780,9 +782,9 @@ def test_join_and_sync_responses_encode_for_every_version(version: int) -> None:
     if leave_version >= 3:  # batch leave: one answer per member
         assert [(m.member_id, m.error_code) for m in left.members] == [(member_id, NONE)]
     describe = build_request(15, min(version, 5), groups=("g", "x"), include_authorized_operations=False)
-    described = _wire(15, min(version, 5), h.membership.describe_groups(describe, min(version, 5)))
+    described = _wire(15, min(version, 5), describe_groups(h.groups, describe, min(version, 5)))
     assert [(g.group_id, g.error_code, g.group_state) for g in described.groups] == [
         ("g", NONE, "Empty"), ("x", NONE, "Dead")]  # its only member left
     list_version = min(version, 5)
-    listed = _wire(16, list_version, h.membership.list_groups(build_request(16, list_version), list_version))
+    listed = _wire(16, list_version, list_groups(h.groups, build_request(16, list_version), list_version))
     assert listed.error_code == NONE and [(g.group_id, g.protocol_type) for g in listed.groups] == [("g", "consumer")]

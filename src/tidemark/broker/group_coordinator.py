@@ -31,7 +31,8 @@ from kio.schema.errors import ErrorCode
 from tidemark.broker.coordinator_io import OFFSETS_TOPIC, Cancellable, Clock, LogOffsetsTopic, OffsetsTopic, \
     PartitionWriter, SystemClock
 from tidemark.broker.errors import error_code_for
-from tidemark.coordinator.membership import GroupConfig
+from tidemark.coordinator.group_views import list_groups
+from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.coordinator.result import Result
 from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
@@ -597,7 +598,7 @@ class GroupCoordinator:
             if runtime.state is not LoadState.ACTIVE:
                 error = ErrorCode.coordinator_load_in_progress
                 continue
-            groups.extend(runtime.shard.membership.list_groups(body, version)["groups"])
+            groups.extend(list_groups(runtime.shard.groups, body, version)["groups"])
         return groups, error
 
     def read(self, group_id: str, reader: Callable[[CoordinatorShard], Any],

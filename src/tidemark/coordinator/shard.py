@@ -18,7 +18,8 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.group import Group, GroupState
-from tidemark.coordinator.membership import GroupConfig, GroupMembership
+from tidemark.coordinator.membership import GroupMembership
+from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.offsets import OffsetStore
 from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.coordinator.group_views import describe_groups
 from tidemark.coordinator.result import Result
 from tidemark.wire import error_responses
 
@@ -93,7 +94,7 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
             return {"groups": [error_responses.described_group(group_id, code)]}
 
         described = ctx.coordinator.read(
-            group_id, lambda shard, g=group_id: shard.membership.describe_groups(_OneGroup(g), version), failed
+            group_id, lambda shard, g=group_id: describe_groups(shard.groups, _OneGroup(g), version), failed
         )
         groups.extend(described["groups"])
     return {"throttle_time": 0, "groups": groups}
