@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 import threading
 import time
 
@@ -107,6 +108,43 @@ def test_offset_delete_takes_a_live_group_with_unreadable_subscriptions_as_subsc
                                          for p in t.partitions]) == (
                 ErrorCode.none, [("orders", 0, ErrorCode.group_subscribed_to_topic)])
             assert _fetch(client, "opaque") == (ErrorCode.none, [7])
+
+
+def _subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0 naming `topics`."""
+    out = struct.pack(">hi", 0, len(topics))
+    for topic in topics:
+        out += struct.pack(">h", len(topic)) + topic.encode()
+    return out + struct.pack(">i", -1)
+
+
+def test_explicit_retention_does_not_expire_a_stable_groups_subscribed_offsets(tmp_path):
+    """KIP-211 as Kafka applies it: an OffsetCommit v2 retention_time is an expire timestamp
+    that counts only where the group's expiration condition lets the offset expire at all; a
+    Stable group still subscribed to the topic keeps it past that time."""
+    clock = ManualClock()
+    config = BrokerConfig({"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1",
+                           "offsets.retention.check.interval.ms": "1000"})
+    with running_broker(Broker(config, tmp_path, port=0, clock=clock)) as (broker, advance):
+        with RawClient(f"127.0.0.1:{broker.port}") as client:
+            client.create_topic("orders")
+            _until_loaded(client, "steady")
+            body = {"group_id": "steady", "session_timeout": 600_000, "rebalance_timeout": 600_000,
+                    "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                    "protocols": [{"name": "range", "metadata": _subscription("orders")}]}
+            member = client.request(JOIN_GROUP, 5, body).member_id  # MEMBER_ID_REQUIRED
+            assert client.request(JOIN_GROUP, 5, {**body, "member_id": member}).generation_id == 1
+            assert client.request(SYNC_GROUP, 3, {"group_id": "steady", "generation_id": 1, "member_id": member,
+                                                  "group_instance_id": None, "assignments": [
+                                                      {"member_id": member, "assignment": b""}]}).error_code == 0
+            committed = client.request(OFFSET_COMMIT, 2, {
+                "group_id": "steady", "generation_id_or_member_epoch": 1, "member_id": member,
+                "retention_time": 60_000, "topics": [{"name": "orders", "partitions": [
+                    {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}]}]})
+            assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+            advance(120_000)  # two minutes: twice the explicit retention, many retention checks
+            assert _heartbeat(client, "steady", member) == ErrorCode.none  # still Stable, still a member
+            assert _fetch(client, "steady") == (ErrorCode.none, [5])
 
 
 @contextlib.contextmanager

@@ -298,8 +298,8 @@ class CoordinatorShard:
         return None  # rebalancing, or subscriptions unknown: keep everything (KAFKA-4682)
 
     def expire_offsets(self, now_ms: int, retention_ms: int) -> Result:
-        """The periodic offsets retention check: tombstones for expired offsets, and Dead plus a
-        group tombstone for an Empty group left without offsets."""
+        """The periodic offsets retention check: tombstones for expired offsets, and a group
+        tombstone for an Empty group left without offsets (removed when they are replayed)."""
         result = Result()
         for group_id in set(self.groups) | set(self.offsets.groups()):
             group = self.groups.get(group_id)
