@@ -133,7 +133,7 @@ class Group:
     def is_empty(self) -> bool:
         return not self.members
 
-    # -- validation (Kafka's ClassicGroup.validateOffsetCommit, validateDeleteGroup) -----------
+    # -- validation (Kafka's ClassicGroup.validateOffsetCommit, validateOffsetDelete, ...) -----
 
     def validate_offset_commit(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode | None:
         """Why an OffsetCommit to this group is refused, in Kafka's order, or None."""
@@ -156,6 +156,14 @@ class Group:
             return ErrorCode.unknown_member_id  # no member, no generation: only an Empty group
         if self.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
+        return None
+
+    def validate_offset_delete(self) -> ErrorCode | None:
+        """OffsetDelete: a live group only if it is a consumer group (its subscriptions decide)."""
+        if self.is_dead:
+            return ErrorCode.group_id_not_found
+        if self.state is not GroupState.EMPTY and self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.non_empty_group
         return None
 
     def validate_delete_group(self) -> ErrorCode | None:

@@ -242,14 +242,11 @@ class CoordinatorShard:
         """OffsetDelete (KIP-496): refused for topics a live consumer group subscribes to."""
         group_id = request.group_id
         group = self.groups.get(group_id)
-        if group is None or group.is_dead:
-            return Result().respond(token, {"error_code": ErrorCode.group_id_not_found, "throttle_time": 0, "topics": []})
-        subscribed: set[str] | None = set()
-        if group.state is not GroupState.EMPTY:
-            if group.protocol_type != "consumer":
-                return Result().respond(token, {"error_code": ErrorCode.non_empty_group, "throttle_time": 0,
-                                                "topics": []})
-            subscribed = group.subscribed_topics()
+        error = ErrorCode.group_id_not_found if group is None else group.validate_offset_delete()
+        if error is not None:
+            return Result().respond(token, {"error_code": error, "throttle_time": 0, "topics": []})
+        assert group is not None
+        subscribed = set() if group.state is GroupState.EMPTY else group.subscribed_topics()
         tombstoned: list[tuple[str, int]] = []
         topics = []
         for topic in request.topics:
