@@ -12,8 +12,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from kio.schema.errors import ErrorCode
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KafkaPythonNewPartitions
+
+from tests.integration.raw import RawClient
 
 
 def _partition_count(admin: AdminClient, topic: str) -> int:
@@ -68,3 +71,21 @@ def test_refusals_carry_kafkas_error_codes(broker, topic, count, code):
     with pytest.raises(KafkaException) as failure:
         _grow(admin, topic, count)
     assert failure.value.args[0].code() == code
+
+
+def test_a_broker_hosts_at_most_tidemark_max_partitions(make_broker):
+    """Nothing a client sends makes the broker create unbounded logs: CreateTopics and
+    CreatePartitions past tidemark.max.partitions are refused with INVALID_PARTITIONS."""
+    broker = make_broker({"tidemark.max.partitions": "10"}).start()
+    with RawClient(broker.bootstrap) as client:  # past what librdkafka lets a client ask for
+        response = client.create_topic("huge", 2_000_000_000)
+    assert response.error_code == ErrorCode.invalid_partitions
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    with pytest.raises(KafkaException) as failure:
+        admin.create_topics([NewTopic("huge", 11, 1)])["huge"].result(10)
+    assert failure.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    admin.create_topics([NewTopic("fits", 10, 1)])["fits"].result(10)
+    with pytest.raises(KafkaException) as failure:
+        _grow(admin, "fits", 11)
+    assert failure.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    assert _partition_count(admin, "fits") == 10

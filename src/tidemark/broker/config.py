@@ -103,6 +103,9 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("node.id", 0, 0),
         _int("broker.id", 0, 0, "alias of node.id"),
         _int("num.partitions", 1, 1),
+        # Partitions this broker hosts at most (each is a directory and open files): CreateTopics
+        # and CreatePartitions beyond it are refused with INVALID_PARTITIONS.
+        _int("tidemark.max.partitions", 10000, 1),
         _int("default.replication.factor", 1, 1),
         Setting("auto.create.topics.enable", True, _parse_bool),
         Setting("delete.topic.enable", True, _parse_bool),

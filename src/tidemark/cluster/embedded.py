@@ -57,6 +57,21 @@ def cluster_id_from_uuid(value: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
 
 
+def _write_durably(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically: a crash leaves the old file or the new, fsynced."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 class EmbeddedMetadata:
     """Topic registry of a single broker, persisted under `data_dir`."""
 
@@ -96,7 +111,7 @@ class EmbeddedMetadata:
             self._save()
         meta = self.data_dir / META_PROPERTIES
         if not meta.exists():
-            meta.write_text(f"version=1\ncluster.id={self.cluster_id}\nnode.id={self.node_id}\n")
+            _write_durably(meta, f"version=1\ncluster.id={self.cluster_id}\nnode.id={self.node_id}\n")
 
     def _save(self) -> None:
         state = {
@@ -113,17 +128,7 @@ class EmbeddedMetadata:
                 for t in self.topics.values()
             ],
         }
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(state, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
-        dir_fd = os.open(self.data_dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _write_durably(self._path, json.dumps(state, indent=1))
 
     def get(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)

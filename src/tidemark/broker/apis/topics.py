@@ -44,6 +44,8 @@ def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str
         partitions = ctx.config["num.partitions"]
     if partitions < 1:
         return failed(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+    if (too_many := _over_partition_limit(ctx, partitions)) is not None:
+        return failed(ErrorCode.invalid_partitions, too_many)
     replication_factor = item.replication_factor
     if replication_factor == -1:
         replication_factor = ctx.config["default.replication.factor"]
@@ -70,6 +72,16 @@ def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str
         "replication_factor": replication_factor,
         "configs": None,
     }
+
+
+def _over_partition_limit(ctx: RequestContext, adding: int) -> str | None:
+    """Why `adding` more partitions is refused (tidemark.max.partitions), or None."""
+    limit = ctx.config["tidemark.max.partitions"]
+    hosted = len(ctx.replicas.partitions)
+    if hosted + adding <= limit:
+        return None
+    return (f"{adding} more partitions would bring this broker to {hosted + adding}, above "
+            f"tidemark.max.partitions={limit}.")
 
 
 def _duplicates(names: list[Any]) -> set[Any]:
@@ -104,6 +116,8 @@ def _create_partitions_one(ctx: RequestContext, item: Any, validate_only: bool) 
     if item.count <= topic.partitions:
         return result(ErrorCode.invalid_partitions, f"Topic currently has {topic.partitions} partitions, "
                       f"which is higher than or equal to the requested {item.count}.")
+    if (too_many := _over_partition_limit(ctx, item.count - topic.partitions)) is not None:
+        return result(ErrorCode.invalid_partitions, too_many)
     if item.assignments is not None:
         if len(item.assignments) != item.count - topic.partitions:
             return result(ErrorCode.invalid_replica_assignment,
