@@ -76,15 +76,18 @@ class GroupRebalancer:
         self._scheduled: dict[str, set[tuple[str, ...]]] = {}  # group id -> its timer keys
 
     @staticmethod
-    def _fence(member: Member, result: Result) -> None:
-        """The old incarnation of a static member is fenced, including requests it has held."""
+    def _answer_held(member: Member, error: ErrorCode, result: Result) -> None:
+        """Answer the JoinGroup and SyncGroup a member holds, if any, with `error`."""
         if member.join_token is not None:
-            result.respond(member.join_token, error_responses.join_group(
-                member.join_version, ErrorCode.fenced_instance_id, member.member_id))
+            result.respond(member.join_token, error_responses.join_group(member.join_version, error, member.member_id))
             member.join_token = None
         if member.sync_token is not None:
-            result.respond(member.sync_token, error_responses.sync_group(ErrorCode.fenced_instance_id))
+            result.respond(member.sync_token, error_responses.sync_group(error))
             member.sync_token = None
+
+    def _fence(self, member: Member, result: Result) -> None:
+        """The old incarnation of a static member is fenced, including requests it has held."""
+        self._answer_held(member, ErrorCode.fenced_instance_id, result)
 
     def _joined_response(self, group: Group, member: Member, version: int) -> dict[str, Any]:
         is_leader = group.is_leader(member.member_id)
@@ -183,13 +186,7 @@ class GroupRebalancer:
 
     def _drop_member(self, group: Group, member: Member, result: Result) -> None:
         """Remove a member, answering any request it has held (no rebalance logic)."""
-        if member.join_token is not None:
-            result.respond(member.join_token, error_responses.join_group(
-                member.join_version, ErrorCode.unknown_member_id, member.member_id))
-            member.join_token = None
-        if member.sync_token is not None:
-            result.respond(member.sync_token, error_responses.sync_group(ErrorCode.unknown_member_id))
-            member.sync_token = None
+        self._answer_held(member, ErrorCode.unknown_member_id, result)
         group.remove(member.member_id)
 
     def _remove_member_and_update_group(self, group: Group, member_id: str, now_ms: int, result: Result) -> None:
@@ -363,13 +360,7 @@ class GroupRebalancer:
         if group is None:
             return result
         for member in group.members.values():
-            if member.join_token is not None:
-                result.respond(member.join_token, error_responses.join_group(
-                    member.join_version, ErrorCode.not_coordinator, member.member_id))
-                member.join_token = None
-            if member.sync_token is not None:
-                result.respond(member.sync_token, error_responses.sync_group(ErrorCode.not_coordinator))
-                member.sync_token = None
+            self._answer_held(member, ErrorCode.not_coordinator, result)
         stamp = now_ms if now_ms is not None else (group.state_timestamp_ms or 0)
         group.transition_to(GroupState.DEAD, stamp)
         group.join_deadline_ms = None
