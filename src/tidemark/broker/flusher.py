@@ -1,4 +1,4 @@
-"""Group commit: one task fsyncs every log with unflushed appends, then advances high watermarks.
+"""Group commit: one task fsyncs every log with unflushed appends, then reports how far each is durable.
 
 Producers that arrive while an fsync is running share the next one, so durability costs one
 fsync per round rather than one per request, and throughput is not serialised behind the disk.
@@ -56,7 +56,7 @@ class Flusher:
                     log.error("flush_failed", topic=partition.topic, partition=partition.index, error=repr(result))
                     partition.fail_waiters(result)
                     continue
-                partition.advance_high_watermark(result)
+                partition.flushed_to(result)
 
 
 def _flush_all(partitions: list[Partition]) -> list[int | BaseException]:

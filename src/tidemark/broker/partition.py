@@ -1,24 +1,51 @@
-"""A partition this broker leads: its log, its high watermark and who waits on it.
+"""A partition on this broker: its log, its replicas, its high watermark and who waits on it.
 
-On a single broker the high watermark is the durably flushed end of the log: a record is
-"committed" once it is fsynced. Every path that acknowledges a committed write (acks=-1, and
-later offset commits) waits on the high watermark, never on the write call, so replication can
-move the high watermark later without changing those paths.
+The high watermark is the smallest durable log end offset over the in-sync replicas: this
+broker's own end counts once it is fsynced (the flusher calls `flushed_to`), a follower's once
+its fetch asks for the offset after it (Kafka's Partition.maybeIncrementLeaderHW). On one broker
+the ISR is just this broker, so the high watermark is the durably flushed end of the log. Every
+path that acknowledges a committed write (acks=-1, offset commits) waits on the high watermark,
+never on the write call.
+
+A follower's high watermark is what its leader last reported, never past its own log end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from tidemark.log.unified_log import UnifiedLog
 
 
+@dataclasses.dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower (Kafka's Replica): its log end from its last fetch,
+    and the last time it was caught up with the leader's log end."""
+
+    log_end_offset: int = 0
+    last_caught_up_ms: int = 0
+    # The leader's log end at the follower's previous fetch: fetching from there since means
+    # it was caught up then (Kafka's lastFetchLeaderLogEndOffset).
+    leader_end_at_last_fetch: int = 0
+    last_fetch_ms: int = 0
+
+
 class Partition:
-    def __init__(self, topic: str, index: int, log: UnifiedLog, leader_epoch: int = 0) -> None:
+    def __init__(self, topic: str, index: int, log: UnifiedLog, leader_epoch: int = 0, local_id: int = 0) -> None:
         self.topic = topic
         self.index = index
         self.log = log
+        self.local_id = local_id
+        # Who leads and who replicates (on one broker: this broker alone, at epoch 0).
+        self.leader_id: int | None = local_id
         self.leader_epoch = leader_epoch
+        self.replicas: tuple[int, ...] = (local_id,)
+        self.isr: frozenset[int] = frozenset({local_id})
+        self.zk_version = 0
+        self.leader_epoch_start_offset = 0
+        self.followers: dict[int, FollowerState] = {}
+        self.flushed_end = log.high_watermark  # this replica's durable log end
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
         # One future shared by every long-poll fetch of this partition, replaced at each
         # advance: waiters that time out leave nothing behind.
@@ -28,7 +55,95 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
-    def advance_high_watermark(self, offset: int) -> None:
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_id
+
+    # -- roles ------------------------------------------------------------------------------------
+
+    def become_leader(self, leader_epoch: int, replicas: tuple[int, ...], isr: frozenset[int], zk_version: int,
+                      now_ms: int) -> None:
+        """Lead at `leader_epoch`: followers start as caught up now (they get
+        replica.lag.time.max.ms to show they are), at an unknown log end."""
+        self.leader_id = self.local_id
+        self.leader_epoch = leader_epoch
+        self.leader_epoch_start_offset = self.log.log_end_offset  # a follower rejoins only past it
+        self.replicas = replicas
+        self.isr = isr
+        self.zk_version = zk_version
+        self.followers = {replica: FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+                          for replica in replicas if replica != self.local_id}
+        self._maybe_advance_high_watermark()
+
+    def become_follower(self, leader_id: int | None, leader_epoch: int, replicas: tuple[int, ...],
+                        isr: frozenset[int], zk_version: int) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = replicas
+        self.isr = isr
+        self.zk_version = zk_version
+        self.followers = {}
+
+    def update_isr(self, isr: frozenset[int], zk_version: int) -> None:
+        """The ISR as now stored (by this leader's own write, or read back)."""
+        self.isr = isr
+        self.zk_version = zk_version
+        self._maybe_advance_high_watermark()
+
+    # -- the leader's view of its followers -------------------------------------------------------
+
+    def follower_fetched(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetches from `fetch_offset`: everything below it is in its log."""
+        state = self.followers.get(replica_id)
+        if state is None:
+            return  # not a replica of this partition (or this broker does not lead it)
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            state.last_caught_up_ms = now_ms
+        elif fetch_offset >= state.leader_end_at_last_fetch:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.leader_end_at_last_fetch = leader_end
+        state.last_fetch_ms = now_ms
+        self._maybe_advance_high_watermark()
+
+    def isr_to_expand(self) -> frozenset[int] | None:
+        """The ISR with every follower that caught up to the high watermark added (Kafka's
+        maybeExpandIsr), or None when nobody rejoins."""
+        joining = {replica for replica, state in self.followers.items()
+                   if replica not in self.isr and state.log_end_offset >= self.high_watermark
+                   and state.log_end_offset >= self.leader_epoch_start_offset}
+        return self.isr | joining if joining else None
+
+    def isr_to_shrink(self, now_ms: int, lag_time_max_ms: int) -> frozenset[int] | None:
+        """The ISR without followers not caught up for replica.lag.time.max.ms, or None."""
+        leaving = {replica for replica in self.isr if replica != self.local_id
+                   and (state := self.followers.get(replica)) is not None
+                   and now_ms - state.last_caught_up_ms > lag_time_max_ms}
+        return self.isr - leaving if leaving else None
+
+    # -- high watermark ---------------------------------------------------------------------------
+
+    def flushed_to(self, end: int) -> None:
+        """This replica's log is durable up to `end` (the flusher's fsync)."""
+        self.flushed_end = max(self.flushed_end, end)
+        self._maybe_advance_high_watermark()
+
+    def _maybe_advance_high_watermark(self) -> None:
+        if not self.is_leader:
+            return
+        high_watermark = self.flushed_end
+        for replica in self.isr:
+            if replica != self.local_id:
+                state = self.followers.get(replica)
+                high_watermark = min(high_watermark, state.log_end_offset if state is not None else 0)
+        self._advance_high_watermark(high_watermark)
+
+    def leader_high_watermark(self, high_watermark: int) -> None:
+        """A follower learns the leader's high watermark (bounded by its own log end)."""
+        self._advance_high_watermark(min(high_watermark, self.log.log_end_offset))
+
+    def _advance_high_watermark(self, offset: int) -> None:
         if offset <= self.log.high_watermark:
             return
         self.log.update_high_watermark(offset)

@@ -64,7 +64,7 @@ class PartitionManager:
                 log.warning("orphan_log_removed", topic=topic_name, partition=index)
                 self.logs.delete_partition(topic_name, index)
                 continue
-            self.partitions[(topic_name, index)] = Partition(topic_name, index, partition_log)
+            self.partitions[(topic_name, index)] = Partition(topic_name, index, partition_log, local_id=self.config.node_id)
         for topic in self.metadata.topics.values():
             self._ensure_partitions(topic)
         metrics.PARTITIONS.set(len(self.partitions))
@@ -83,7 +83,7 @@ class PartitionManager:
         for index in range(topic.partitions):
             if (topic.name, index) not in self.partitions:
                 partition_log = self.logs.get_or_create(topic.name, index, config)
-                self.partitions[(topic.name, index)] = Partition(topic.name, index, partition_log)
+                self.partitions[(topic.name, index)] = Partition(topic.name, index, partition_log, local_id=self.config.node_id)
         metrics.PARTITIONS.set(len(self.partitions))
 
     def create_topic(

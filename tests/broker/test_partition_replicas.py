@@ -1,0 +1,110 @@
+"""The leader's view of its followers (Kafka's Partition): the high watermark is the smallest
+durable log end over the ISR, followers leave the ISR after replica.lag.time.max.ms without
+catching up and rejoin once caught up to the high watermark and the leader's epoch start."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tidemark.broker.partition import Partition
+from tidemark.log.config import LogConfig
+from tidemark.log.unified_log import UnifiedLog
+from tidemark.records import build_batch
+
+NOW = 1_700_000_000_000
+LAG_MS = 30_000
+
+
+def _partition(tmp_path, records: int = 0) -> Partition:
+    log = UnifiedLog.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
+    for i in range(records):
+        log.append(build_batch([(None, f"v{i}".encode(), (), NOW)]), now_ms=NOW)
+    return Partition("t", 0, log, local_id=1)
+
+
+def _lead(partition: Partition, isr=(1, 2, 3)) -> None:
+    partition.become_leader(1, (1, 2, 3), frozenset(isr), zk_version=0, now_ms=NOW)
+
+
+def test_one_replica_alone_is_committed_once_durable(tmp_path):
+    partition = _partition(tmp_path, 3)
+    partition.flushed_to(3)
+    assert partition.high_watermark == 3
+
+
+def test_the_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
+    partition = _partition(tmp_path, 5)
+    _lead(partition)
+    partition.flushed_to(5)
+    assert partition.high_watermark == 0  # the followers have nothing yet
+    partition.follower_fetched(2, 5, NOW)
+    assert partition.high_watermark == 0
+    partition.follower_fetched(3, 4, NOW)
+    assert partition.high_watermark == 4
+    partition.follower_fetched(3, 5, NOW)
+    assert partition.high_watermark == 5
+
+
+def test_a_follower_outside_the_isr_does_not_hold_the_high_watermark(tmp_path):
+    partition = _partition(tmp_path, 5)
+    _lead(partition, isr=(1, 2))
+    partition.flushed_to(5)
+    partition.follower_fetched(2, 5, NOW)
+    assert partition.high_watermark == 5  # replica 3 is out of sync: not waited for
+
+
+def test_the_leaders_own_end_counts_only_once_fsynced(tmp_path):
+    partition = _partition(tmp_path, 5)
+    _lead(partition, isr=(1, 2))
+    partition.follower_fetched(2, 5, NOW)
+    assert partition.high_watermark == 0
+    partition.flushed_to(5)
+    assert partition.high_watermark == 5
+
+
+def test_a_follower_not_caught_up_for_the_lag_time_leaves_the_isr(tmp_path):
+    partition = _partition(tmp_path, 5)
+    _lead(partition)
+    partition.follower_fetched(2, 5, NOW + 1000)  # caught up
+    partition.follower_fetched(3, 2, NOW + 1000)  # behind
+    assert partition.isr_to_shrink(NOW + LAG_MS, LAG_MS) is None  # exactly the lag time: still in
+    assert partition.isr_to_shrink(NOW + LAG_MS + 1, LAG_MS) == frozenset({1, 2})
+    # Fetching from where the leader's log ended at its previous fetch counts as caught up then.
+    partition.follower_fetched(3, 5, NOW + LAG_MS)
+    assert partition.isr_to_shrink(NOW + LAG_MS + 1, LAG_MS) is None
+
+
+def test_a_follower_rejoins_once_caught_up_to_the_high_watermark_and_the_epoch_start(tmp_path):
+    partition = _partition(tmp_path, 5)
+    _lead(partition, isr=(1, 2))  # the epoch starts at offset 5
+    partition.flushed_to(5)
+    partition.follower_fetched(2, 5, NOW)
+    partition.follower_fetched(3, 4, NOW)
+    assert partition.isr_to_expand() is None
+    partition.follower_fetched(3, 5, NOW)
+    assert partition.isr_to_expand() == frozenset({1, 2, 3})
+    partition.update_isr(frozenset({1, 2, 3}), zk_version=1)
+    assert (partition.isr, partition.zk_version) == (frozenset({1, 2, 3}), 1)
+
+
+def test_a_follower_takes_the_leaders_high_watermark_up_to_its_own_log_end(tmp_path):
+    partition = _partition(tmp_path, 3)
+    partition.become_follower(2, 1, (1, 2, 3), frozenset({1, 2, 3}), zk_version=0)
+    partition.leader_high_watermark(10)
+    assert partition.high_watermark == 3
+    partition.flushed_to(3)  # its own fsync never moves a follower's high watermark past the leader's
+    assert partition.high_watermark == 3 and not partition.is_leader
+
+
+def test_acks_all_waiters_are_released_when_the_last_isr_member_has_the_records(tmp_path):
+    async def scenario():
+        partition = _partition(tmp_path, 4)
+        _lead(partition, isr=(1, 2))
+        committed = partition.wait_for_high_watermark(4)
+        partition.flushed_to(4)
+        await asyncio.sleep(0)
+        assert not committed.done()
+        partition.follower_fetched(2, 4, NOW)
+        assert committed.done()
+
+    asyncio.run(scenario())
