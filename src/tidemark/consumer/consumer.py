@@ -93,6 +93,7 @@ class ZookeeperConsumer:
         self._next_commit = 0.0
         self._closed = False
         self._watches: list[Any] = []
+        self._members: list[str] = []  # the registry the last assignment was computed from
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -190,6 +191,7 @@ class ZookeeperConsumer:
 
     def _claim_all(self) -> bool:
         subscriptions = self.registry.subscriptions()
+        self._members = sorted(subscriptions)
         if self.consumer_id not in subscriptions:
             return True  # not registered any more (closing): nothing to own
         mine = owned_by(range_assign(self._partitions(), subscriptions), self.consumer_id)
@@ -211,7 +213,7 @@ class ZookeeperConsumer:
         self._committed = dict(committed)
         self.fetcher.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
         self.on_event({"event": "assigned", "consumer_id": self.consumer_id, "at": time.monotonic(),
-                       "partitions": _named(start), "from_commit": sorted(_named(committed))})
+                       "members": self._members, "partitions": _named(start), "from_commit": sorted(_named(committed))})
 
     def _reset_offset(self, tp: tuple[str, int]) -> int:
         """auto.offset.reset for a partition without a committed offset: smallest or largest."""
