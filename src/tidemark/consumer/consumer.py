@@ -89,6 +89,7 @@ class ZookeeperConsumer:
         self.positions: dict[tuple[str, int], int] = {}  # next offset to deliver, per owned partition
         self._committed: dict[tuple[str, int], int] = {}
         self._changed = threading.Event()  # set from kazoo's thread: rebalance before the next poll
+        self._wake = threading.Event()  # a rebalance attempt waiting for an owner to let go
         self._session_lost = False
         self._next_commit = 0.0
         self._closed = False
@@ -101,7 +102,7 @@ class ZookeeperConsumer:
         self.zk.add_listener(self._zk_state)
         self.zk.start(timeout=int(self.config["zookeeper.connection.timeout.ms"]) / 1000)
         self.registry.register()
-        self._watches = self.registry.watch(self._changed.set)
+        self._watches = self.registry.watch(self._registry_changed)
         self._changed.set()  # the consumer's own first rebalance
         self.on_event({"event": "registered", "consumer_id": self.consumer_id})
         return self
@@ -124,11 +125,16 @@ class ZookeeperConsumer:
             self.fetcher.close()
         self.on_event({"event": "closed", "consumer_id": self.consumer_id})
 
+    def _registry_changed(self) -> None:  # kazoo's thread: flags only
+        self._changed.set()
+        self._wake.set()
+
     def _zk_state(self, state: str) -> None:  # kazoo's thread: flags only
+        # A dropped connection that comes back within the session changes nothing; an expired
+        # session took our id and owner znodes with it: register and rebalance again.
         if state == KazooState.LOST:
-            self._session_lost = True  # our ephemeral id and owners are gone
-        if state != KazooState.CONNECTED:
-            self._changed.set()
+            self._session_lost = True
+            self._registry_changed()
 
     # -- consuming ------------------------------------------------------------------------------
 
@@ -168,6 +174,9 @@ class ZookeeperConsumer:
         backoff_s = int(self.config["rebalance.backoff.ms"]) / 1000
         for _attempt in range(retries + 1):
             self._changed.clear()
+            # A fresh event per attempt: an owner watch left by an earlier attempt fires on a
+            # dead one instead of starting a needless rebalance later.
+            self._wake = threading.Event()
             self._let_go()
             if self._session_lost:
                 self._session_lost = False
@@ -176,8 +185,8 @@ class ZookeeperConsumer:
                 self._start_fetching()
                 return
             self.registry.release()
-            # Until the owner in the way lets go or the registry changes (both set the flag); bounded.
-            self._changed.wait(backoff_s)
+            # Until the owner in the way lets go or the registry changes; bounded.
+            self._wake.wait(backoff_s)
         raise ConsumerRebalanceFailed(f"{self.consumer_id} could not claim its partitions in {retries + 1} attempts")
 
     def _let_go(self) -> None:
@@ -196,7 +205,7 @@ class ZookeeperConsumer:
             return True  # not registered any more (closing): nothing to own
         mine = owned_by(range_assign(self._partitions(), subscriptions), self.consumer_id)
         for tp, thread in sorted(mine.items()):
-            if self.registry.claim(tp, thread, self._changed) is not None:
+            if self.registry.claim(tp, thread, self._wake) is not None:
                 return False
         return True
 
