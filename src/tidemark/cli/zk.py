@@ -15,7 +15,6 @@ to land there.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 import click
 from rich.console import Console
@@ -23,30 +22,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from tidemark.cli.groups import Cluster, GroupsError, _parse_config, common_options
-from tidemark.zk.offset_store import ZookeeperOffsetManager, ZookeeperUnavailable
-
-
-@dataclass
-class ZookeeperGroup:
-    name: str
-    members: list[str]
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-
-
-async def read_zookeeper(connect: str, groups: tuple[str, ...], timeout_s: float) -> list[ZookeeperGroup]:
-    """Every wanted group's live members and stored offsets (all groups when none is named)."""
-    store = ZookeeperOffsetManager(connect, session_timeout_ms=max(int(timeout_s * 1000), 4000))
-    store.start()
-    try:
-        names = list(groups) or await store.groups(timeout_s)
-        found = []
-        for name in names:
-            members = await store.live_members(name, timeout_s)
-            offsets = await store.fetch(name, None, timeout_s)
-            found.append(ZookeeperGroup(name, members, {tp: o for tp, o in offsets.items() if o >= 0}))
-        return found
-    finally:
-        await asyncio.to_thread(store.close)
+from tidemark.cli.zk_groups import ZookeeperGroup, read_zookeeper
+from tidemark.zk.offset_store import ZookeeperUnavailable
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
