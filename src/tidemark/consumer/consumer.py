@@ -112,6 +112,9 @@ class ZookeeperConsumer:
         if self._closed:
             return
         self._closed = True
+        if self._session_lost:  # nothing is ours any more (see rebalance)
+            self.positions.clear()
+            self.registry.owned.clear()
         try:
             if self.auto_commit and self.zk.connected:
                 self.commit()
@@ -177,10 +180,15 @@ class ZookeeperConsumer:
             # A fresh event per attempt: an owner watch left by an earlier attempt fires on a
             # dead one instead of starting a needless rebalance later.
             self._wake = threading.Event()
-            self._let_go()
             if self._session_lost:
+                # The expired session took our id and owner znodes; the partitions may be
+                # someone else's already: delete nothing, and commit nothing over their commits
+                # (what we read since our last commit is read again, never skipped).
                 self._session_lost = False
+                self.registry.owned.clear()
+                self.positions.clear()
                 self.registry.register()
+            self._let_go()
             if self._claim_all():
                 self._start_fetching()
                 return
