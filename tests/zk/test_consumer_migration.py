@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tests.integration.clients import create_topic, produce_all
+from tests.zk.test_migrate_offsets import kafka_committed
 from tests.zk.consumer_process import ConsumerProcess, Journal, balanced
 
 TOPIC, PARTITIONS, GROUP = "zkm-t", 6, "zkm-group"
@@ -60,6 +61,13 @@ def test_rolling_bounces_to_kafka_storage_and_back_resume_at_the_last_commit(zoo
             ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
         return all(ends[p] == produced[p] for p in range(PARTITIONS))
 
+    def all_committed() -> bool:
+        last: dict[str, tuple[float, int]] = {}
+        for event in journal.of("committed"):
+            for name, offset in event["offsets"].items():
+                last[name] = max(last.get(name, (0.0, 0)), (event["at"], offset))
+        return all(last.get(f"{TOPIC}/{p}", (0, 0))[1] == produced[p] for p in range(PARTITIONS))
+
     def consumer(settings: dict[str, str]) -> ConsumerProcess:
         return ConsumerProcess(journal, zookeeper.connect, broker.bootstrap, GROUP, TOPIC,
                                {**COMMON, **settings}, tmp_path).start()
@@ -78,7 +86,10 @@ def test_rolling_bounces_to_kafka_storage_and_back_resume_at_the_last_commit(zoo
             journal.wait_for(read_everything, f"step {number}: all read")
             check_resumes(journal)
             if number == 1:
-                # Kafka-only commits left ZooKeeper behind: the roll back must read both stores.
+                # Kafka-only commits went through the broker and left ZooKeeper behind: the roll
+                # back must read both stores.
+                journal.wait_for(all_committed, "step 1: every partition committed at its end")
+                assert kafka_committed(broker, GROUP) == {(TOPIC, p): produced[p] for p in range(PARTITIONS)}
                 zk_offsets = [int(zk.get(f"/consumers/{GROUP}/offsets/{TOPIC}/{p}")[0]) for p in range(PARTITIONS)]
                 assert zk_offsets != produced
     finally:
