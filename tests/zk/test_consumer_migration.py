@@ -4,7 +4,13 @@ each setting change is a rolling bounce (one consumer at a time, SIGTERM then re
 
 At every step every partition resumes at the offset its group last committed, whichever store
 that commit went to: no record is skipped, and none is read twice (a SIGTERMed consumer commits
-before it lets its partitions go, so there is no uncommitted tail)."""
+before it lets its partitions go, so there is no uncommitted tail).
+
+Each bounce lets the group settle on the two consumers left before the third comes back, and the
+bounced consumer rejoins with a consumer.id that sorts between those two: the next bounce then
+hands one of its partitions, with fresh commits, to a consumer still on the old settings. So
+partitions change hands in both directions, old to new and new to old, at every step: the
+handovers dual commit is there for."""
 
 from __future__ import annotations
 
@@ -68,27 +74,36 @@ def test_rolling_bounces_to_kafka_storage_and_back_resume_at_the_last_commit(zoo
                 last[name] = max(last.get(name, (0.0, 0)), (event["at"], offset))
         return all(last.get(f"{TOPIC}/{p}", (0, 0))[1] == produced[p] for p in range(PARTITIONS))
 
-    def consumer(settings: dict[str, str]) -> ConsumerProcess:
+    def consumer(settings: dict[str, str], rank: float) -> ConsumerProcess:
         return ConsumerProcess(journal, zookeeper.connect, broker.bootstrap, GROUP, TOPIC,
-                               {**COMMON, **settings}, tmp_path).start()
+                               {**COMMON, **settings, "consumer.id": f"c{rank:012.6f}"}, tmp_path).start()
+
+    def rank_of(process: ConsumerProcess) -> float:
+        return float(process.consumer_id[1:])
+
+    def settled(members: list[ConsumerProcess], what: str) -> None:
+        journal.wait_for(lambda: balanced(journal, members, NAMES) and read_everything() and all_committed(), what)
 
     live: list[ConsumerProcess] = []
     try:
         produce()
-        live = [consumer(START) for _ in range(3)]
-        journal.wait_for(lambda: balanced(journal, live, NAMES) and read_everything(), "start: balanced, all read")
+        live = [consumer(START, rank) for rank in (100.0, 200.0, 300.0)]
+        settled(live, "start")
         for number, settings in enumerate(STEPS):
             for i in range(len(live)):
                 live[i].terminate()
-                produce()  # while the other two take its partitions
-                live[i] = consumer(settings)
-                journal.wait_for(lambda: balanced(journal, live, NAMES), f"step {number}: bounce {i} healthy")
-            journal.wait_for(read_everything, f"step {number}: all read")
+                rest = [c for c in live if c is not live[i]]
+                produce()  # read by the two left, which take the bounced one's partitions
+                settled(rest, f"step {number}: bounce {i}, two left")
+                low, high = sorted(rank_of(c) for c in rest)
+                live[i] = consumer(settings, (low + high) / 2)
+                journal.wait_for(lambda: balanced(journal, live, NAMES), f"step {number}: bounce {i}, rebalanced")
+                produce()  # read and committed by the three, the new one among them
+                settled(live, f"step {number}: bounce {i}, back to three")
             check_resumes(journal)
             if number == 1:
                 # Kafka-only commits went through the broker and left ZooKeeper behind: the roll
                 # back must read both stores.
-                journal.wait_for(all_committed, "step 1: every partition committed at its end")
                 assert kafka_committed(broker, GROUP) == {(TOPIC, p): produced[p] for p in range(PARTITIONS)}
                 zk_offsets = [int(zk.get(f"/consumers/{GROUP}/offsets/{TOPIC}/{p}")[0]) for p in range(PARTITIONS)]
                 assert zk_offsets != produced
