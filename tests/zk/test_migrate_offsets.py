@@ -1,5 +1,6 @@
 """`tidemark zk migrate-offsets`: ZooKeeper-stored offsets into the offsets topic; consumers of
-each migrated group resume exactly there; groups with live members are refused."""
+each migrated group resume exactly there; groups with live members are refused, and groups that
+ran with dual commit (the cluster has offsets for them) are skipped."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import time
 from collections import defaultdict
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.clients import create_topic, produce_all
@@ -66,6 +67,13 @@ def test_migrated_groups_resume_at_the_zookeeper_offsets(zookeeper, zk, make_bro
     # A group whose ZooKeeper consumer is still running.
     zk.create("/consumers/mig-live/offsets/mig-t/0", b"4", makepath=True)
     zk.create("/consumers/mig-live/ids/host:1234", b'{"mig-t": 1}', ephemeral=True, makepath=True)
+    # A group that ran with dual commit and then rolled back to ZooKeeper: both stores hold
+    # offsets; its consumers resume from the larger, so the migration leaves both alone.
+    zk.create("/consumers/mig-dual/offsets/mig-t/0", b"9", makepath=True)
+    zk.create("/consumers/mig-dual/offsets/mig-t/1", b"2", makepath=True)
+    dual = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "mig-dual", "enable.auto.commit": False})
+    dual.commit(offsets=[TopicPartition("mig-t", 0, 6), TopicPartition("mig-t", 1, 4)], asynchronous=False)
+    dual.close()
 
     dry = migrate(zookeeper, broker, "--group", "mig-a", "--dry-run")
     assert dry.returncode == 0, dry.stderr
@@ -75,6 +83,8 @@ def test_migrated_groups_resume_at_the_zookeeper_offsets(zookeeper, zk, make_bro
     assert done.returncode == 1  # mig-live was refused
     assert "mig-live" in done.stderr and "refused" in done.stdout
     assert kafka_committed(broker, "mig-live") == {}
+    assert kafka_committed(broker, "mig-dual") == {("mig-t", 0): 6, ("mig-t", 1): 4}
+    assert "skipped: the cluster has offsets for 2 partition(s)" in done.stdout
     for group, offsets in ZK_OFFSETS.items():
         assert kafka_committed(broker, group) == offsets
 
@@ -85,7 +95,7 @@ def test_migrated_groups_resume_at_the_zookeeper_offsets(zookeeper, zk, make_bro
     seen_b = resume(broker, "mig-b", ["mig-t", "mig-u"], expected=3 + 2)
     assert seen_b == {("mig-t", 0): list(range(7, 10)), ("mig-u", 0): [2, 3]}
 
-    # Run again: what the cluster has at or past ZooKeeper's offset is kept, not moved back.
+    # Run again: a migrated group has offsets in the cluster now, and is left alone.
     again = migrate(zookeeper, broker, "--group", "mig-a")
     assert again.returncode == 0, again.stderr
-    assert "moved" not in again.stdout and "kept" in again.stdout
+    assert "moved" not in again.stdout and "skipped" in again.stdout

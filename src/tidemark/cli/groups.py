@@ -6,6 +6,7 @@ other Kafka cluster:
 
     tidemark groups list --bootstrap-server HOST:PORT [--state]
     tidemark groups describe GROUP --bootstrap-server HOST:PORT [--members [--verbose] | --state]
+                             [--zookeeper HOST:PORT]   (groups of ZooKeeper consumers too)
     tidemark groups delete GROUP... --bootstrap-server HOST:PORT
     tidemark groups delete-offsets GROUP --topic TOPIC[:P,...] --bootstrap-server HOST:PORT
     tidemark groups reset-offsets GROUP (--topic TOPIC[:P,...] | --all-topics) SCENARIO
@@ -20,6 +21,7 @@ no colours, so it can be grepped and cut. Errors go to stderr as one line and ex
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import datetime
 import io
@@ -49,6 +51,8 @@ from kio.static.primitive import i8, i32
 from tidemark import lag as lag_math
 from tidemark.cli import group_lag
 from tidemark.cli.reach import split_host_port, unreachable
+from tidemark.cli.zk_groups import ZookeeperGroup, read_zookeeper
+from tidemark.zk.offset_store import ZookeeperUnavailable
 
 DEFAULT_TIMEOUT_MS = 10_000
 UNKNOWN = "-"
@@ -342,8 +346,11 @@ def list_command(bootstrap: str, timeout_ms: int, command_config: tuple[str, ...
 @click.option("--verbose", is_flag=True, help="With --members: add each member's ASSIGNMENT.")
 @click.option("--output", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: one object per group (offsets view), for scripts.")
+@click.option("--zookeeper", "zookeeper", metavar="HOST:PORT[/chroot]",
+              help="Also groups of ZooKeeper consumers: offsets from /consumers/[group]/offsets, owners (offsets view).")
 def describe_command(group_args: tuple[str, ...], group_opts: tuple[str, ...], all_groups: bool, bootstrap: str,
-                     timeout_ms: int, command_config: tuple[str, ...], view: str, verbose: bool, output: str) -> None:
+                     timeout_ms: int, command_config: tuple[str, ...], view: str, verbose: bool, output: str,
+                     zookeeper: str | None) -> None:
     """Describe groups: offsets and lag per partition (in records and seconds, with Burrow's status),
     their members, or their state."""
     named = list(dict.fromkeys(group_args + group_opts))
@@ -351,20 +358,40 @@ def describe_command(group_args: tuple[str, ...], group_opts: tuple[str, ...], a
         raise click.UsageError("give the groups (GROUP... or --group G, repeatable) or --all-groups")
     if output == "json" and view != "offsets":
         raise click.UsageError("--output json is for the offsets view")
+    if zookeeper and view != "offsets":
+        raise click.UsageError("--zookeeper is for the offsets view")
     config = _parse_config(command_config)
     cluster = Cluster(bootstrap, timeout_ms, config)
     cluster.check_reachable()
-    names = [group for group, _state in cluster.list_groups()] if all_groups else named
+    listed = [group for group, _state in cluster.list_groups()] if all_groups or zookeeper else []
+    zk_groups: dict[str, ZookeeperGroup] = {}
+    if zookeeper:
+        try:
+            found = asyncio.run(read_zookeeper(zookeeper, [] if all_groups else named, cluster.timeout_s))
+        except ZookeeperUnavailable as exc:
+            raise GroupsError(f"Error: cannot read ZooKeeper {zookeeper}: {exc}") from exc
+        zk_groups = {group.name: group for group in found}
+    names = sorted(set(listed) | set(zk_groups)) if all_groups else named
     failed = False
     described: list[dict[str, Any]] = []
     for number, group in enumerate(names):
         try:
+            in_zookeeper = zk_groups.get(group)
+            on_cluster = in_zookeeper is None or group in listed
             if output == "json":
-                described.append(_describe_offsets(cluster, group, config)[0])
+                if in_zookeeper:
+                    described.append(_describe_zookeeper(cluster, in_zookeeper))
+                if on_cluster:
+                    described.append(_describe_offsets(cluster, group, config)[0])
                 continue
             if number and view != "state":
                 click.echo()
-            _describe_one(cluster, group, view, verbose, config)
+            if in_zookeeper:
+                _print_zookeeper(cluster, in_zookeeper)
+                if on_cluster:
+                    click.echo()
+            if on_cluster:
+                _describe_one(cluster, group, view, verbose, config)
         except GroupsError as exc:
             if len(names) == 1:
                 raise
@@ -420,6 +447,30 @@ def _describe_offsets(cluster: Cluster, group: str, config: dict[str, str]
         })
     status = lag_math.group_status(row["status"] for row in rows if row["status"] is not None)
     return {"group": group, "state": state, "status": status, "partitions": rows}, members
+
+
+def _describe_zookeeper(cluster: Cluster, group: ZookeeperGroup) -> dict[str, Any]:
+    """The offsets view of a ZooKeeper consumers' group: its znode offsets, the owner thread of
+    each partition, and the lag against the log end."""
+    partitions = sorted(set(group.offsets) | set(group.owners))
+    ends = cluster.log_end_offsets(partitions)
+    rows = []
+    for tp in partitions:
+        current, end = group.offsets.get(tp), ends.get(tp)
+        rows.append({"topic": tp[0], "partition": tp[1], "current_offset": current, "log_end_offset": end,
+                     "lag": lag_math.records_lag(current, end), "lag_seconds": None, "last_commit_age_seconds": None,
+                     "status": None, "consumer_id": group.owners.get(tp), "host": None, "client_id": None})
+    return {"group": group.name, "storage": "zookeeper", "state": "Stable" if group.members else "Empty",
+            "members": group.members, "partitions": rows}
+
+
+def _print_zookeeper(cluster: Cluster, group: ZookeeperGroup) -> None:
+    described = _describe_zookeeper(cluster, group)
+    click.echo(f"Consumer group '{group.name}': offsets in ZooKeeper, {len(group.members)} live consumer(s).")
+    click.echo()
+    click.echo(format_table(_OFFSETS_HEADERS, [
+        [group.name, row["topic"], row["partition"], row["current_offset"], row["log_end_offset"], row["lag"],
+         row["consumer_id"], None, None, None, None] for row in described["partitions"]]))
 
 
 def _describe_one(cluster: Cluster, group: str, view: str, verbose: bool, config: dict[str, str]) -> None:

@@ -5,17 +5,16 @@
 migrate-offsets copies each group's /consumers/[group]/offsets znodes into the cluster's offsets
 topic with OffsetCommit (generation -1, as an admin commit), so the group's consumers resume
 there once they use offsets.storage=kafka. A group is refused while it has live members (a
-consumer registered under /consumers/[group]/ids, or a non-Empty group on the cluster). A
-partition whose offset the cluster already has at or past the ZooKeeper one (a group that ran
-with dual.commit.enabled) is kept: dual commit resumes from the larger of the two, and so does
-the migration. The broker must keep offsets in its log (offsets.storage=kafka) for the commits
-to land there.
+consumer registered under /consumers/[group]/ids, or a non-Empty group on the cluster). A group
+the cluster already has offsets for is skipped whole: it ran with dual.commit.enabled (or was
+migrated before), and its consumers resume from the larger of the two stores, which a copy
+would only blur. The broker must keep offsets in its log (offsets.storage=kafka) for the
+commits to land there.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 import click
 from rich.console import Console
@@ -23,30 +22,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from tidemark.cli.groups import Cluster, GroupsError, _parse_config, common_options
-from tidemark.zk.offset_store import ZookeeperOffsetManager, ZookeeperUnavailable
-
-
-@dataclass
-class ZookeeperGroup:
-    name: str
-    members: list[str]
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-
-
-async def read_zookeeper(connect: str, groups: tuple[str, ...], timeout_s: float) -> list[ZookeeperGroup]:
-    """Every wanted group's live members and stored offsets (all groups when none is named)."""
-    store = ZookeeperOffsetManager(connect, session_timeout_ms=max(int(timeout_s * 1000), 4000))
-    store.start()
-    try:
-        names = list(groups) or await store.groups(timeout_s)
-        found = []
-        for name in names:
-            members = await store.live_members(name, timeout_s)
-            offsets = await store.fetch(name, None, timeout_s)
-            found.append(ZookeeperGroup(name, members, {tp: o for tp, o in offsets.items() if o >= 0}))
-        return found
-    finally:
-        await asyncio.to_thread(store.close)
+from tidemark.cli.zk_groups import ZookeeperGroup, read_zookeeper
+from tidemark.zk.offset_store import ZookeeperUnavailable
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -71,7 +48,7 @@ def migrate_offsets_command(zookeeper: str, group_names: tuple[str, ...], dry_ru
     except ZookeeperUnavailable as exc:
         raise GroupsError(f"Error: cannot read ZooKeeper {zookeeper}: {exc}") from exc
     known = cluster.topic_partitions()
-    table = Table("GROUP", "TOPIC", "PARTITION", "ZOOKEEPER-OFFSET", "KAFKA-OFFSET", "RESULT",
+    table = Table("GROUP", "TOPIC", "PARTITION", "ZOOKEEPER-OFFSET", "RESULT",
                   title="dry run: nothing committed" if dry_run else None)
     refused: list[str] = []
     stderr = Console(stderr=True)
@@ -81,27 +58,28 @@ def migrate_offsets_command(zookeeper: str, group_names: tuple[str, ...], dry_ru
             reason = _refusal(cluster, group)
             if reason is not None:
                 refused.append(group.name)
-                table.add_row(group.name, "-", "-", "-", "-", f"refused: {reason}")
+                table.add_row(group.name, "-", "-", "-", f"refused: {reason}")
                 progress.advance(task)
                 continue
-            committed = cluster.committed(group.name)
+            committed = {tp: o for tp, o in cluster.committed(group.name).items() if o is not None}
+            if committed:
+                table.add_row(group.name, "-", "-", "-",
+                              f"skipped: the cluster has offsets for {len(committed)} partition(s) (dual commit)")
+                progress.advance(task)
+                continue
             plan: dict[tuple[str, int], int] = {}
             rows = []
             for (topic, partition), offset in sorted(group.offsets.items()):
-                current = committed.get((topic, partition))
                 if partition not in known.get(topic, ()):
                     result = "skipped: unknown partition"
-                elif current is not None and current >= offset:
-                    result = "kept"
                 else:
                     plan[topic, partition] = offset
                     result = "would move" if dry_run else "moved"
-                rows.append((topic, partition, offset, current, result))
+                rows.append((topic, partition, offset, result))
             if plan and not dry_run:
                 cluster.alter_offsets(group.name, plan)
-            for topic, partition, offset, current, result in rows:
-                table.add_row(group.name, topic, str(partition), str(offset),
-                              "-" if current is None else str(current), result)
+            for topic, partition, offset, result in rows:
+                table.add_row(group.name, topic, str(partition), str(offset), result)
             progress.advance(task)
     Console(width=200).print(table)
     if refused:

@@ -88,6 +88,10 @@ class ZookeeperOffsetManager:
         """The consumer ids registered (ephemeral) under /consumers/[group]/ids."""
         return sorted(await self._bounded(timeout_s, lambda: self._children(paths.ids_path(group_id))))
 
+    async def owners(self, group_id: str, timeout_s: float) -> dict[tuple[str, int], str]:
+        """/consumers/[group]/owners: (topic, partition) -> the owning consumer thread id."""
+        return await self._bounded(timeout_s, lambda: self._owners(group_id))
+
     # -- internals --------------------------------------------------------------------------
 
     async def _bounded(self, timeout_s: float, operation: Callable[[], Awaitable[T]]) -> T:
@@ -147,6 +151,12 @@ class ZookeeperOffsetManager:
         topics = sorted(await self._children(paths.offsets_path(group_id)))
         children = await asyncio.gather(*(self._children(paths.offsets_path(group_id, t)) for t in topics))
         return [(topic, sorted(int(c) for c in names if c.isdigit())) for topic, names in zip(topics, children)]
+
+    async def _owners(self, group_id: str) -> dict[tuple[str, int], str]:
+        topics = await self._children(paths.owners_path(group_id))
+        keys = [(t, int(p)) for t in topics for p in await self._children(paths.owners_path(group_id, t)) if p.isdigit()]
+        values = await asyncio.gather(*(self._get(paths.owners_path(group_id, t, p)) for t, p in keys))
+        return {key: data.decode() for key, data in zip(keys, values) if data is not None}
 
     async def _children(self, path: str) -> list[str]:
         try:

@@ -32,3 +32,17 @@ def encode_offset(offset: int) -> bytes:
 def decode_offset(data: bytes) -> int:
     """A znode's offset; ValueError when it is not a decimal integer."""
     return int(data.decode("ascii").strip())
+
+
+def owners_path(group_id: str, topic: str | None = None, partition: int | None = None) -> str:
+    """/consumers/[group]/owners[/topic[/partition]]: ephemeral, the owning consumer thread id."""
+    path = f"{CONSUMERS}/{group_id}/owners"
+    if topic is not None:
+        path += f"/{topic}"
+        if partition is not None:
+            path += f"/{partition}"
+    return path
+
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
