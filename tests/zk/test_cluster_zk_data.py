@@ -104,11 +104,12 @@ def test_assignment_spreads_leaders_with_a_random_start() -> None:
     assert all(sorted(r) == [1, 2, 3] for r in assignment.values())
 
 
-def test_new_partitions_continue_the_round_robin() -> None:
-    existing = assign_replicas_to_brokers([1, 2, 3], 2, 2, start_index=1)
-    start = start_index_for_new_partitions([1, 2, 3], existing[0])
-    grown = assign_replicas_to_brokers([1, 2, 3], 2, 2, start_index=start, start_partition_id=2)
-    assert {**existing, **grown} == assign_replicas_to_brokers([1, 2, 3], 4, 2, start_index=1)
+def test_new_partitions_start_at_partition_zeros_leader() -> None:
+    # AdminZkClient.createNewPartitionsAssignment: the first broker whose id is >= that leader.
+    assert start_index_for_new_partitions([1, 2, 3], (3, 1)) == 2
+    assert start_index_for_new_partitions([1, 3, 5], (2, 3)) == 1
+    assert start_index_for_new_partitions([1, 2], (7,)) == 0
+    assert assign_replicas_to_brokers([1, 2, 3], 2, 2, start_index=2, start_partition_id=6) == {6: (3, 2), 7: (1, 3)}
 
 
 def test_replication_factor_above_the_brokers_is_refused() -> None:

@@ -77,6 +77,12 @@ class Controller:
         return self._fence is not None
 
     @property
+    def fence(self) -> ControllerFence | None:
+        """The fence of this broker's term as controller (None when not the controller): writes
+        made for the controller elsewhere go through it and fail once it is deposed."""
+        return self._fence
+
+    @property
     def epoch(self) -> int:
         """The controller epoch this broker was elected with (-1 when not the controller)."""
         fence = self._fence

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError, SessionExpiredError
 
 from tidemark.cluster.zk.errors import ControllerMovedError
 from tidemark.cluster.zk.zk_data import CONTROLLER_EPOCH
@@ -28,7 +28,10 @@ class ControllerFence:
         transaction = self.client.transaction()
         transaction.check(CONTROLLER_EPOCH, self.epoch_zk_version)
         build(transaction)
-        results = transaction.commit()
+        try:
+            results = transaction.commit()
+        except SessionExpiredError:  # /controller went with that session: deposed
+            raise ControllerMovedError(f"controller epoch {self.epoch}: the session it was elected in expired") from None
         if isinstance(results[0], (BadVersionError, NoNodeError)):
             raise ControllerMovedError(
                 f"controller epoch {self.epoch} (zk version {self.epoch_zk_version}) is no longer current")

@@ -38,7 +38,7 @@ def alter_isr(client: KazooClient, broker_id: int, topic: str, partition: int, l
     written = zk_data.PartitionState(leader=broker_id, leader_epoch=leader_epoch, isr=tuple(new_isr),
                                      controller_epoch=current.controller_epoch)
     try:
-        stat = client.set_data(path, zk_data.encode_partition_state(written), version=zk_version)
+        stat = client.set(path, zk_data.encode_partition_state(written), version=zk_version)
     except BadVersionError:
         raise StaleZkVersionError(f"{topic}-{partition}: zk version {zk_version} is stale") from None
     client.create(zk_data.isr_change_path(), zk_data.encode_isr_change([(topic, partition)]),

@@ -87,7 +87,7 @@ def add_partitions(client: KazooClient, name: str, total_count: int,
             start_partition_id=existing, rng=rng)
     grown = zk_data.TopicAssignment(partitions={**current.partitions, **assignment}, topic_id=current.topic_id)
     try:
-        client.set_data(zk_data.topic_path(name), zk_data.encode_topic(grown), version=version)
+        client.set(zk_data.topic_path(name), zk_data.encode_topic(grown), version=version)
     except BadVersionError:
         raise InvalidPartitionsError(f"Topic {name} was changed concurrently; try again.") from None
     return grown
