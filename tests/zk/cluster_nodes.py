@@ -66,7 +66,8 @@ def expire_session(connect_string: str, client: KazooClient) -> None:
     """End `client`'s session from the server's side, as a broker paused past its session
     timeout finds it: another connection with its id and password closes it."""
     session_id, password = client.client_id
-    twin = KazooClient(hosts=connect_string, client_id=(session_id, password), timeout=SESSION_TIMEOUT_MS / 1000)
+    hosts = connect_string.split("/", 1)[0]  # no chroot: kazoo would check it, racing `client` for the session
+    twin = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=SESSION_TIMEOUT_MS / 1000)
     twin.start(timeout=WAIT_S)
     twin.stop()
     twin.close()

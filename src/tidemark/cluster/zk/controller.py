@@ -23,6 +23,7 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from tidemark.cluster.zk import leader_election, zk_data
 from tidemark.cluster.zk.errors import ClusterError, ControllerMovedError
@@ -32,6 +33,9 @@ from tidemark.cluster.zk.registration import ensure_persistent_paths
 log = logging.getLogger(__name__)
 
 MAX_STATE_WRITE_ATTEMPTS = 20  # compare-and-set retries against concurrent leader ISR writes
+# An event interrupted by a connection loss runs again once connected: every handler decides from
+# what it reads, so a write that did land before the loss is found done, not made twice.
+EVENT_RETRY = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=60.0)
 TopicPartition = tuple[str, int]
 
 
@@ -145,10 +149,12 @@ class Controller:
 
     def _run(self, handler: Callable[..., None], *args: Any) -> None:
         try:
-            handler(*args)
+            EVENT_RETRY.copy()(handler, *args)
         except ControllerMovedError:
             log.info("broker %d: controller moved, resigning", self.broker_id)
             self._resign()
+        except RetryFailedError:
+            log.error("broker %d: controller event %s gave up: ZooKeeper unreachable", self.broker_id, handler.__name__)
         except Exception:  # noqa: BLE001 - one failed event must not stop the controller
             log.exception("broker %d: controller event %s failed", self.broker_id, handler.__name__)
 
@@ -159,14 +165,22 @@ class Controller:
         return fence
 
     def _controller_changed(self, data: bytes | None) -> None:
-        if data is None:
+        if data is None:  # whoever it was, that term is over (ours too: our session expired)
+            self._resign()
             self._elect()
         elif zk_data.decode_controller(data) != self.broker_id and self._fence is not None:
             self._resign()
 
     def _elect(self) -> None:
-        if self._closed or self._fence is not None:
+        if self._closed:
             return
+        if self._fence is None and not self._win_election():
+            return
+        self._failover()  # run again in full when a connection loss interrupted it
+        if self.on_active_change:
+            self.on_active_change(True)
+
+    def _win_election(self) -> bool:
         data, stat = self.client.get(zk_data.CONTROLLER_EPOCH)
         epoch = zk_data.decode_controller_epoch(data) + 1
         transaction = self.client.transaction()
@@ -174,18 +188,29 @@ class Controller:
         transaction.set_data(zk_data.CONTROLLER_EPOCH, zk_data.encode_controller_epoch(epoch), version=stat.version)
         results = transaction.commit()
         failure = first_failure(results)
-        if isinstance(failure, NodeExistsError):
-            return  # another broker won; the /controller watch tells us when it goes
+        if isinstance(failure, NodeExistsError) and not self._won_before_a_connection_loss():
+            return False  # another broker won; the /controller watch tells us when it goes
         if isinstance(failure, BadVersionError):
             self._submit(self._elect)  # an election raced ours and its winner is already gone
-            return
-        if failure is not None:
+            return False
+        if isinstance(failure, NodeExistsError):  # our own multi, retried after a connection loss
+            data, stat = self.client.get(zk_data.CONTROLLER_EPOCH)
+            epoch, epoch_version = zk_data.decode_controller_epoch(data), stat.version
+        elif failure is not None:
             raise failure
-        self._fence = ControllerFence(self.client, epoch, results[1].version)
+        else:
+            epoch_version = results[1].version
+        self._fence = ControllerFence(self.client, epoch, epoch_version)
         log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
-        self._failover()
-        if self.on_active_change:
-            self.on_active_change(True)
+        return True
+
+    def _won_before_a_connection_loss(self) -> bool:
+        try:
+            data, stat = self.client.get(zk_data.CONTROLLER)
+        except NoNodeError:
+            return False
+        return (zk_data.decode_controller(data) == self.broker_id
+                and stat.ephemeralOwner == (self.client.client_id or (None,))[0])
 
     def _resign(self) -> None:
         if self._fence is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
 from tidemark.cluster.zk import zk_data
@@ -37,5 +37,8 @@ def request_controlled_shutdown(client: KazooClient, broker_id: int, timeout_s: 
         return True
     handled = done.wait(timeout_s)
     if not handled:
-        client.delete(path)
+        try:
+            client.delete(path)
+        except NoNodeError:
+            return True  # handled just now
     return handled
