@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -28,3 +29,11 @@ def zk(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture
+def chroot(zookeeper: ZooKeeperServer, zk: KazooClient) -> str:
+    """A zookeeper.connect string with a fresh chroot: each test has a cluster namespace of its own."""
+    path = f"/cluster-{uuid.uuid4().hex[:8]}"
+    zk.create(path)
+    return zookeeper.connect + path

@@ -1,0 +1,268 @@
+"""Kafka's ZooKeeper-era znodes: their paths and their JSON, byte for byte as Kafka writes them.
+
+Key order follows what a Kafka 2.8+/3.x broker puts in ZooKeeper (its maps are hash maps, so
+the order is Kafka's observable output, not a design choice), so ZooKeeper-era tools
+(kafka-topics.sh --zookeeper, zookeeper-shell, Kafka Manager) read our znodes unchanged.
+JSON is compact (no spaces) and UTF-8, as Jackson writes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# -- paths -------------------------------------------------------------------------------------
+
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+ADMIN = "/admin"
+DELETE_TOPICS = "/admin/delete_topics"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+# tidemark's own request znode (Kafka used the ControlledShutdown API, key 7, which Kafka 4's
+# message definitions and so kio no longer have): a broker creates /admin/controlled_shutdown/N
+# (ephemeral), the controller moves N's leaderships away and deletes the znode.
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+
+# The persistent parents a Kafka cluster has (KafkaZkClient.createTopLevelPaths).
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, CONTROLLED_SHUTDOWN)
+
+NO_LEADER = -1  # Kafka's LeaderAndIsr.NoLeader
+INITIAL_LEADER_EPOCH = 0
+INITIAL_CONTROLLER_EPOCH = 0  # /controller_epoch as first created; the first controller makes it 1
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def isr_change_path(sequence: str = "") -> str:
+    """Without a sequence: the prefix a sequential create completes."""
+    return f"{ISR_CHANGE_NOTIFICATION}/{ISR_CHANGE_PREFIX}{sequence}"
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def topic_id_to_string(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: url-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode("ascii").rstrip("=")
+
+
+def topic_id_from_string(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+# /brokers/ids/N ------------------------------------------------------------------------------
+
+BROKER_REGISTRATION_VERSION = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerInfo:
+    """A broker's registration: one PLAINTEXT listener (tidemark has no other security protocol)."""
+
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+    timestamp_ms: int = 0
+    jmx_port: int = -1
+    endpoints: tuple[str, ...] = ()
+
+    @property
+    def listener(self) -> str:
+        return f"PLAINTEXT://{self.host}:{self.port}"
+
+
+def encode_broker(broker: BrokerInfo) -> bytes:
+    """Version 5, as Kafka 2.7+ registers; "rack" only when set (Kafka omits it otherwise)."""
+    value: dict[str, Any] = {
+        "features": {},
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": list(broker.endpoints or (broker.listener,)),
+        "jmx_port": broker.jmx_port,
+        "port": broker.port,
+        "host": broker.host,
+    }
+    if broker.rack is not None:
+        value["rack"] = broker.rack
+    value["version"] = BROKER_REGISTRATION_VERSION
+    value["timestamp"] = str(broker.timestamp_ms or now_ms())
+    return _dumps(value)
+
+
+def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
+    """Any version Kafka wrote (1..5): host and port from the PLAINTEXT endpoint when listed."""
+    value = _loads(data)
+    endpoints = tuple(value.get("endpoints") or ())
+    host, port = value.get("host"), value.get("port", -1)
+    for endpoint in endpoints:
+        listener, _, address = endpoint.partition("://")
+        protocol = (value.get("listener_security_protocol_map") or {}).get(listener, listener)
+        if protocol == "PLAINTEXT":
+            host, _, port_text = address.rpartition(":")
+            port = int(port_text)
+            break
+    return BrokerInfo(id=broker_id, host=host or "", port=int(port), rack=value.get("rack"),
+                      timestamp_ms=int(value.get("timestamp", 0)), jmx_port=int(value.get("jmx_port", -1)),
+                      endpoints=endpoints)
+
+
+# /brokers/topics/T ---------------------------------------------------------------------------
+
+TOPIC_ZNODE_VERSION = 3  # Kafka 2.8+ (version 3 carries topic_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicAssignment:
+    """The replica assignment of a topic: partition -> replicas, the first the preferred leader."""
+
+    partitions: Mapping[int, tuple[int, ...]]
+    topic_id: uuid.UUID | None = None
+
+
+def encode_topic(assignment: TopicAssignment) -> bytes:
+    value: dict[str, Any] = {
+        "partitions": {str(p): list(r) for p, r in sorted(assignment.partitions.items())},
+    }
+    if assignment.topic_id is not None:
+        value["topic_id"] = topic_id_to_string(assignment.topic_id)
+    value["adding_replicas"] = {}
+    value["removing_replicas"] = {}
+    value["version"] = TOPIC_ZNODE_VERSION
+    return _dumps(value)
+
+
+def decode_topic(data: bytes) -> TopicAssignment:
+    """Versions 1..3 (topic_id absent before 2.8)."""
+    value = _loads(data)
+    topic_id = value.get("topic_id")
+    return TopicAssignment(
+        partitions={int(p): tuple(r) for p, r in sorted((value.get("partitions") or {}).items(), key=lambda i: int(i[0]))},
+        topic_id=topic_id_from_string(topic_id) if topic_id else None,
+    )
+
+
+# /brokers/topics/T/partitions/P/state ---------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionState:
+    """Kafka's LeaderIsrAndControllerEpoch; zk_version is the state znode's stat version (-1
+    when not read from ZooKeeper), the compare-and-set token of every leader/ISR write."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = -1
+
+    @property
+    def online(self) -> bool:
+        return self.leader != NO_LEADER
+
+
+def encode_partition_state(state: PartitionState) -> bytes:
+    return _dumps({"controller_epoch": state.controller_epoch, "leader": state.leader, "version": 1,
+                   "leader_epoch": state.leader_epoch, "isr": list(state.isr)})
+
+
+def decode_partition_state(data: bytes, zk_version: int = -1) -> PartitionState:
+    value = _loads(data)
+    return PartitionState(leader=int(value["leader"]), leader_epoch=int(value["leader_epoch"]),
+                          isr=tuple(value["isr"]), controller_epoch=int(value["controller_epoch"]),
+                          zk_version=zk_version)
+
+
+# /controller, /controller_epoch ---------------------------------------------------------------
+
+
+def encode_controller(broker_id: int, timestamp_ms: int | None = None) -> bytes:
+    return _dumps({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms or now_ms())})
+
+
+def decode_controller(data: bytes) -> int:
+    return int(_loads(data)["brokerid"])
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(data.decode("ascii"))
+
+
+# /config/topics/T ----------------------------------------------------------------------------
+
+
+def encode_topic_config(configs: Mapping[str, str]) -> bytes:
+    """Kafka stores topic overrides as strings (java.util.Properties)."""
+    return _dumps({"version": 1, "config": {k: str(v) for k, v in configs.items()}})
+
+
+def decode_topic_config(data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    return {k: str(v) for k, v in (_loads(data).get("config") or {}).items()}
+
+
+# /isr_change_notification/isr_change_<seq> ----------------------------------------------------
+
+
+def encode_isr_change(partitions: Sequence[tuple[str, int]]) -> bytes:
+    return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
+
+
+def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
+    return [(item["topic"], int(item["partition"])) for item in _loads(data)["partitions"]]
