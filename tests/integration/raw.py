@@ -3,37 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import socket
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-
-from tidemark.wire.build import build
+from tidemark.wire import client as wire_client
+from tidemark.wire.client import decode_response  # noqa: F401 - tests import it from here
 
 RECV_TIMEOUT_S = 15.0
 
 
 def encode_request(api_key: int, version: int, correlation_id: int, body: dict[str, Any]) -> bytes:
     """A request's payload (header and body), without the size prefix."""
-    request_cls = load_request_schema(api_key, version)
-    header_cls = request_cls.__header_schema__
-    header_fields = {"request_api_key": api_key, "request_api_version": version,
-                     "correlation_id": correlation_id, "client_id": "raw-test"}
-    buffer = io.BytesIO()
-    entity_writer(header_cls)(buffer, build(header_cls, header_fields))
-    entity_writer(request_cls)(buffer, build(request_cls, body))
-    return buffer.getvalue()
-
-
-def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
-    """(correlation id, body) of a response payload."""
-    response_cls = load_response_schema(api_key, version)
-    header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
-    body, _ = entity_reader(response_cls)(frame, offset)
-    return header.correlation_id, body
+    return wire_client.encode_request(api_key, version, correlation_id, body, client_id="raw-test")
 
 
 def fetch_body(wanted: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_bytes: int = 0,

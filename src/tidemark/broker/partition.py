@@ -50,6 +50,7 @@ class Partition:
         # One future shared by every long-poll fetch of this partition, replaced at each
         # advance: waiters that time out leave nothing behind.
         self._advanced: asyncio.Future[None] | None = None
+        self._appended: asyncio.Future[None] | None = None  # the same, for followers' fetches
 
     @property
     def high_watermark(self) -> int:
@@ -167,18 +168,30 @@ class Partition:
             self._hw_waiters.append((target, future))
         return future
 
-    def watch(self) -> asyncio.Future[None]:
-        """A future done at the next high watermark advance (wakes long-poll fetches).
+    def watch(self, appends: bool = False) -> asyncio.Future[None]:
+        """A future done at the next high watermark advance (wakes long-poll fetches), or with
+        `appends` at the next append (wakes followers' fetches, which read up to the log end).
 
         Shared between callers: await it (or asyncio.wait on it) but never cancel it."""
+        if appends:
+            if self._appended is None:
+                self._appended = asyncio.get_running_loop().create_future()
+            return self._appended
         if self._advanced is None:
             self._advanced = asyncio.get_running_loop().create_future()
         return self._advanced
+
+    def appended(self) -> None:
+        """Records were appended to this partition's log."""
+        appended, self._appended = self._appended, None
+        if appended is not None and not appended.done():
+            appended.set_result(None)
 
     def _wake_fetchers(self) -> None:
         advanced, self._advanced = self._advanced, None
         if advanced is not None and not advanced.done():
             advanced.set_result(None)
+        self.appended()
 
     def fail_waiters(self, exc: BaseException) -> None:
         for _, future in self._hw_waiters:

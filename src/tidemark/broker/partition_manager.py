@@ -124,6 +124,7 @@ class PartitionManager:
                                     producer_id_end=self.metadata.producer_id_end)
         if not info.duplicate:
             self.flusher.mark_dirty(partition)
+            partition.appended()
         return info
 
     def topic(self, name: str) -> TopicMetadata | None:

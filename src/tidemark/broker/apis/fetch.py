@@ -1,4 +1,9 @@
-"""Fetch: read whole batches below the high watermark, long-polling for min_bytes up to max_wait."""
+"""Fetch: read whole batches below the high watermark, long-polling for min_bytes up to max_wait.
+
+A follower's fetch (a replica id, Kafka's FetchIsolation.LOG_END) reads up to the leader's log
+end instead, and tells the leader how far the follower's log reaches: that moves the high
+watermark. Only the partition's leader answers; others say NOT_LEADER_OR_FOLLOWER.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +23,31 @@ if TYPE_CHECKING:
 READ_COMMITTED = 1
 
 
+def replica_id_of(body: Any) -> int:
+    """The fetching replica's id (v15+ carry it in replica_state), -1 for a consumer."""
+    state = getattr(body, "replica_state", None)
+    replica_id = state.replica_id if state is not None else getattr(body, "replica_id", -1)
+    return -1 if replica_id is None else replica_id
+
+
+def _refusal(partition: Partition, replica_id: int, current_leader_epoch: int) -> ErrorCode | None:
+    """Why this broker does not serve this fetch of `partition` (KIP-320's epoch check), or None."""
+    if replica_id >= 0 and replica_id not in partition.followers:
+        return ErrorCode.not_leader_or_follower  # not a replica this broker leads
+    if not partition.is_leader:
+        return ErrorCode.not_leader_or_follower
+    if current_leader_epoch >= 0:
+        if current_leader_epoch < partition.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if current_leader_epoch > partition.leader_epoch:
+            return ErrorCode.unknown_leader_epoch
+    return None
+
+
 def _read_all(ctx: RequestContext, body: Any) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
     """One pass over the requested partitions: (topic responses, bytes read, partitions, any error)."""
     replicas = ctx.replicas
+    replica_id = replica_id_of(body)
     # The broker's fetch.max.bytes bounds every response, whatever the client asks (KIP-74 still
     # lets the first non-empty partition return one whole batch beyond it).
     remaining = min(body.max_bytes, ctx.config["fetch.max.bytes"])
@@ -45,8 +72,15 @@ def _read_all(ctx: RequestContext, body: Any) -> tuple[list[dict[str, Any]], int
                 response["error_code"] = missing or ErrorCode.unknown_topic_or_partition
                 errors = True
                 continue
+            refusal = _refusal(partition, replica_id, getattr(wanted, "current_leader_epoch", -1))
+            if refusal is not None:
+                response["error_code"] = refusal
+                errors = True
+                continue
             partitions.append(partition)
             log = partition.log
+            if replica_id >= 0:
+                partition.follower_fetched(replica_id, wanted.fetch_offset, ctx.clock.now_ms())
             high_watermark = partition.high_watermark
             response["high_watermark"] = high_watermark
             response["last_stable_offset"] = high_watermark
@@ -54,7 +88,8 @@ def _read_all(ctx: RequestContext, body: Any) -> tuple[list[dict[str, Any]], int
             limit = min(wanted.partition_max_bytes, remaining)
             try:
                 records = log.read(
-                    wanted.fetch_offset, limit, upper_bound=high_watermark, min_one_batch=(total == 0)
+                    wanted.fetch_offset, limit, upper_bound=log.log_end_offset if replica_id >= 0 else high_watermark,
+                    min_one_batch=(total == 0)
                 )
             except Exception as exc:  # noqa: BLE001 - becomes that partition's error code
                 response["error_code"] = error_code_for(exc)
@@ -78,8 +113,10 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         remaining = deadline - loop.time()
         if total >= body.min_bytes or errors or remaining <= 0:
             break
-        # Long poll: sleep until a fetched partition's high watermark moves, or max_wait passes.
-        watches = {partition.watch() for partition in partitions}  # shared futures: never cancelled
+        # Long poll: sleep until a fetched partition's high watermark moves (a follower: until its
+        # log grows), or max_wait passes.
+        follower = replica_id_of(body) >= 0
+        watches = {partition.watch(appends=follower) for partition in partitions}  # shared: never cancelled
         if watches:
             await asyncio.wait(watches, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         else:
