@@ -71,6 +71,10 @@ REQUESTS: dict[int, dict[str, Any]] = {
     20: {"topic_names": ["a", "b"], "topics": [{"name": "a", "topic_id": None}, {"name": None, "topic_id": OTHER_ID}],
          "timeout": 1000},
     22: {"transactional_id": None, "transaction_timeout": 1000, "producer_id": -1, "producer_epoch": -1},
+    23: {"replica_id": -1, "topics": [
+        {"topic": "a", "partitions": [{"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0},
+                                      {"partition": 2, "current_leader_epoch": -1, "leader_epoch": 3}]},
+        {"topic": "b", "partitions": [{"partition": 1, "current_leader_epoch": 0, "leader_epoch": 0}]}]},
     37: {"topics": [{"name": "a", "count": 3, "assignments": None}, {"name": "b", "count": 2, "assignments": None}],
          "timeout": 1000},
     42: {"groups_names": ["g1", "g2"]},

@@ -110,6 +110,7 @@ def test_roll_by_size(open_log):
     assert sorted(os.listdir(log.directory)) == sorted(
         [f"{base:020d}{ext}" for base in (0, 3, 6, 9) for ext in (".log", ".index", ".timeindex")]
         + [f"{base:020d}.snapshot" for base in (6, 9)]  # producer state at the last two rolls
+        + ["leader-epoch-checkpoint"]
     )
     assert offsets(log.read(0, 1 << 20)) == [0, 1, 2]  # one segment per read
     assert offsets(log.read(4, 1 << 20)) == [4, 5]

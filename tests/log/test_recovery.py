@@ -149,6 +149,7 @@ def test_stray_files_are_removed(tmp_path):
     assert sorted(p.name for p in path.iterdir()) == [
         "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
         f"{log.log_end_offset:020d}.snapshot",  # producer state at the clean close
+        "leader-epoch-checkpoint",
     ]
 
 

@@ -34,6 +34,7 @@ from tidemark.broker.apis import (
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     offsets,
     produce,
     topics,
@@ -71,6 +72,7 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     20: (topics.handle_delete, 1),
     37: (topics.handle_create_partitions, 0),
     22: (init_producer_id.handle, 0),
+    23: (offset_for_leader_epoch.handle, 2),  # kio has v2-v4
     8: (offsets.handle_commit, 0),
     9: (offsets.handle_fetch, 0),
     47: (offsets.handle_delete, 0),

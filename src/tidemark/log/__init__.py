@@ -10,8 +10,10 @@ from .errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
+    UnexpectedAppendOffsetError,
     UnknownProducerIdError,
 )
+from .leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEntry, LeaderEpochFileCache
 from .unified_log import AppendInfo, UnifiedLog
 from .manager import LogManager
 from .segment import LogSegment
@@ -19,8 +21,10 @@ from .segment import LogSegment
 __all__ = [
     "AppendInfo",
     "CorruptRecordError",
+    "EpochEntry",
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
+    "LeaderEpochFileCache",
     "LogConfig",
     "LogError",
     "LogManager",
@@ -29,6 +33,9 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "RecordTooLargeError",
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_EPOCH_OFFSET",
+    "UnexpectedAppendOffsetError",
     "UnifiedLog",
     "UnknownProducerIdError",
 ]

@@ -13,6 +13,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "RecordTooLargeError",
+    "UnexpectedAppendOffsetError",
     "UnknownProducerIdError",
 ]
 
@@ -23,6 +24,11 @@ class LogError(Exception):
 
 class OffsetOutOfRangeError(LogError):
     """A read below the log start offset or past the log end offset."""
+
+
+class UnexpectedAppendOffsetError(LogError):
+    """A follower append whose batches do not continue the log: a batch starts below the log
+    end offset or below the end of the batch before it (Kafka's UnexpectedAppendOffsetException)."""
 
 
 class InvalidProducerEpochError(LogError):

@@ -12,9 +12,10 @@ from typing import NamedTuple
 
 import structlog
 
-from tidemark.records import CorruptRecordError
+from tidemark.records import BATCH_OVERHEAD, CorruptRecordError
 
 from .config import LogConfig
+from .leader_epoch import LEADER_EPOCH_CHECKPOINT, CorruptEpochCheckpointError, LeaderEpochFileCache, read_epoch_checkpoint
 from .local_log import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, TEMP_SUFFIXES, LocalLog, fsync_directory
 from .producer_state import ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TornTailError
@@ -26,6 +27,7 @@ class LoadedLog(NamedTuple):
     local: LocalLog
     log_start_offset: int
     producer_state: ProducerStateManager
+    leader_epoch_cache: LeaderEpochFileCache
 
 
 class LogLoader:
@@ -109,6 +111,7 @@ class LogLoader:
             local.clear_segments()
             local.add_segment(local.new_segment(start))
         producer_state = self._restore_producer_state(local, start)
+        leader_epoch_cache = self._load_leader_epochs(local, start)
         if cut:
             _logger.warning("log_truncated_at_recovery", log=directory.name, log_end_offset=local.log_end_offset,
                             clean_shutdown=self.clean_shutdown)
@@ -122,7 +125,38 @@ class LogLoader:
         if created:  # a new partition: its directory entry and first files survive a power cut
             fsync_directory(directory)
             fsync_directory(directory.parent)
-        return LoadedLog(local, start, producer_state)
+        return LoadedLog(local, start, producer_state, leader_epoch_cache)
+
+    def _load_leader_epochs(self, local: LocalLog, log_start_offset: int) -> LeaderEpochFileCache:
+        """The leader-epoch-checkpoint, cut to what the log holds now: epochs are written there
+        before their first batch, so a crash can only leave entries at or past the log end.
+        Without a readable file (never written, or damaged) it is rebuilt from the batch
+        headers, which carry their epochs."""
+        entries = None
+        if local.offline is None:
+            try:
+                entries = read_epoch_checkpoint(local.directory / LEADER_EPOCH_CHECKPOINT)
+            except CorruptEpochCheckpointError as exc:
+                _logger.warning("leader_epoch_checkpoint_rebuilt", log=local.directory.name, error=str(exc))
+        else:
+            return LeaderEpochFileCache(local.directory)
+        if entries is None:
+            rebuilt = LeaderEpochFileCache(None)
+            try:
+                for seg in local.segments:
+                    for _, h in seg.scan(read_ahead=BATCH_OVERHEAD):
+                        if h.partition_leader_epoch >= 0:
+                            rebuilt.assign(h.partition_leader_epoch, h.base_offset)
+            except CorruptRecordError as exc:
+                _logger.error("log_segment_corrupt", log=local.directory.name, error=str(local.corrupt(exc)))
+                return LeaderEpochFileCache(local.directory)
+            cache = LeaderEpochFileCache(local.directory, rebuilt.entries)
+            cache.flush()
+        else:
+            cache = LeaderEpochFileCache(local.directory, entries)
+        cache.truncate_from_end(local.log_end_offset)
+        cache.truncate_from_start(log_start_offset)
+        return cache
 
     def _restore_producer_state(self, local: LocalLog, log_start_offset: int) -> ProducerStateManager:
         """The one place producer state (idempotent producers' last batches) is restored: from

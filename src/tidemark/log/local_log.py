@@ -62,6 +62,9 @@ class LocalLog:
         # producer state there), under the lock.
         self.on_roll: Callable[[int], None] | None = None
         self._retired: list[tuple[float, LogSegment]] = []  # (when, segment) replaced by the cleaner
+        # Bumped by each truncation: a flush that began before one must not move the recovery
+        # point (or a segment's flushed size) to what it synced of the removed tail.
+        self._truncations = 0
         # Test hook: called with each step name of replace_segments (raise to simulate a crash).
         self.swap_hook: Any = None
 
@@ -194,6 +197,7 @@ class LocalLog:
             if self.offline is not None:
                 raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
             end = self.log_end_offset
+            truncations = self._truncations
             active = self.active_segment
             targets: list[tuple[LogSegment, int, int]] = []  # (segment, size synced, dup fd)
             index_fds: list[tuple[Any, int]] = []  # (index, dup fd)
@@ -220,12 +224,63 @@ class LocalLog:
             for fd in [fd for _, _, fd in targets] + [fd for _, fd in index_fds] + ([dir_fd] if dir_fd >= 0 else []):
                 os.close(fd)
         with self.lock:
+            if truncations != self._truncations:
+                return self._recovery_point  # truncate_to synced what it kept itself
             for index, _ in index_fds:
                 index.dirty = False
             for seg, size, _ in targets:
                 seg.flushed_size = max(seg.flushed_size, size)
             self._recovery_point = max(self._recovery_point, end)
             return self._recovery_point
+
+    # -- truncation (a follower dropping history its leader does not have) --------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the batch holding `offset` and everything after it (segments with a base offset
+        above it, then the tail of the one holding it), durably before returning. A crash
+        midway leaves a prefix of the old log: the newest segments go first.
+
+        A cut segment that was not the active one is reopened as a new LogSegment, so a
+        cleaner pass that picked up the old one can never swap its old content back in (the
+        swap requires the very segments it cleaned)."""
+        with self.lock:
+            if self._closed:
+                raise LogOfflineError(f"{self.directory.name} is closed")
+            keep = [seg for seg in self._segments if seg.base_offset <= offset]
+            if not keep:
+                raise ValueError(f"offset {offset} is below the first segment of {self.directory.name}")
+            doomed = self._segments[len(keep):]
+            self._truncations += 1
+            for seg in reversed(doomed):
+                seg.delete()
+            cut = keep[-1]
+            cut.truncate_to(offset)
+            cut.fsync()
+            if doomed:
+                fresh = self.new_segment(cut.base_offset)
+                if not fresh.open_from_indexes(active=True):
+                    fresh.recover(validate=False, active=True, truncate=False)
+                keep[-1] = fresh
+                self._retired.append((time.monotonic(), cut))
+            self._segments = keep
+            self._bases = [seg.base_offset for seg in keep]
+            self._recovery_point = min(self._recovery_point, self.log_end_offset)
+            fsync_directory(self.directory)
+            self.dir_dirty = False
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at `offset` (durably before returning)."""
+        with self.lock:
+            if self._closed:
+                raise LogOfflineError(f"{self.directory.name} is closed")
+            self._truncations += 1
+            for seg in reversed(self._segments):
+                seg.delete()
+            self._segments, self._bases = [], []
+            self.add_segment(self.new_segment(offset))
+            self._recovery_point = offset
+            fsync_directory(self.directory)
+            self.dir_dirty = False
 
     # -- deletion and replacement -----------------------------------------------------------
 

@@ -88,6 +88,7 @@ class LogManager:
                 clean_shutdown=self.clean_shutdown,
                 now_ms=now_ms,
             )
+            self._logs[tp].on_truncate = self.checkpoint
         # From here on a crash must be seen as unclean: the removal must reach the disk before
         # anything is appended, or a power cut could bring the marker back over unflushed data.
         if self.clean_shutdown:
@@ -102,6 +103,7 @@ class LogManager:
         if log is None:
             # A new partition's directory is fsynced with its parent by the loader.
             log = UnifiedLog.open(self.data_dir / f"{topic}-{partition}", config or self.default_config, clean_shutdown=True)
+            log.on_truncate = self.checkpoint
             self._logs[(topic, partition)] = log
         return log
 
@@ -118,6 +120,8 @@ class LogManager:
         shutil.rmtree(doomed, ignore_errors=True)
 
     def checkpoint(self) -> None:
+        """Write the recovery-point and log-start-offset checkpoints (periodically, at close,
+        and after every truncation: Kafka's LogManager.truncateTo does the same)."""
         write_checkpoint(
             self.data_dir / RECOVERY_POINT_CHECKPOINT, {tp: log.recovery_point for tp, log in self._logs.items()}
         )

@@ -150,6 +150,13 @@ class ProducerStateManager:
         entry.batches.append(BatchMetadata(h.base_sequence, _last_seq(h), h.base_offset,
                                            h.base_offset + h.last_offset_delta, h.max_timestamp))
 
+    def truncate_fully(self) -> None:
+        """Forget every producer and delete every snapshot (the log starts over, empty)."""
+        self.producers = {}
+        if self.directory is not None:
+            for path in list_snapshots(self.directory).values():
+                path.unlink(missing_ok=True)
+
     # -- expiration -------------------------------------------------------------------------
 
     def remove_expired(self, now_ms: int) -> int:

@@ -241,6 +241,26 @@ class LogSegment:
             or last_offset - self.base_offset > 0x7FFFFFFF  # relative offsets are int32
         )
 
+    def truncate_to(self, offset: int) -> int:
+        """Cut the batch holding `offset` and every batch after it, with their index entries
+        (Kafka's LogSegment.truncateTo). Returns the bytes removed. The cut is not fsynced."""
+        found = self.find(offset)
+        if found is None:
+            return 0
+        position, h = found
+        removed = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.flushed_size = -1  # the new length must reach the disk
+        self.offset_index.rewrite([(rel, pos) for rel, pos in self.offset_index.entries() if pos < position])
+        self.time_index.rewrite([(ts, rel) for ts, rel in self.time_index.entries()
+                                 if self.base_offset + rel < h.base_offset])
+        if not self.open_from_indexes(active=True):
+            self.recover(validate=False, active=True, truncate=False)
+        if self.size == 0:
+            self.rolling_time_ms = None
+        return removed
+
     # -- reading ----------------------------------------------------------------------------
 
     def read(self, position: int, size: int) -> bytes:

@@ -1,7 +1,9 @@
 """Kafka's UnifiedLog: one partition's log as the broker sees it, on top of a LocalLog.
 
-It assigns offsets and checks idempotent producers on append, keeps the high watermark and
-the log start offset, deletes segments past retention and answers ListOffsets by time.
+It assigns offsets and checks idempotent producers on append (or, on a follower, appends the
+leader's batches as they are), keeps the high watermark, the log start offset and the leader
+epoch cache, truncates divergent history, deletes segments past retention and answers
+ListOffsets by time and OffsetForLeaderEpoch.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from tidemark.records import (
@@ -24,7 +27,8 @@ from tidemark.records import (
 )
 
 from .config import LogConfig
-from .errors import LogOfflineError, OffsetOutOfRangeError
+from .errors import LogOfflineError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from .leader_epoch import LeaderEpochFileCache
 from .loader import LogLoader
 from .local_log import LocalLog
 from .producer_state import ProducerStateManager
@@ -46,10 +50,15 @@ class AppendInfo(NamedTuple):
 
 class UnifiedLog:
     def __init__(self, local: LocalLog, *, log_start_offset: int = 0,
-                 producer_state: ProducerStateManager | None = None):
+                 producer_state: ProducerStateManager | None = None,
+                 leader_epoch_cache: LeaderEpochFileCache | None = None):
         self.local = local
         self.log_start_offset = log_start_offset
         self.producer_state = producer_state or ProducerStateManager()
+        self.leader_epoch_cache = leader_epoch_cache or LeaderEpochFileCache(local.directory)
+        # Called after a truncation: the LogManager checkpoints the recovery point at once (it
+        # went down; a stale, higher one would have a restart trust unflushed segments).
+        self.on_truncate: Callable[[], None] | None = None
         # Kafka snapshots producer state at every roll: a restart walks only the newest segment.
         local.on_roll = lambda base_offset: self.producer_state.take_snapshot(base_offset, self.log_start_offset)
         # On one broker, the durably flushed end; moved by update_high_watermark only.
@@ -69,7 +78,8 @@ class UnifiedLog:
         """Load (or create) the partition log in `directory` (see LogLoader)."""
         loaded = LogLoader(directory, config, recovery_point=recovery_point, log_start_offset=log_start_offset,
                            clean_shutdown=clean_shutdown, now_ms=_now_ms() if now_ms is None else now_ms).load()
-        return cls(loaded.local, log_start_offset=loaded.log_start_offset, producer_state=loaded.producer_state)
+        return cls(loaded.local, log_start_offset=loaded.log_start_offset, producer_state=loaded.producer_state,
+                   leader_epoch_cache=loaded.leader_epoch_cache)
 
     # -- what the LocalLog knows ------------------------------------------------------------
 
@@ -158,8 +168,7 @@ class UnifiedLog:
         is answered with its original offsets (duplicate=True) and not written again. A new
         producer id at or above producer_id_end (never issued) is refused.
         """
-        if self.offline is not None:
-            raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
+        self._check_online()
         buf = bytearray(records)
         batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
         if not batches:
@@ -196,10 +205,129 @@ class UnifiedLog:
             if h.max_timestamp > max_ts:
                 max_ts, offset_of_max_ts = h.max_timestamp, h.last_offset
         last = next_offset - 1
+        if leader_epoch >= 0:
+            self.leader_epoch_cache.assign(leader_epoch, first)  # before the batch: see leader_epoch
         self.local.append(buf, assigned, last, now_ms)
         for _, h in assigned:
             self.producer_state.update(h)
         return AppendInfo(first, last, max_ts, offset_of_max_ts, log_append_time)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> AppendInfo:
+        """Append a leader's batches as they are (Kafka's appendAsFollower): offsets, partition
+        leader epochs and timestamps kept. Every batch must pass its CRC and continue the log:
+        a batch starting below the log end offset, or below the end of the batch before it,
+        raises UnexpectedAppendOffsetError and nothing is written. A batch may start past the
+        log end offset: compaction on the leader removes whole batches, leaving offset gaps.
+        Producer state and the leader epoch cache follow the batches; nothing is checked
+        against them (the leader did)."""
+        self._check_online()
+        now_ms = _now_ms() if now_ms is None else now_ms
+        buf = bytes(records)
+        batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
+        if not batches:
+            return AppendInfo(-1, -1, -1, -1)
+        expected = self.log_end_offset
+        max_ts, offset_of_max_ts = -1, batches[0][1].base_offset
+        for _, h in batches:
+            if h.base_offset < expected:
+                raise UnexpectedAppendOffsetError(
+                    f"batch at offset {h.base_offset} does not follow offset {expected - 1} in {self.directory.name}"
+                )
+            expected = h.next_offset
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = h.max_timestamp, h.last_offset
+        for _, h in batches:
+            if h.partition_leader_epoch >= 0:
+                self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        # A fetch response may be larger than segment.bytes: write it in parts that fit a segment.
+        group_start, group = 0, []
+        for pos, h in batches:
+            if group and pos + h.size - group_start > self.config.segment_bytes:
+                self._write_group(buf, group_start, pos, group, now_ms)
+                group_start, group = pos, []
+            group.append((pos, h))
+        self._write_group(buf, group_start, len(buf), group, now_ms)
+        for _, h in batches:
+            self.producer_state.update(h)
+        return AppendInfo(batches[0][1].base_offset, batches[-1][1].last_offset, max_ts, offset_of_max_ts)
+
+    def _write_group(self, buf: bytes, start: int, end: int, group: list[tuple[int, BatchHeader]],
+                     now_ms: int) -> None:
+        self.local.append(buf[start:end], [(pos - start, h) for pos, h in group], group[-1][1].last_offset, now_ms)
+
+    def _check_online(self) -> None:
+        if self.offline is not None:
+            raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
+
+    # -- leader epochs and truncation -----------------------------------------------------------
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch in the cache (UNDEFINED_EPOCH, -1, if none)."""
+        return self.leader_epoch_cache.latest_epoch
+
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int | None = None) -> None:
+        """A new leader records its epoch as starting at its log end offset (the default) before
+        appending anything, so OffsetForLeaderEpoch for older epochs ends there at once."""
+        self._check_online()
+        self.leader_epoch_cache.assign(epoch, self.log_end_offset if start_offset is None else start_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch's answer (KIP-279): (the largest epoch <= `epoch`, the offset
+        where it ended: the next epoch's start offset, or the log end offset for the latest
+        epoch); (-1, -1) when undefined. See LeaderEpochFileCache.end_offset_for."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def truncate_to(self, offset: int, *, now_ms: int | None = None) -> bool:
+        """Drop every record at and after `offset` (a whole batch if `offset` falls inside one,
+        so the log end offset may end up below `offset`): segments and their indexes, the
+        leader epochs starting there, producer state (restored from the snapshots and batches
+        left), the high watermark and recovery point brought down to the new end. Durable
+        before it returns. Below the first segment it is truncate_fully_and_start_at(offset).
+        Past the log end nothing is cut, but leader epochs starting at or past the end (a
+        former leader's epoch with no batch) are dropped, as in Kafka. True if records went."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.directory.name} to offset {offset}")
+        self._check_online()
+        if offset >= self.log_end_offset:
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+            return False
+        if offset < self.local.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        try:
+            self.local.truncate_to(offset)
+        except OSError as exc:
+            self.local.offline = exc
+            raise LogOfflineError(f"truncation of {self.directory.name} failed: {exc}") from exc
+        end = self.log_end_offset
+        self.leader_epoch_cache.truncate_from_end(end)
+        self.log_start_offset = min(self.log_start_offset, end)
+        self.producer_state.load(self.local.segments, self.log_start_offset, _now_ms() if now_ms is None else now_ms)
+        self._high_watermark = min(self._high_watermark, end)
+        self._truncated()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every record and start the log empty at `offset` (a follower whose log does
+        not overlap its leader's): no segments, epochs or producers left; the log start offset,
+        high watermark and recovery point are `offset`."""
+        if offset < 0:
+            raise ValueError(f"cannot start {self.directory.name} at offset {offset}")
+        self._check_online()
+        try:
+            self.local.truncate_fully_and_start_at(offset)
+        except OSError as exc:
+            self.local.offline = exc
+            raise LogOfflineError(f"truncation of {self.directory.name} failed: {exc}") from exc
+        self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully()
+        self.log_start_offset = self._high_watermark = offset
+        self._truncated()
+
+    def _truncated(self) -> None:
+        if self.on_truncate is not None:
+            self.on_truncate()
 
     # -- read -------------------------------------------------------------------------------
 
@@ -287,6 +415,7 @@ class UnifiedLog:
         if not doomed or not self.local.delete_oldest_segments(doomed):
             return 0
         self.log_start_offset = max(self.log_start_offset, self.local.segments[0].base_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         return len(doomed)
 
     @staticmethod

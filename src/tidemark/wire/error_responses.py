@@ -3,7 +3,7 @@
 A request that fails as a whole (its handler crashed, its version is not served, its group's
 offsets partition is loading) must still name everything it asked about, each carrying the
 error where Kafka puts it for that API and version: per partition (Produce, Fetch, ListOffsets,
-OffsetCommit, OffsetFetch v0-1), per topic (Metadata, CreateTopics, DeleteTopics,
+OffsetCommit, OffsetFetch v0-1, OffsetForLeaderEpoch), per topic (Metadata, CreateTopics, DeleteTopics,
 CreatePartitions), per group (OffsetFetch v8+, DescribeGroups, DeleteGroups), per coordinator
 key (FindCoordinator v4+), or at the top level. An empty response would read as a success.
 
@@ -208,6 +208,14 @@ def delete_groups(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "results": [deleted_group(g, code) for g in _each(body and body.groups_names)]}
 
 
+def offset_for_leader_epoch(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"topic": topic.topic, "partitions": [
+            {"partition": p.partition, "error_code": code, "leader_epoch": UNKNOWN, "end_offset": UNKNOWN}
+            for p in topic.partitions]}
+        for topic in _each(body and body.topics)]}
+
+
 SHAPES: dict[int, Shape] = {
     0: produce,
     1: fetch,
@@ -226,6 +234,7 @@ SHAPES: dict[int, Shape] = {
     19: create_topics,
     20: delete_topics,
     22: init_producer_id,
+    23: offset_for_leader_epoch,
     37: create_partitions,
     42: delete_groups,
     47: offset_delete,

@@ -1,0 +1,46 @@
+"""OffsetForLeaderEpoch (KIP-101, KIP-279, KIP-320): where a leader epoch ended in this log.
+
+Followers ask it to find where their log diverges from the leader's; consumers (librdkafka after
+a leader change) to check that their position was not truncated away. The answer is the
+partition log's leader epoch cache; current_leader_epoch fences callers with stale metadata.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from tidemark.broker.context import RequestContext
+    from tidemark.broker.partition import Partition
+    from tidemark.wire.codec import Request
+
+NO_PARTITION_LEADER_EPOCH = -1  # current_leader_epoch: the caller does not know it
+
+
+def end_offset(partition: Partition | None, current_leader_epoch: int, leader_epoch: int) -> dict[str, Any]:
+    """One partition's answer, without its index (Kafka's Partition.lastOffsetForLeaderEpoch)."""
+    if partition is None:
+        return {"error_code": ErrorCode.unknown_topic_or_partition}
+    if current_leader_epoch != NO_PARTITION_LEADER_EPOCH:
+        if current_leader_epoch < partition.leader_epoch:
+            return {"error_code": ErrorCode.fenced_leader_epoch}
+        if current_leader_epoch > partition.leader_epoch:
+            return {"error_code": ErrorCode.unknown_leader_epoch}
+    if partition.log.offline is not None:
+        return {"error_code": ErrorCode.kafka_storage_error}
+    epoch, offset = partition.log.end_offset_for_epoch(leader_epoch)
+    return {"error_code": ErrorCode.none, "leader_epoch": epoch, "end_offset": offset}
+
+
+async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    # replica_id (v3+) names a follower; every caller gets the same answer, as from Kafka.
+    topics = []
+    for wanted in request.body.topics:
+        partitions = [{"partition": p.partition, "leader_epoch": -1, "end_offset": -1,
+                       **end_offset(ctx.replicas.partition(wanted.topic, p.partition), p.current_leader_epoch,
+                                    p.leader_epoch)}
+                      for p in wanted.partitions]
+        topics.append({"topic": wanted.topic, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
