@@ -79,6 +79,17 @@ REQUESTS: dict[int, dict[str, Any]] = {
          "timeout": 1000},
     42: {"groups_names": ["g1", "g2"]},
     47: {"group_id": "g", "topics": [{"name": "a", "partitions": [{"partition_index": 0}]}]},
+    21: {"topics": [{"name": "a", "partitions": [{"partition_index": 0, "offset": 5}, {"partition_index": 2, "offset": -1}]},
+                    {"name": "b", "partitions": [{"partition_index": 1, "offset": 0}]}], "timeout": 1000},
+    32: {"resources": [{"resource_type": 2, "resource_name": "a", "configuration_keys": None},
+                       {"resource_type": 4, "resource_name": "0", "configuration_keys": ["num.partitions"]}]},
+    33: {"resources": [{"resource_type": 2, "resource_name": "a", "configs": [{"name": "retention.ms", "value": "1"}]},
+                       {"resource_type": 4, "resource_name": "0", "configs": []}], "validate_only": False},
+    44: {"resources": [{"resource_type": 2, "resource_name": "a", "configs": [
+        {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
+        {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
+    43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
+         "timeout": 1000},
 }
 
 CASES = [(key, version) for key, (low, high) in sorted(supported_versions().items()) for version in range(low, high + 1)]
@@ -203,6 +214,12 @@ def requested(key: int, version: int, body: Any) -> set[Any]:
             return {t.name or t.topic_id for t in body.topics}
         case 42:
             return set(body.groups_names)
+        case 21:
+            return {(t.name, p.partition_index) for t in body.topics for p in t.partitions}
+        case 32 | 33 | 44:
+            return {(r.resource_type, r.resource_name) for r in body.resources}
+        case 43:
+            return {(t.topic, p) for t in body.topic_partitions for p in t.partitions}
     return set()
 
 
@@ -235,6 +252,14 @@ def answered(key: int, version: int, response: Any) -> set[Any]:
             return {t.name for t in response.results}
         case 42:
             return {r.group_id for r in response.results}
+        case 21:
+            return {(t.name, p.partition_index) for t in response.topics for p in t.partitions}
+        case 32:
+            return {(r.resource_type, r.resource_name) for r in response.results}
+        case 33 | 44:
+            return {(r.resource_type, r.resource_name) for r in response.responses}
+        case 43:
+            return {(t.topic, p.partition_id) for t in response.replica_election_results for p in t.partition_result}
     return set()
 
 
@@ -266,13 +291,12 @@ def test_crashed_produce_with_acks_0_closes_the_connection(tmp_path):
 
 
 def test_unserved_api_without_a_top_level_error_code_closes_the_connection(tmp_path):
-    """DeleteRecords answers only per partition: an empty answer would read as a success."""
-    schema = load_request_schema(21, 2)
+    """DescribeProducers answers only per partition: an empty answer would read as a success."""
+    schema = load_request_schema(61, 0)
     buffer = io.BytesIO()
     entity_writer(schema.__header_schema__)(buffer, build(schema.__header_schema__, {
-        "request_api_key": 21, "request_api_version": 2, "correlation_id": 1, "client_id": "t"}))
-    entity_writer(schema)(buffer, build(schema, {"topics": [
-        {"name": "a", "partitions": [{"partition_index": 0, "offset": 5}]}], "timeout": 1000}))
+        "request_api_key": 61, "request_api_version": 0, "correlation_id": 1, "client_id": "t"}))
+    entity_writer(schema)(buffer, build(schema, {"topics": [{"name": "a", "partition_indexes": [0]}]}))
     assert asyncio.run(exchange(tmp_path, [buffer.getvalue()])) == [None]
 
 

@@ -111,11 +111,11 @@ def test_error_response_every_kio_api(key):
 
 def test_unserved_apis_split_into_answered_and_closed():
     """Pins the split above, so no API silently falls out of the test: of kio's APIs the broker
-    serves 20; the others are answered through a top-level error code or refused."""
+    serves 25; the others are answered through a top-level error code or refused."""
     unserved = sorted(set(KIO_API_RANGES) - set(error_responses.SHAPES))
     refused = [key for key in unserved if not _top_level_error_code(load_response_schema(key, KIO_API_RANGES[key][1]))]
     assert len(KIO_API_RANGES) == len(error_responses.SHAPES) + len(unserved)
-    assert 21 in refused and 60 not in refused  # DeleteRecords has only per-partition codes
+    assert 61 in refused and 60 not in refused  # DescribeProducers has only per-partition codes
 
 
 def test_error_response_list_offsets_v0_and_unknown():

@@ -39,7 +39,7 @@ def _parse_int(text: str) -> int:
 def _parse_cleanup_policy(text: str) -> str:
     policies = [part.strip() for part in text.split(",") if part.strip()]
     if not policies or any(p not in ("delete", "compact") for p in policies):
-        raise ValueError("expected delete, compact or delete,compact")
+        raise ValueError("String must be one of: compact, delete")
     return ",".join(policies)
 
 
@@ -64,7 +64,7 @@ def _parse_offsets_storage(text: str) -> str:
 
 def _parse_timestamp_type(text: str) -> str:
     if text.strip() not in ("CreateTime", "LogAppendTime"):
-        raise ValueError("expected CreateTime or LogAppendTime")
+        raise ValueError("String must be one of: CreateTime, LogAppendTime")
     return text.strip()
 
 
@@ -107,6 +107,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # and CreatePartitions beyond it are refused with INVALID_PARTITIONS.
         _int("tidemark.max.partitions", 10000, 1),
         _int("default.replication.factor", 1, 1),
+        _int("min.insync.replicas", 1, 1),
         Setting("auto.create.topics.enable", True, _parse_bool),
         Setting("delete.topic.enable", True, _parse_bool),
         _int("log.segment.bytes", 1073741824, MIN_SEGMENT_BYTES, maximum=INT_MAX),
@@ -185,6 +186,23 @@ TOPIC_SETTINGS: dict[str, tuple[str, str | None]] = {
     "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms"),
     "flush.messages": ("log.flush.interval.messages", None),
     "flush.ms": ("log.flush.interval.ms", None),
+    "min.insync.replicas": ("min.insync.replicas", None),  # kept for replication (acks=all)
+}
+
+# Kafka's type of each topic-level setting (DescribeConfigs reports it; parse errors name it).
+TOPIC_CONFIG_TYPES: dict[str, str] = {
+    "cleanup.policy": "LIST", "segment.bytes": "INT", "segment.ms": "LONG", "retention.ms": "LONG",
+    "retention.bytes": "LONG", "index.interval.bytes": "INT", "segment.index.bytes": "INT",
+    "max.message.bytes": "INT", "message.timestamp.type": "STRING", "delete.retention.ms": "LONG",
+    "min.cleanable.dirty.ratio": "DOUBLE", "min.compaction.lag.ms": "LONG", "flush.messages": "LONG",
+    "flush.ms": "LONG", "min.insync.replicas": "INT", "compression.type": "STRING",
+    "file.delete.delay.ms": "LONG", "follower.replication.throttled.replicas": "LIST",
+    "leader.replication.throttled.replicas": "LIST", "local.retention.bytes": "LONG",
+    "local.retention.ms": "LONG", "max.compaction.lag.ms": "LONG", "message.downconversion.enable": "BOOLEAN",
+    "message.format.version": "STRING", "message.timestamp.after.max.ms": "LONG",
+    "message.timestamp.before.max.ms": "LONG", "message.timestamp.difference.max.ms": "LONG",
+    "preallocate": "BOOLEAN", "remote.storage.enable": "BOOLEAN", "segment.jitter.ms": "LONG",
+    "unclean.leader.election.enable": "BOOLEAN",
 }
 
 # Kafka's other topic-level settings: accepted and kept with the topic (admin tools, Streams
@@ -195,7 +213,7 @@ STORED_TOPIC_SETTINGS = frozenset({
     "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
     "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms",
-    "min.insync.replicas", "preallocate",
+    "preallocate",
     "remote.storage.enable", "segment.jitter.ms", "unclean.leader.election.enable",
 })
 
@@ -306,7 +324,8 @@ def _minutes_to_ms(minutes: int) -> int:
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
-    """Parse topic-level overrides (CreateTopics configs); raise ConfigError naming a bad one."""
+    """Parse topic-level overrides (CreateTopics, AlterConfigs); raise ConfigError with Kafka's
+    message for the first bad one."""
     parsed: dict[str, Any] = {}
     for name, raw in configs.items():
         if raw is None:
@@ -315,7 +334,16 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
             parsed[name] = raw
             continue
         if name not in TOPIC_SETTINGS:
-            raise ConfigError(f"unknown topic config {name!r}")
-        broker_setting = BROKER_SETTINGS[TOPIC_SETTINGS[name][0]]
-        parsed[name] = _parse_setting(dataclasses.replace(broker_setting, name=name), raw, "")
+            raise ConfigError(f"Unknown topic config name: {name}")
+        setting = BROKER_SETTINGS[TOPIC_SETTINGS[name][0]]
+        try:
+            value = setting.parse(raw)
+        except ValueError as exc:
+            reason = f"Not a number of type {TOPIC_CONFIG_TYPES[name]}" if setting.parse is _parse_int else exc
+            raise ConfigError(f"Invalid value {raw} for configuration {name}: {reason}") from None
+        if setting.minimum is not None and value < setting.minimum:
+            raise ConfigError(f"Invalid value {raw} for configuration {name}: Value must be at least {setting.minimum}")
+        if setting.maximum is not None and value > setting.maximum:
+            raise ConfigError(f"Invalid value {raw} for configuration {name}: Value must be no more than {setting.maximum}")
+        parsed[name] = value
     return parsed

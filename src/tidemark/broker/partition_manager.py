@@ -100,6 +100,26 @@ class PartitionManager:
         log.info("partitions_created", topic=name, partitions=count)
         return topic
 
+    def set_topic_configs(self, name: str, configs: dict[str, Any]) -> TopicMetadata:
+        """Replace a topic's overrides: persisted first, then applied to its live logs at once."""
+        topic = self.metadata.set_topic_configs(name, configs)
+        config = self.config.log_config(topic.configs)
+        for index in range(topic.partitions):
+            partition = self.partitions.get((name, index))
+            if partition is not None:
+                partition.log.config = config
+        log.info("topic_configs_altered", topic=name, configs=configs)
+        return topic
+
+    def delete_records(self, partition: Partition, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to `offset` and checkpoint it before the
+        answer, so deleted records never come back after a crash; returns the low watermark."""
+        before = partition.log.log_start_offset
+        low_watermark = partition.log.delete_records_before(offset)
+        if low_watermark != before:
+            self.logs.checkpoint()
+        return low_watermark
+
     def delete_topic(self, name: str) -> None:
         topic = self.metadata.delete_topic(name)
         for index in range(topic.partitions):

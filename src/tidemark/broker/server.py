@@ -29,6 +29,9 @@ from kio.schema.index import api_key_map
 from tidemark.broker import metrics, zk_offsets
 from tidemark.broker.apis import (
     api_versions,
+    configs,
+    delete_records,
+    elect_leaders,
     fetch,
     groups,
     init_producer_id,
@@ -84,6 +87,11 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     15: (groups.handle_describe, 0),
     16: (groups.handle_list, 0),
     42: (groups.handle_delete_groups, 0),
+    21: (delete_records.handle, 0),
+    32: (configs.handle_describe, 0),
+    33: (configs.handle_alter, 0),
+    44: (configs.handle_incremental_alter, 0),
+    43: (elect_leaders.handle, 0),
 }
 
 MAX_IN_FLIGHT_PER_CONNECTION = 128

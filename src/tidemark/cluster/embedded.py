@@ -159,6 +159,14 @@ class EmbeddedMetadata:
         self._save()
         return topic
 
+    def set_topic_configs(self, name: str, configs: dict[str, Any]) -> TopicMetadata:
+        """Replace a topic's overrides (AlterConfigs, IncrementalAlterConfigs)."""
+        topic = dataclasses.replace(self.topics[name], configs=dict(configs))
+        self.topics[name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._save()
+        return topic
+
     def delete_topic(self, name: str) -> TopicMetadata:
         topic = self.topics.pop(name)
         del self._by_id[topic.topic_id]

@@ -391,11 +391,10 @@ class UnifiedLog:
     # -- retention --------------------------------------------------------------------------
 
     def delete_retention(self, now_ms: int | None = None) -> int:
-        """Delete the oldest segments past retention.ms or beyond retention.bytes (never the
-        active segment, only segments wholly below the high watermark) and move the log start
-        offset up. Returns the number of segments deleted."""
-        if not self.config.delete_enabled:
-            return 0
+        """Delete the oldest segments wholly below the log start offset, and (cleanup.policy
+        delete) those past retention.ms or beyond retention.bytes (never the active segment,
+        only segments wholly below the high watermark), and move the log start offset up.
+        Returns the number of segments deleted."""
         now_ms = _now_ms() if now_ms is None else now_ms
         size_excess = self.size_in_bytes - self.config.retention_bytes if self.config.retention_bytes >= 0 else -1
         doomed = []
@@ -403,7 +402,9 @@ class UnifiedLog:
             if seg.next_offset > self.high_watermark:
                 break
             if seg.next_offset <= self.log_start_offset:
-                pass  # already below the log start offset
+                pass  # below the log start offset (DeleteRecords): whatever the cleanup policy
+            elif not self.config.delete_enabled:
+                break
             elif self.config.retention_ms >= 0 and now_ms - self._largest_timestamp(seg) > self.config.retention_ms:
                 pass
             elif size_excess >= 0 and size_excess - seg.size >= 0:
@@ -417,6 +418,21 @@ class UnifiedLog:
         self.log_start_offset = max(self.log_start_offset, self.local.segments[0].base_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         return len(doomed)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords (Kafka's maybeIncrementLogStartOffset): move the log start offset up to
+        `offset`, at most the high watermark, and delete the segments wholly below it. Returns
+        the log start offset (never moved back)."""
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(f"Cannot increment the log start offset to {offset} of {self.directory.name} "
+                                        f"since it is larger than the high watermark {self.high_watermark}")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            below = [seg for seg in self.local.segments[:-1] if seg.next_offset <= offset]
+            if below:
+                # False if the cleaner swapped segments meanwhile: retention deletes them later.
+                self.local.delete_oldest_segments(below)
+        return self.log_start_offset
 
     @staticmethod
     def _largest_timestamp(seg: LogSegment) -> int:

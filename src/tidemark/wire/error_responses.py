@@ -3,8 +3,10 @@
 A request that fails as a whole (its handler crashed, its version is not served, its group's
 offsets partition is loading) must still name everything it asked about, each carrying the
 error where Kafka puts it for that API and version: per partition (Produce, Fetch, ListOffsets,
-OffsetCommit, OffsetFetch v0-1, OffsetForLeaderEpoch), per topic (Metadata, CreateTopics, DeleteTopics,
-CreatePartitions), per group (OffsetFetch v8+, DescribeGroups, DeleteGroups), per coordinator
+OffsetCommit, OffsetFetch v0-1, OffsetForLeaderEpoch, DeleteRecords, ElectLeaders), per topic
+(Metadata, CreateTopics, DeleteTopics, CreatePartitions), per config resource (DescribeConfigs,
+AlterConfigs, IncrementalAlterConfigs), per group (OffsetFetch v8+, DescribeGroups, DeleteGroups),
+per coordinator
 key (FindCoordinator v4+), or at the top level. An empty response would read as a success.
 
 Every fallback answer, the dispatcher's and the group coordinator's, comes from here, so the
@@ -216,6 +218,36 @@ def offset_for_leader_epoch(body: Any, version: int, code: ErrorCode) -> dict[st
         for topic in _each(body and body.topics)]}
 
 
+def delete_records(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": p.partition_index, "low_watermark": UNKNOWN, "error_code": code}
+            for p in topic.partitions]}
+        for topic in _each(body and body.topics)]}
+
+
+def _resource(resource: Any, code: ErrorCode) -> dict[str, Any]:
+    return {"error_code": code, "error_message": None, "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name, "configs": []}
+
+
+def describe_configs(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": [_resource(r, code) for r in _each(body and body.resources)]}
+
+
+def alter_configs(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    """AlterConfigs and IncrementalAlterConfigs: per resource."""
+    return {"throttle_time": 0, "responses": [_resource(r, code) for r in _each(body and body.resources)]}
+
+
+def elect_leaders(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    # Top-level from v1; every named partition too (v0 has only those).
+    return {"throttle_time": 0, "error_code": code, "replica_election_results": [
+        {"topic": t.topic, "partition_result": [
+            {"partition_id": p, "error_code": code, "error_message": None} for p in t.partitions]}
+        for t in _each(body and body.topic_partitions)]}
+
+
 SHAPES: dict[int, Shape] = {
     0: produce,
     1: fetch,
@@ -233,10 +265,15 @@ SHAPES: dict[int, Shape] = {
     18: api_versions,
     19: create_topics,
     20: delete_topics,
+    21: delete_records,
     22: init_producer_id,
     23: offset_for_leader_epoch,
+    32: describe_configs,
+    33: alter_configs,
     37: create_partitions,
     42: delete_groups,
+    43: elect_leaders,
+    44: alter_configs,
     47: offset_delete,
 }
 """api key -> its failure response from (request body or None, version, error code)."""
