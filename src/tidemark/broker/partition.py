@@ -69,6 +69,7 @@ class Partition:
         self.leader_id = self.local_id
         self.leader_epoch = leader_epoch
         self.leader_epoch_start_offset = self.log.log_end_offset  # a follower rejoins only past it
+        self.log.assign_epoch_start_offset(leader_epoch)
         self.replicas = replicas
         self.isr = isr
         self.zk_version = zk_version

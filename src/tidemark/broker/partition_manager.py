@@ -147,6 +147,12 @@ class PartitionManager:
             partition.appended()
         return info
 
+    def append_as_follower(self, partition: Partition, records: bytes) -> AppendInfo:
+        """Append a leader's batches as they are (offsets and epochs kept), flushed like any append."""
+        info = partition.log.append_as_follower(records, now_ms=now_ms())
+        self.flusher.mark_dirty(partition)
+        return info
+
     def topic(self, name: str) -> TopicMetadata | None:
         return self.metadata.get(name)
 

@@ -43,6 +43,11 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
             if partition is None:
                 response["error_code"] = missing or ErrorCode.unknown_topic_or_partition
                 continue
+            refusal = _refusal(ctx, partition, topic.configs, acks)
+            if refusal is not None:
+                response["error_code"] = refusal
+                metrics.REQUEST_ERRORS.labels("Produce", refusal.name).inc()
+                continue
             records = data.records or b""
             try:
                 validate_produce(records, partition.log.config, topic=topic.name, partition=data.index,
@@ -60,7 +65,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
                 metrics.BYTES_IN.inc(len(records))
                 metrics.MESSAGES_IN.inc(info.last_offset - info.first_offset + 1)
             if acks == -1:
-                waits.append((response, partition, info.last_offset + 1))
+                waits.append((response, partition, info.last_offset + 1, _min_insync(ctx, topic.configs)))
         topic_responses.append(
             {"name": getattr(topic_data, "name", None), "topic_id": topic_id,
              "partition_responses": partition_responses}
@@ -72,13 +77,31 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
     return {"responses": topic_responses, "throttle_time": 0}
 
 
-async def _wait_committed(waits: list[tuple[dict[str, Any], Any, int]], timeout_s: float) -> None:
-    """Hold the response until each partition's high watermark covers its appended records."""
-    futures = [partition.wait_for_high_watermark(end) for _, partition, end in waits]
+def _min_insync(ctx: RequestContext, topic_configs: dict[str, Any]) -> int:
+    return int(topic_configs.get("min.insync.replicas", ctx.config["min.insync.replicas"]))
+
+
+def _refusal(ctx: RequestContext, partition: Any, topic_configs: dict[str, Any], acks: int) -> ErrorCode | None:
+    """Why this broker does not append to `partition` at all, or None: it does not lead it, or
+    acks=-1 with fewer in-sync replicas than min.insync.replicas (Kafka checks before appending)."""
+    if not partition.is_leader:
+        return ErrorCode.not_leader_or_follower
+    if acks == -1 and len(partition.isr) < _min_insync(ctx, topic_configs):
+        return ErrorCode.not_enough_replicas
+    return None
+
+
+async def _wait_committed(waits: list[tuple[dict[str, Any], Any, int, int]], timeout_s: float) -> None:
+    """Hold the response until each partition's high watermark covers its appended records; if
+    the in-sync replicas shrank below min.insync.replicas meanwhile, the append is answered
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND (it is in the log, but not as durably as asked)."""
+    futures = [partition.wait_for_high_watermark(end) for _, partition, end, _ in waits]
     done, pending = await asyncio.wait(futures, timeout=max(timeout_s, 0.001))
-    for (response, _, _), future in zip(waits, futures):
+    for (response, partition, _, min_insync), future in zip(waits, futures):
         if future in pending:
             future.cancel()
             response["error_code"] = ErrorCode.request_timed_out
         elif future.exception() is not None:
             response["error_code"] = error_code_for(future.exception())
+        elif len(partition.isr) < min_insync:
+            response["error_code"] = ErrorCode.not_enough_replicas_after_append

@@ -1,0 +1,180 @@
+"""A follower's fetcher: for every partition this broker follows from one leader, fetch what the
+leader has past this replica's log end and append it as it is (Kafka's ReplicaFetcherThread).
+
+Before a partition's first fetch (and after every leader change) the follower asks the leader,
+with OffsetForLeaderEpoch, where its own latest epoch ends on the leader and truncates what lies
+past that (KIP-101, KIP-279's answer), so no two replicas keep different records at one offset.
+Each fetch carries the follower's log end (which moves the leader's high watermark) and the
+leader epoch it follows (KIP-320: a leader of another epoch refuses). A partition the leader
+refuses is paused until the broker hands it over again with newer leadership.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from tidemark.log.leader_epoch import UNDEFINED_EPOCH
+from tidemark.wire.client import BrokerConnection
+
+if TYPE_CHECKING:
+    from tidemark.broker.partition import Partition
+
+log = structlog.get_logger("tidemark.replica_fetcher")
+
+FETCH = 1
+OFFSET_FOR_LEADER_EPOCH = 23
+FETCH_VERSION = 12  # replica_id in the body, current_leader_epoch per partition
+OFFSET_FOR_LEADER_EPOCH_VERSION = 3  # replica_id in the body
+
+TopicPartition = tuple[str, int]
+
+
+class ReplicaFetcher:
+    def __init__(self, local_id: int, leader_id: int, address: Callable[[], tuple[str, int] | None], *,
+                 append: Callable[[Partition, bytes], None], max_wait_ms: int = 500, max_bytes: int = 1048576,
+                 backoff_ms: int = 1000, request_timeout_ms: int = 30_000) -> None:
+        self.local_id = local_id
+        self.leader_id = leader_id
+        self._address = address  # the leader's (host, port) now, or None while unknown
+        self._append = append  # append a leader's records to a follower partition, as they are
+        self._max_wait_ms = max_wait_ms  # replica.fetch.wait.max.ms
+        self._max_bytes = max_bytes  # replica.fetch.max.bytes
+        self._backoff_s = backoff_ms / 1000  # replica.fetch.backoff.ms
+        self._timeout_s = request_timeout_ms / 1000
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self._unchecked: set[TopicPartition] = set()  # to truncate against the leader first
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- membership -----------------------------------------------------------------------------
+
+    def add(self, partition: Partition) -> None:
+        """Follow `partition` from this leader (again, after a leadership change)."""
+        key = (partition.topic, partition.index)
+        self.partitions[key] = partition
+        self._unchecked.add(key)
+        self._changed.set()
+
+    def remove(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        self.partitions.pop(key, None)
+        self._unchecked.discard(key)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        connection: BrokerConnection | None = None
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                if connection is None:
+                    connection = await self._connect()
+                if self._unchecked:
+                    await self._truncate(connection)
+                await self._fetch(connection)
+            except asyncio.CancelledError:
+                if connection is not None:
+                    await connection.close()
+                raise
+            except Exception as exc:  # noqa: BLE001 - the leader went away or answered badly: retry
+                log.warning("replica_fetch_failed", leader=self.leader_id, error=repr(exc))
+                if connection is not None:
+                    await connection.close()
+                    connection = None
+                await asyncio.sleep(self._backoff_s)
+
+    async def _connect(self) -> BrokerConnection:
+        address = self._address()
+        if address is None:
+            raise ConnectionError(f"broker {self.leader_id} has no known address")
+        return await BrokerConnection.connect(*address, client_id=f"replica-{self.local_id}",
+                                              timeout_s=self._timeout_s)
+
+    async def _truncate(self, connection: BrokerConnection) -> None:
+        """KIP-279: cut each unchecked partition back to where its latest epoch ends on the leader."""
+        wanted = {key: self.partitions[key] for key in self._unchecked if key in self.partitions}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), partition in wanted.items():
+            by_topic.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": partition.leader_epoch,
+                "leader_epoch": partition.log.latest_epoch})
+        response = await connection.request(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, {
+            "replica_id": self.local_id,
+            "topics": [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()]},
+            self._timeout_s)
+        for topic in response.topics:
+            for answer in topic.partitions:
+                key = (topic.topic, answer.partition)
+                partition = wanted.get(key)
+                if partition is None:
+                    continue
+                if answer.error_code != ErrorCode.none:
+                    self._paused(partition, ErrorCode(answer.error_code))
+                    continue
+                local_log = partition.log
+                if answer.leader_epoch == UNDEFINED_EPOCH or local_log.latest_epoch == UNDEFINED_EPOCH:
+                    end = partition.high_watermark  # nothing to compare epochs by: keep what is committed
+                else:
+                    own_epoch, own_end = local_log.end_offset_for_epoch(answer.leader_epoch)
+                    end = min(answer.end_offset, own_end) if own_epoch == answer.leader_epoch else answer.end_offset
+                if end < local_log.log_end_offset:
+                    log.info("follower_truncated", topic=key[0], partition=key[1], leader=self.leader_id,
+                             from_offset=local_log.log_end_offset, to_offset=end)
+                    local_log.truncate_to(end)
+                self._unchecked.discard(key)
+
+    async def _fetch(self, connection: BrokerConnection) -> None:
+        fetching = {key: p for key, p in self.partitions.items() if key not in self._unchecked}
+        if not fetching:
+            return
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), partition in fetching.items():
+            by_topic.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": partition.leader_epoch,
+                "fetch_offset": partition.log.log_end_offset, "log_start_offset": partition.log.log_start_offset,
+                "partition_max_bytes": self._max_bytes})
+        response = await connection.request(FETCH, FETCH_VERSION, {
+            "replica_id": self.local_id, "max_wait": self._max_wait_ms, "min_bytes": 1,
+            "max_bytes": self._max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()],
+            "forgotten_topics_data": [], "rack_id": ""}, self._timeout_s + self._max_wait_ms / 1000)
+        for topic in response.responses:
+            for answer in topic.partitions:
+                key = (topic.topic, answer.partition_index)
+                partition = fetching.get(key)
+                if partition is None or self.partitions.get(key) is not partition:
+                    continue  # handed over meanwhile
+                code = ErrorCode(answer.error_code)
+                if code == ErrorCode.offset_out_of_range:
+                    self._unchecked.add(key)  # compare epochs again before fetching on
+                    continue
+                if code != ErrorCode.none:
+                    self._paused(partition, code)
+                    continue
+                if answer.records:
+                    self._append(partition, bytes(answer.records))
+                partition.leader_high_watermark(answer.high_watermark)
+
+    def _paused(self, partition: Partition, code: ErrorCode) -> None:
+        """The leader refuses this partition (not its leader, another epoch): wait for the broker
+        to hand it over again with the leadership it learns next."""
+        log.info("replica_fetch_paused", topic=partition.topic, partition=partition.index, leader=self.leader_id,
+                 error=code.name)
+        self.remove(partition)
