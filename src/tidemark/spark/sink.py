@@ -69,6 +69,16 @@ def write_rows(options: SinkOptions, rows: Iterator[Row]) -> WrittenRecords:
         **options.client_config,
         "acks": "all",
     }))
+    try:
+        return _produce_all(producer, options, rows)
+    except BaseException:
+        producer.purge()  # the task failed: close() below must not wait to deliver its queue
+        raise
+    finally:
+        producer.close()  # the task's connections end with the task, not when it is collected
+
+
+def _produce_all(producer: Producer, options: SinkOptions, rows: Iterator[Row]) -> WrittenRecords:
     errors: list = []
 
     def delivered(error, _message) -> None:

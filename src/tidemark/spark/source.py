@@ -98,14 +98,19 @@ class _Planner:
 
     @property
     def client(self) -> ClusterClient:
-        # Created on first use: readers are pickled on their way to the planner process.
+        # Created on first use, in the process that plans.
         if self._client is None:
             self._client = ClusterClient(self.options.consumer_config(), self.options.fetch_offset_retries,
                                          self.options.fetch_offset_retry_interval_ms)
         return self._client
 
+    def __getstate__(self) -> dict:
+        # Readers are pickled to the planner process and, inside Spark's read function, to every
+        # task: the client (its sockets and threads) stays here, a copy makes its own on first use.
+        return {**self.__dict__, "_client": None}
+
     def close(self) -> None:
-        self._client = None
+        self._client = None  # AdminClient has no close(): dropping the last reference destroys it
 
     def partitions(self) -> list[Partition]:
         found = self.client.partitions(self.options.subscription)
