@@ -39,15 +39,13 @@ class StandaloneCluster:
         self.master_port = free_port()
         self.ui_port = free_port()
         self.processes: list[subprocess.Popen] = []
+        # The JVMs get no PYTHONPATH: what executors import is what each application ships or
+        # names (spark.executorEnv.PYTHONPATH, --py-files), see submit().
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON")},
             "SPARK_HOME": str(SPARK_HOME),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_DAEMON_MEMORY": "256m",
-            # As if tidemark were installed on the workers: an absolute path (executors run in
-            # their own work directories, where a relative PYTHONPATH means nothing).
-            "PYTHONPATH": source_root(),
-            "PYSPARK_PYTHON": sys.executable,
             **(env or {}),
         }
 
@@ -107,10 +105,20 @@ class StandaloneCluster:
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.root.glob("*.log")))
 
-    def submit(self, *args: str, conf: dict[str, str] | None = None,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        """spark-submit to this cluster (client mode: the driver runs here), bounded in time."""
-        settings = {
+    def driver_env(self) -> dict[str, str]:
+        """The environment of a driver run here: this tidemark importable (an absolute path)."""
+        return {**self.env, "PYTHONPATH": source_root()}
+
+    def executor_conf(self) -> dict[str, str]:
+        """As if tidemark were installed on the workers: executors import it from the same place as
+        the driver (an absolute path: executors run in their own work directories)."""
+        return {"spark.executorEnv.PYTHONPATH": source_root(), "spark.pyspark.python": sys.executable}
+
+    def submit(self, *args: str, conf: dict[str, str | None] | None = None, options: tuple[str, ...] = (),
+               master: str | None = None) -> subprocess.CompletedProcess:
+        """spark-submit to this cluster (or `master`; client mode: the driver runs here), bounded in time.
+        `conf` adds to and overrides executor_conf() and the defaults (None removes a setting)."""
+        settings: dict[str, str | None] = {
             "spark.executor.memory": "512m",
             "spark.executor.cores": "1",
             "spark.cores.max": str(self.workers),
@@ -118,14 +126,16 @@ class StandaloneCluster:
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
-            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            **self.executor_conf(),
             **(conf or {}),
         }
-        command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", self.url]
+        command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master or self.url, *options]
         for key, value in settings.items():
-            command += ["--conf", f"{key}={value}"]
+            if value is not None:
+                command += ["--conf", f"{key}={value}"]
         return subprocess.run([*command, *args], capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S,
-                              env={**self.env, **(env or {})})
+                              env=self.driver_env())
 
     def executors_launched(self) -> list[int]:
         """How many executors each worker has launched (one directory per executor per app)."""

@@ -3,13 +3,13 @@ task ends: counted on the broker (its `tidemark_connections` gauge) across a 20-
 
 from __future__ import annotations
 
-import pickle
 import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from pyspark import cloudpickle
 
 from tests.conftest import GROUP_SETTINGS, BrokerProcess, free_port
 from tests.spark.test_source import QUERY_TIMEOUT_S, committed, create_topic, produce, read_stream
@@ -53,7 +53,7 @@ def settle_to(port: int, at_most: int) -> int:
     return count
 
 
-def test_readers_and_writers_pickle_without_clients(spark, metered):
+def test_readers_pickle_without_their_client(spark, metered):
     """A reader that has planned (and so holds its driver-side AdminClient) still pickles: the
     client stays behind, and the copy makes its own when it needs one."""
     kafka, _ = metered
@@ -68,7 +68,7 @@ def test_readers_and_writers_pickle_without_clients(spark, metered):
     stream = TopicStreamReader(parse_source_options({**options, "startingOffsets": "earliest"}, streaming=True))
     stream.initialOffset()
     for reader in (batch, stream):
-        copy = pickle.loads(pickle.dumps(reader))
+        copy = cloudpickle.loads(cloudpickle.dumps(reader))  # as Spark ships it
         assert copy.planner._client is None
         assert len(copy.planner.partitions()) == 2
         copy.planner.close()

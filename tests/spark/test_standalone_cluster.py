@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from tests.conftest import GROUP_SETTINGS, BrokerProcess
 from tests.spark.standalone import StandaloneCluster, source_root
 from tests.spark.test_source import committed, create_topic, expected_offsets, produce
+from tidemark.spark.shipping import HINTS
 
 PARTITIONS = 3
 RECORDS = 240
@@ -116,7 +117,8 @@ def test_offsets_snapshot_with_a_spark_master(standalone, kafka, committed_group
     result = subprocess.run([sys.executable, "-m", "tidemark.cli", "spark", "offsets-snapshot", "--master",
                              standalone.url, "--bootstrap-server", kafka.bootstrap, "--output", str(out),
                              "--format", "csv"], capture_output=True, text=True, timeout=600,
-                            env={**standalone.env, "PYTHONPATH": source_root()})
+                            env={**standalone.driver_env(), "PYSPARK_SUBMIT_ARGS": " ".join(
+                                f"--conf {k}={v}" for k, v in standalone.executor_conf().items()) + " pyspark-shell"})
     submitted(result)
     assert f"master {standalone.url}" in result.stdout
     assert jobs_rows(csv_rows(out), "topic", "committed_offset") == {
@@ -144,3 +146,79 @@ def test_expiry_report_under_spark_submit(standalone, kafka, committed_group, tm
     # A member-less commit expires a retention after itself: long before 2100.
     assert jobs_rows(csv_rows(out), "committed_offset", "expires") == {
         p: (str(o), "true") for p, o in committed_group.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Executors that do not share the driver's virtualenv
+
+
+EXECUTOR_ONLY = {"spark.executorEnv.TIDEMARK_TEST_EXECUTOR": "1", "spark.executorEnv.PYTHONPATH": None}
+
+
+def executor_python(directory: Path, without: tuple[str, ...]) -> str:
+    """spark.pyspark.python for executors that do not share the driver's virtualenv: in an
+    executor (TIDEMARK_TEST_EXECUTOR, see EXECUTOR_ONLY) the interpreter the venv was made from,
+    seeing the venv's packages but tidemark and `without`; on the driver (Spark's planning
+    workers use the same setting) this Python, as on a driver host that has everything."""
+    import site
+
+    packages = Path(site.getsitepackages()[0])
+    farm = directory / "site-packages"
+    farm.mkdir(parents=True)
+    hidden = ("tidemark", "__editable__", *without)
+    for entry in packages.iterdir():
+        if not entry.name.startswith(hidden) and not entry.name.endswith(".pth"):
+            (farm / entry.name).symlink_to(entry)
+    wrapper = directory / "python"
+    wrapper.write_text(
+        '#!/bin/sh\n'
+        f'[ -n "$TIDEMARK_TEST_EXECUTOR" ] || exec {sys.executable} "$@"\n'
+        f'PYTHONPATH="{farm}${{PYTHONPATH:+:$PYTHONPATH}}" exec {sys._base_executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def zip_of_tidemark(standalone: StandaloneCluster, tmp_path: Path) -> Path:
+    archive = tmp_path / "tidemark.zip"
+    subprocess.run([sys.executable, "-m", "tidemark.spark.package", str(archive)], check=True,
+                   env=standalone.driver_env(), timeout=60)
+    return archive
+
+
+def test_tidemark_shipped_with_py_files(standalone, kafka, tmp_path):
+    """Executors whose Python has confluent-kafka but no tidemark: --py-files with the zip that
+    `python -m tidemark.spark.package` builds runs the source, the stream and the sink."""
+    python = executor_python(tmp_path / "executor-python", ())
+    check = subprocess.run([python, "-c", "import tidemark"], capture_output=True, text=True,
+                           env={"TIDEMARK_TEST_EXECUTOR": "1"})
+    assert "No module named 'tidemark'" in check.stderr
+    archive = zip_of_tidemark(standalone, tmp_path)
+    create_topic(kafka, "shipped-in", PARTITIONS)
+    create_topic(kafka, "shipped-out", PARTITIONS)
+    sent = produce(kafka, "shipped-in", 60, PARTITIONS)
+    result_path = tmp_path / "result.json"
+    submitted(standalone.submit(str(PIPELINE), kafka.bootstrap, "shipped-in", "shipped-out", "shipped",
+                                str(tmp_path / "checkpoint"), str(result_path), options=("--py-files", str(archive)),
+                                conf={"spark.pyspark.python": python, **EXECUTOR_ONLY}))
+    batch = json.loads(result_path.read_text())["batch"]
+    assert {(p, o, v.encode()) for p, o, v in batch} == expected_offsets(sent, PARTITIONS)
+    assert sorted(read_all(kafka, "shipped-out", PARTITIONS)) == sorted(v for _, _, v in sent)
+    assert committed(kafka, "shipped") == {("shipped-in", p): 20 for p in range(PARTITIONS)}
+
+
+@pytest.mark.parametrize("missing", ["tidemark", "confluent_kafka"])
+def test_a_missing_package_on_the_executor_is_named(standalone, kafka, tmp_path, missing):
+    """Not a pickling traceback: the task fails naming the missing module and how to ship it."""
+    python = executor_python(tmp_path / "executor-python", ("confluent_kafka",) if missing == "confluent_kafka" else ())
+    archive = zip_of_tidemark(standalone, tmp_path)
+    create_topic(kafka, f"missing-{missing}", 1)
+    produce(kafka, f"missing-{missing}", 5, 1)
+    result = standalone.submit(str(PIPELINE), kafka.bootstrap, f"missing-{missing}", "unused", "unused",
+                               str(tmp_path / "checkpoint"), str(tmp_path / "result.json"),
+                               options=("--py-files", str(archive)) if missing != "tidemark" else (),
+                               conf={"spark.pyspark.python": python, **EXECUTOR_ONLY, "spark.task.maxFailures": "1"})
+    assert result.returncode != 0
+    hint = HINTS[missing]
+    output = result.stdout + result.stderr
+    assert f"cannot run in this Python ({sys._base_executable}): module {missing!r} is not importable; {hint}" in output, \
+        output[-5000:]

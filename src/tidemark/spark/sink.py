@@ -25,6 +25,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from tidemark.spark.clients import quiet
 from tidemark.spark.options import OptionError, SinkOptions
+from tidemark.spark.shipping import ShippedToExecutors
 
 FLUSH_TIMEOUT_S = 120.0
 _COLUMN_TYPES = {
@@ -116,7 +117,7 @@ def _produce_all(producer: Producer, options: SinkOptions, rows: Iterator[Row]) 
     return WrittenRecords(count)
 
 
-class TopicWriter(DataSourceWriter):
+class TopicWriter(ShippedToExecutors, DataSourceWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_sink_schema(schema, options)
         self.options = options
@@ -125,7 +126,7 @@ class TopicWriter(DataSourceWriter):
         return write_rows(self.options, iterator)
 
 
-class TopicStreamWriter(DataSourceStreamWriter):
+class TopicStreamWriter(ShippedToExecutors, DataSourceStreamWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_sink_schema(schema, options)
         self.options = options

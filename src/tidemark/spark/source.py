@@ -54,12 +54,13 @@ from tidemark.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
+from tidemark.spark.shipping import ShippedToExecutors
 from tidemark.spark.topic_reader import TOPIC_SCHEMA, TOPIC_SCHEMA_WITH_HEADERS, OffsetRange, data_loss, read_range
 
 log = logging.getLogger(__name__)
 
 
-class TidemarkDataSource(DataSource):
+class TidemarkDataSource(ShippedToExecutors, DataSource):
     @classmethod
     def name(cls) -> str:
         return "tidemark"
@@ -202,7 +203,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     return pieces
 
 
-class TopicBatchReader(DataSourceReader):
+class TopicBatchReader(ShippedToExecutors, DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.planner = _Planner(options)
 
@@ -235,7 +236,7 @@ def limit_offsets(start: PartitionOffsets, latest: PartitionOffsets, max_rows: i
     return end
 
 
-class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TopicStreamReader(ShippedToExecutors, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.planner = _Planner(options)
         self._initial: PartitionOffsets | None = None
