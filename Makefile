@@ -39,6 +39,7 @@ bench: install
 	$(BIN)/python -m bench.offsets
 	$(BIN)/python -m bench.cleaner
 	$(BIN)/python -m bench.spark_source
+	$(BIN)/python -m bench.spark_cluster
 	$(BIN)/python -m bench.offsets_log_spark
 	$(BIN)/python -m bench.restart
 	$(BIN)/python -m bench.zk_offsets

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tidemark.spark.shipping import require_dependencies
+
+# Spark imports our classes in Python workers that may lack what they import: say what is missing.
+require_dependencies()
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 

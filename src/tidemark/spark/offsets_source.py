@@ -64,6 +64,8 @@ from tidemark.records.offsets_schema import (
     decode_offset_commit_value_tuple,
 )
 
+from tidemark.spark.shipping import ShippedToExecutors
+
 FORMAT = "tidemark-offsets"
 
 OFFSET_COMMIT = "offset_commit"
@@ -427,7 +429,7 @@ def _wire_partitions(options: dict[str, str], topic: str) -> list[WirePartition]
         consumer.close()
 
 
-class OffsetsLogReader(DataSourceReader):
+class OffsetsLogReader(ShippedToExecutors, DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.topic = options.get("topic", OFFSETS_TOPIC)
@@ -461,7 +463,7 @@ class OffsetsLogReader(DataSourceReader):
         return decode_records(partition.offsets_partition, records, self.batch_rows)
 
 
-class OffsetsLogDataSource(DataSource):
+class OffsetsLogDataSource(ShippedToExecutors, DataSource):
     """Format "tidemark-offsets": see the module documentation for the options."""
 
     @classmethod

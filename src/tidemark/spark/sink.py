@@ -25,6 +25,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from tidemark.spark.clients import quiet
 from tidemark.spark.options import OptionError, SinkOptions
+from tidemark.spark.shipping import ShippedToExecutors
 
 FLUSH_TIMEOUT_S = 120.0
 _COLUMN_TYPES = {
@@ -69,6 +70,16 @@ def write_rows(options: SinkOptions, rows: Iterator[Row]) -> WrittenRecords:
         **options.client_config,
         "acks": "all",
     }))
+    try:
+        return _produce_all(producer, options, rows)
+    except BaseException:
+        producer.purge()  # the task failed: close() below must not wait to deliver its queue
+        raise
+    finally:
+        producer.close()  # the task's connections end with the task, not when it is collected
+
+
+def _produce_all(producer: Producer, options: SinkOptions, rows: Iterator[Row]) -> WrittenRecords:
     errors: list = []
 
     def delivered(error, _message) -> None:
@@ -106,7 +117,7 @@ def write_rows(options: SinkOptions, rows: Iterator[Row]) -> WrittenRecords:
     return WrittenRecords(count)
 
 
-class TopicWriter(DataSourceWriter):
+class TopicWriter(ShippedToExecutors, DataSourceWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_sink_schema(schema, options)
         self.options = options
@@ -115,7 +126,7 @@ class TopicWriter(DataSourceWriter):
         return write_rows(self.options, iterator)
 
 
-class TopicStreamWriter(DataSourceStreamWriter):
+class TopicStreamWriter(ShippedToExecutors, DataSourceStreamWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_sink_schema(schema, options)
         self.options = options

@@ -54,12 +54,13 @@ from tidemark.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
+from tidemark.spark.shipping import ShippedToExecutors
 from tidemark.spark.topic_reader import TOPIC_SCHEMA, TOPIC_SCHEMA_WITH_HEADERS, OffsetRange, data_loss, read_range
 
 log = logging.getLogger(__name__)
 
 
-class TidemarkDataSource(DataSource):
+class TidemarkDataSource(ShippedToExecutors, DataSource):
     @classmethod
     def name(cls) -> str:
         return "tidemark"
@@ -98,14 +99,19 @@ class _Planner:
 
     @property
     def client(self) -> ClusterClient:
-        # Created on first use: readers are pickled on their way to the planner process.
+        # Created on first use, in the process that plans.
         if self._client is None:
             self._client = ClusterClient(self.options.consumer_config(), self.options.fetch_offset_retries,
                                          self.options.fetch_offset_retry_interval_ms)
         return self._client
 
+    def __getstate__(self) -> dict:
+        # Readers are pickled to the planner process and, inside Spark's read function, to every
+        # task: the client (its sockets and threads) stays here, a copy makes its own on first use.
+        return {**self.__dict__, "_client": None}
+
     def close(self) -> None:
-        self._client = None
+        self._client = None  # AdminClient has no close(): dropping the last reference destroys it
 
     def partitions(self) -> list[Partition]:
         found = self.client.partitions(self.options.subscription)
@@ -197,7 +203,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     return pieces
 
 
-class TopicBatchReader(DataSourceReader):
+class TopicBatchReader(ShippedToExecutors, DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.planner = _Planner(options)
 
@@ -230,7 +236,7 @@ def limit_offsets(start: PartitionOffsets, latest: PartitionOffsets, max_rows: i
     return end
 
 
-class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TopicStreamReader(ShippedToExecutors, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.planner = _Planner(options)
         self._initial: PartitionOffsets | None = None
