@@ -132,6 +132,12 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("fetch.max.bytes", 57671680, 0),
         _int("message.max.bytes", 1048588, 0),
         _int("replica.fetch.max.bytes", 1048576, 0),
+        # Replication (a cluster: zookeeper.connect set).
+        _int("replica.lag.time.max.ms", 30000, 1),
+        _int("replica.fetch.wait.max.ms", 500, 0),
+        _int("replica.fetch.backoff.ms", 1000, 0),
+        Setting("unclean.leader.election.enable", False, _parse_bool),
+        _int("controlled.shutdown.timeout.ms", 30000, 0, "how long SIGTERM waits for the controller"),
         _int("request.timeout.ms", 30000, 0),
         # Idempotent producer state (ProducerStateManager).
         _int("producer.id.expiration.ms", 86400000, 1),
