@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             zookeeper.start()
             brokers["kafka"] = BrokerProcess(tmp / "kafka-data", SETTINGS).start()
             brokers["zookeeper"] = BrokerProcess(tmp / "zk-data", {
-                **SETTINGS, "offsets.storage": "zookeeper", "zookeeper.connect": zookeeper.connect}).start()
+                **SETTINGS, "offsets.storage": "zookeeper", "zookeeper.connect": zookeeper.connect,
+                "offsets.topic.replication.factor": "1"}).start()
             for broker in brokers.values():
                 create_topic(broker.bootstrap, TOPIC, args.partitions)
             results: dict[tuple[str, str], Latencies] = {}

@@ -23,7 +23,10 @@ from tests.integration.clients import create_topic, produce_all
 from tests.integration.raw import RawClient
 from tidemark.wire import offsets_v0
 
+# With zookeeper.connect a broker is a cluster member: alone, it holds the offsets topic's only
+# replica (Kafka too needs offsets.topic.replication.factor=1 on a one-broker cluster).
 ZK_SETTINGS = {"offsets.storage": "zookeeper", "group.initial.rebalance.delay.ms": "0",
+               "offsets.topic.replication.factor": "1",
                "offsets.topic.num.partitions": "3", "offsets.commit.timeout.ms": "2000",
                # A session that outlives the pauses below: only the request's own bound answers.
                "zookeeper.session.timeout.ms": "60000"}
@@ -129,7 +132,8 @@ def _v0_frame(api_key: int, version: int, correlation_id: int, body: bytes) -> b
 
 
 def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(zookeeper, zk, make_broker) -> None:
-    broker = make_broker({"zookeeper.connect": zookeeper.connect, "offsets.storage": "kafka"}).start()
+    broker = make_broker({"zookeeper.connect": zookeeper.connect, "offsets.storage": "kafka", "broker.id": "7",
+                          "offsets.topic.replication.factor": "1"}).start()
     create_topic(broker.bootstrap, "zk-v0", 2)
     commit = offsets_v0.OffsetCommitV0Request(group_id="v0-group", topics=(
         offsets_v0.OffsetCommitV0Topic("zk-v0", (offsets_v0.OffsetCommitV0Partition(0, 42, "meta"),

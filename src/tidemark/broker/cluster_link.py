@@ -98,6 +98,10 @@ class ClusterLink:
         await self._blocking(self._controller.start)
         self._started = True
         self._apply(self._view.snapshot if self._view else self.snapshot)
+        try:  # serve once the view shows this broker and a controller (clients ask for both)
+            await self.wait_for(lambda s: s.controller_id >= 0 and self.node_id in s.brokers)
+        except TimeoutError:
+            log.warning("cluster_view_incomplete", controller=self.snapshot.controller_id)
         self._spawn(self._maintain_isrs(), "isr-maintenance")
 
     async def stop(self) -> None:

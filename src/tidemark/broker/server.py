@@ -136,11 +136,15 @@ class Broker:
         self.replicas.start()
         self.coordinator.start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
+        # Bound first (the port is known), serving only once this broker has joined its
+        # cluster: its first answers already name the controller and the leaders.
+        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port,
+                                                start_serving=False)
         self.advertised_port = self._server.sockets[0].getsockname()[1]
         self.port = self.advertised_port
         if self.cluster is not None:
             await self.cluster.start(self.advertised_host, self.advertised_port)
+        await self._server.start_serving()
         log.info(
             "broker_started",
             listen=f"{self.host}:{self.port}",
