@@ -155,8 +155,7 @@ class LogOffsetsTopic:
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether the cluster has the partition (in a cluster it need not be on this broker)."""
-        metadata = self.replicas.topic(topic)
-        return metadata is not None and 0 <= partition < metadata.partitions
+        return self.replicas.has_partition(topic, partition)
 
     def on_deleted(self, callback: Callable[[], None]) -> None:
         self.replicas.on_topic_deleted(lambda name: callback() if name == OFFSETS_TOPIC else None)

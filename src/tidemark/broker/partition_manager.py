@@ -189,13 +189,16 @@ class PartitionManager:
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def has_partition(self, topic: str, index: int) -> bool:
+        """Whether the topic has this partition (in a cluster, on whichever broker)."""
+        metadata = self.metadata.get(topic)
+        return metadata is not None and 0 <= index < metadata.partitions
+
     def absent_code(self, topic: str, index: int) -> ErrorCode:
         """The error for a partition this broker has no replica of: NOT_LEADER_OR_FOLLOWER if the
         cluster has it (clients refresh metadata and go to its leader), else unknown."""
-        metadata = self.metadata.get(topic)
-        if metadata is not None and 0 <= index < metadata.partitions:
-            return ErrorCode.not_leader_or_follower
-        return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.not_leader_or_follower if self.has_partition(topic, index) \
+            else ErrorCode.unknown_topic_or_partition
 
     def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
         """The partition if this broker leads it, else None and the error to answer."""
