@@ -37,7 +37,7 @@ from rich.table import Table
 from bench.offsets import Latencies
 from bench.produce_fetch import BenchError, BrokerProcess, console, out
 from tests.integration.clients import create_topic
-from tests.zk.zookeeper_server import ZooKeeperServer, zookeeper_available
+from tidemark.zk.local_server import ZooKeeperServer, zookeeper_available
 
 SETTINGS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "50"}
 TOPIC = "zk-bench"

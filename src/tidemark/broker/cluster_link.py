@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker import metrics
 from tidemark.broker.config import validate_topic_configs
 from tidemark.broker.replica_fetcher import ReplicaFetcher
 from tidemark.cluster.zk import isr, session, shutdown, topic_admin, zk_data
@@ -106,9 +107,13 @@ class ClusterLink:
 
     async def stop(self) -> None:
         """Controlled shutdown: the controller moves this broker's leaderships away, then leave."""
+        timeout_s = self.config["controlled.shutdown.timeout.ms"] / 1000
         if self.client is not None and self._registration is not None:
-            handled = await self._blocking(shutdown.request_controlled_shutdown, self.client, self.node_id,
-                                           self.config["controlled.shutdown.timeout.ms"] / 1000)
+            try:  # bounded even when ZooKeeper is gone (kazoo would retry forever)
+                handled = await asyncio.wait_for(self._blocking(
+                    shutdown.request_controlled_shutdown, self.client, self.node_id, timeout_s), timeout_s + 1)
+            except TimeoutError:
+                handled = False
             log.info("controlled_shutdown", broker=self.node_id, handled=handled)
         for task in list(self._tasks):
             task.cancel()
@@ -117,11 +122,16 @@ class ClusterLink:
         self._fetchers.clear()
         if self._view is not None:
             self._view.on_change = None
+        if self.client is not None:
+            # Closing the session first fails whatever kazoo call still waits for ZooKeeper.
+            await self._blocking(self.client.stop)
         for part in (self._controller, self._registration):
             if part is not None:
-                await self._blocking(part.close)
+                try:
+                    await asyncio.wait_for(self._blocking(part.close), timeout_s)
+                except TimeoutError:
+                    log.warning("cluster_close_timed_out", part=type(part).__name__)
         if self.client is not None:
-            await self._blocking(self.client.stop)
             await self._blocking(self.client.close)
 
     def _spawn(self, coroutine: Any, name: str) -> None:
@@ -162,6 +172,7 @@ class ClusterLink:
                     self._stop_following(partition)
                     partition.become_leader(view.leader_epoch, replicas, isr_now, view.zk_version, now)
                     log.info("became_leader", topic=topic, partition=index, epoch=view.leader_epoch)
+                    metrics.LEADER_ELECTIONS.inc()
                     self.coordinator.partition_led(topic, index, view.leader_epoch)
                 elif view.zk_version > partition.zk_version:
                     partition.update_isr(isr_now, view.zk_version)  # the controller changed it
@@ -209,12 +220,18 @@ class ClusterLink:
         while True:
             await asyncio.sleep(interval_s)
             now = self.clock.now_ms()
+            under_replicated = max_lag = 0
             for partition in list(self.replicas.partitions.values()):
                 if not partition.is_leader or len(partition.replicas) < 2:
                     continue
                 wanted = partition.isr_to_shrink(now, lag_ms) or partition.isr_to_expand()
                 if wanted is not None:
                     await self._write_isr(partition, wanted)
+                under_replicated += len(partition.isr) < len(partition.replicas)
+                end = partition.log.log_end_offset
+                max_lag = max([max_lag] + [end - f.log_end_offset for f in partition.followers.values()])
+            metrics.UNDER_REPLICATED_PARTITIONS.set(under_replicated)
+            metrics.REPLICA_MAX_LAG.set(max_lag)
 
     async def _write_isr(self, partition: Partition, wanted: frozenset[int]) -> None:
         assert self.client is not None
@@ -227,6 +244,7 @@ class ClusterLink:
             return  # the view brings the state that won
         if partition.is_leader and partition.leader_epoch == epoch:
             shrunk = len(written.isr) < len(partition.isr)
+            (metrics.ISR_SHRINKS if shrunk else metrics.ISR_EXPANDS).inc()
             partition.update_isr(frozenset(written.isr), written.zk_version)
             log.info("isr_shrunk" if shrunk else "isr_expanded", topic=partition.topic, partition=partition.index,
                      isr=list(written.isr))
