@@ -266,6 +266,9 @@ class BrokerConfig:
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
             # As Kafka: refusing every address needs at least one override to let someone in.
             raise ConfigError(f"{where}max.connections.per.ip=0 needs max.connections.per.ip.overrides")
+        if self["unclean.leader.election.enable"]:
+            raise ConfigError(f"{where}unclean.leader.election.enable=true is not supported: tidemark elects "
+                              "leaders from the in-sync replicas only (acknowledged writes are never lost)")
         if self["offsets.storage"] == "zookeeper" and not self["zookeeper.connect"]:
             raise ConfigError(f"{where}offsets.storage=zookeeper needs zookeeper.connect")
 
