@@ -5,6 +5,7 @@ the watched metadata view; topic changes themselves go through topic_admin and t
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -73,6 +74,15 @@ class ZkTopicTable:
         except NoNodeError:
             return {}
         return self.parse_configs(zk_data.decode_topic_config(data))
+
+    def set_topic_configs(self, name: str, configs: dict[str, Any]) -> TopicMetadata:
+        """Replace a topic's overrides in /config/topics/T (AlterConfigs). The other brokers read
+        them when they next learn of the topic (Kafka's /config/changes notices are not built)."""
+        self.client.set(zk_data.topic_config_path(name), zk_data.encode_topic_config(configs))
+        topic = dataclasses.replace(self.topics[name], configs=dict(configs))
+        self.topics[name] = topic
+        self._by_id[topic.topic_id] = topic
+        return topic
 
     def get(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
