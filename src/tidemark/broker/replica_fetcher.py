@@ -37,12 +37,14 @@ TopicPartition = tuple[str, int]
 
 class ReplicaFetcher:
     def __init__(self, local_id: int, leader_id: int, address: Callable[[], tuple[str, int] | None], *,
-                 append: Callable[[Partition, bytes], None], max_wait_ms: int = 500, max_bytes: int = 1048576,
+                 append: Callable[[Partition, bytes], None],
+                 move_log_start: Callable[[Partition, int], object] | None = None, max_wait_ms: int = 500, max_bytes: int = 1048576,
                  backoff_ms: int = 1000, request_timeout_ms: int = 30_000) -> None:
         self.local_id = local_id
         self.leader_id = leader_id
         self._address = address  # the leader's (host, port) now, or None while unknown
         self._append = append  # append a leader's records to a follower partition, as they are
+        self._move_log_start = move_log_start  # follow the leader's log start (DeleteRecords, retention)
         self._max_wait_ms = max_wait_ms  # replica.fetch.wait.max.ms
         self._max_bytes = max_bytes  # replica.fetch.max.bytes
         self._backoff_s = backoff_ms / 1000  # replica.fetch.backoff.ms
@@ -184,6 +186,8 @@ class ReplicaFetcher:
                 if answer.records:
                     self._append(partition, bytes(answer.records))
                 partition.leader_high_watermark(answer.high_watermark)
+                if self._move_log_start is not None and answer.log_start_offset > partition.log.log_start_offset:
+                    self._move_log_start(partition, min(answer.log_start_offset, partition.high_watermark))
 
     def _paused(self, partition: Partition, code: ErrorCode) -> None:
         """The leader refuses this partition (it has not taken the leadership yet, or one of us
