@@ -192,3 +192,57 @@ def test_acknowledged_writes_survive_rounds_of_leader_and_controller_kills_shutd
         broker.stop()
     logs = {i: _log_bytes(b.data_dir) for i, b in brokers.items()}
     assert logs[1] == logs[2] == logs[3]
+
+
+def test_kcat_kafka_python_and_aiokafka_produce_and_consume_through_a_leader_change(make_broker, chroot):
+    import asyncio
+    import shutil
+    import subprocess
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+    from kafka import KafkaProducer
+
+    brokers = _cluster(make_broker, chroot)
+    bootstrap = _bootstrap(brokers)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("orders", 1, 3, config={"min.insync.replicas": "2"})])["orders"].result(WAIT_S)
+    _until(lambda: len(_partition(admin, "orders").isrs) == 3, "three in-sync replicas")
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=20, retry_backoff_ms=200,
+                             request_timeout_ms=10_000)
+    for i in range(20):
+        producer.send("orders", f"kafka-python-{i}".encode(), partition=0).get(timeout=WAIT_S)
+    leader = _leader(admin, "orders")
+    brokers[leader].kill()
+    _until(lambda: _leader(admin, "orders") not in (-1, leader), "a new leader")
+    for i in range(20, 40):
+        producer.send("orders", f"kafka-python-{i}".encode(), partition=0).get(timeout=WAIT_S)
+    producer.close()
+    expected = [f"kafka-python-{i}".encode() for i in range(40)]
+    live = {i: b for i, b in brokers.items() if i != leader}
+
+    if shutil.which("kcat"):
+        subprocess.run(["kcat", "-b", _bootstrap(live), "-P", "-t", "orders", "-p", "0", "-X", "acks=all"],
+                       input=b"kcat-0\nkcat-1\n", check=True, timeout=WAIT_S)
+        expected += [b"kcat-0", b"kcat-1"]
+        read = subprocess.run(["kcat", "-b", _bootstrap(live), "-C", "-t", "orders", "-p", "0", "-o", "beginning",
+                               "-e", "-q", "-f", "%s\\n"], capture_output=True, check=True, timeout=WAIT_S)
+        assert read.stdout.split(b"\n")[:-1] == expected
+
+    async def aiokafka_reads() -> list[bytes]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=_bootstrap(live), enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([AioTopicPartition("orders", 0)])
+            await consumer.seek_to_beginning()
+            values: list[bytes] = []
+            while len(values) < len(expected):
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), WAIT_S)
+                for records in batch.values():
+                    values += [r.value for r in records]
+            return values
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(aiokafka_reads()) == expected
