@@ -8,7 +8,7 @@ DATA_DIR ?= tidemark-data
 # Root installs Debian packages directly; anyone else goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-deps serve test demo bench clean
+.PHONY: install system-deps serve cluster test demo bench clean
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,10 @@ system-deps:
 
 serve: install
 	$(BIN)/tidemark serve --listen $(LISTEN) --data-dir $(DATA_DIR)
+
+# ZooKeeper and three brokers on 127.0.0.1:9092-9094 (data under ./tidemark-cluster); Ctrl-C stops all.
+cluster: install system-deps
+	$(BIN)/tidemark cluster run --brokers 3 --first-port 9092 --dir tidemark-cluster
 
 test: install system-deps
 	$(BIN)/pytest -q

@@ -37,7 +37,7 @@ from rich.table import Table
 from bench.offsets import Latencies
 from bench.produce_fetch import BenchError, BrokerProcess, console, out
 from tests.integration.clients import create_topic
-from tests.zk.zookeeper_server import ZooKeeperServer, zookeeper_available
+from tidemark.zk.local_server import ZooKeeperServer, zookeeper_available
 
 SETTINGS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "50"}
 TOPIC = "zk-bench"
@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             zookeeper.start()
             brokers["kafka"] = BrokerProcess(tmp / "kafka-data", SETTINGS).start()
             brokers["zookeeper"] = BrokerProcess(tmp / "zk-data", {
-                **SETTINGS, "offsets.storage": "zookeeper", "zookeeper.connect": zookeeper.connect}).start()
+                **SETTINGS, "offsets.storage": "zookeeper", "zookeeper.connect": zookeeper.connect,
+                "offsets.topic.replication.factor": "1"}).start()
             for broker in brokers.values():
                 create_topic(broker.bootstrap, TOPIC, args.partitions)
             results: dict[tuple[str, str], Latencies] = {}

@@ -73,8 +73,18 @@ class BrokerProcess:
     def kill(self) -> None:
         """SIGKILL: the crash a power cut looks like to the process."""
         if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)  # a paused process dies as well
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
+
+    def pause(self) -> None:
+        """SIGSTOP: a process that is alive but answers nothing (a GC pause, a hung host)."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGCONT)
 
     def log_text(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""

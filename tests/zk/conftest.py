@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from tests.zk.zookeeper_server import ZooKeeperServer, zookeeper_available
+from tidemark.zk.local_server import ZooKeeperServer, zookeeper_available
 
 if not zookeeper_available():
     pytest.skip("ZooKeeper is not installed (make system-deps installs zookeeperd)", allow_module_level=True)

@@ -23,7 +23,10 @@ from tests.integration.clients import create_topic, produce_all
 from tests.integration.raw import RawClient
 from tidemark.wire import offsets_v0
 
+# With zookeeper.connect a broker is a cluster member: alone, it holds the offsets topic's only
+# replica (Kafka too needs offsets.topic.replication.factor=1 on a one-broker cluster).
 ZK_SETTINGS = {"offsets.storage": "zookeeper", "group.initial.rebalance.delay.ms": "0",
+               "offsets.topic.replication.factor": "1",
                "offsets.topic.num.partitions": "3", "offsets.commit.timeout.ms": "2000",
                # A session that outlives the pauses below: only the request's own bound answers.
                "zookeeper.session.timeout.ms": "60000"}
@@ -37,8 +40,8 @@ def zk_broker(zookeeper, tmp_path_factory: pytest.TempPathFactory):
     process.kill()
 
 
-def znode_offset(zk, group: str, topic: str, partition: int) -> bytes:
-    return zk.get(f"/consumers/{group}/offsets/{topic}/{partition}")[0]
+def znode_offset(zk, group: str, topic: str, partition: int, root: str = "") -> bytes:
+    return zk.get(f"{root}/consumers/{group}/offsets/{topic}/{partition}")[0]
 
 
 def offsets_topic_bytes(data_dir: Path) -> int:
@@ -128,8 +131,11 @@ def _v0_frame(api_key: int, version: int, correlation_id: int, body: bytes) -> b
             + len(client_id).to_bytes(2, "big") + client_id + body)
 
 
-def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(zookeeper, zk, make_broker) -> None:
-    broker = make_broker({"zookeeper.connect": zookeeper.connect, "offsets.storage": "kafka"}).start()
+def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(chroot, zk, make_broker) -> None:
+    # A one-broker cluster of its own (a chroot), so it coordinates every group.
+    root = "/" + chroot.split("/", 1)[1]
+    broker = make_broker({"zookeeper.connect": chroot, "offsets.storage": "kafka",
+                          "offsets.topic.replication.factor": "1"}).start()
     create_topic(broker.bootstrap, "zk-v0", 2)
     commit = offsets_v0.OffsetCommitV0Request(group_id="v0-group", topics=(
         offsets_v0.OffsetCommitV0Topic("zk-v0", (offsets_v0.OffsetCommitV0Partition(0, 42, "meta"),
@@ -149,12 +155,15 @@ def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(zookeeper
         (0, ErrorCode.none), (1, ErrorCode.none)]
     assert [(p.partition_index, p.committed_offset, p.metadata, p.error_code) for p in fetched.topics[0].partitions] == [
         (0, 42, "", ErrorCode.none), (1, 43, "", ErrorCode.none)]
-    assert (znode_offset(zk, "v0-group", "zk-v0", 0), znode_offset(zk, "v0-group", "zk-v0", 1)) == (b"42", b"43")
+    assert (znode_offset(zk, "v0-group", "zk-v0", 0, root), znode_offset(zk, "v0-group", "zk-v0", 1, root)) == (
+        b"42", b"43")
     assert offsets_topic_bytes(broker.data_dir) == 0
     # v1 goes where offsets.storage says: here the offsets topic.
     v1 = offsets_v0.OffsetCommitV0Request(group_id="v1-group", topics=(
         offsets_v0.OffsetCommitV0Topic("zk-v0", (offsets_v0.OffsetCommitV0Partition(1, 77, "m", -1),)),))
     with RawClient(broker.bootstrap) as raw:
+        # As a client does: find the coordinator first (it creates the offsets topic).
+        assert raw.request(10, 1, {"key": "v1-group", "key_type": 0}).error_code == ErrorCode.none
         for attempt in range(50):  # the offsets topic loads on first use (COORDINATOR_LOAD_IN_PROGRESS)
             raw.send_frame(_v0_frame(8, 1, attempt, offsets_v0.write_offset_commit(v1, 1)))
             answer, _ = offsets_v0.read_offset_commit_response(raw.recv_frame(), 4)
@@ -167,7 +176,7 @@ def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(zookeeper
         assert consumer.committed([TopicPartition("zk-v0", 1)], timeout=15)[0].offset == 77
     finally:
         consumer.close()
-    assert zk.exists("/consumers/v1-group") is None
+    assert zk.exists(f"{root}/consumers/v1-group") is None
 
 
 def test_old_versions_not_advertised_without_zookeeper(make_broker) -> None:

@@ -132,6 +132,12 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("fetch.max.bytes", 57671680, 0),
         _int("message.max.bytes", 1048588, 0),
         _int("replica.fetch.max.bytes", 1048576, 0),
+        # Replication (a cluster: zookeeper.connect set).
+        _int("replica.lag.time.max.ms", 30000, 1),
+        _int("replica.fetch.wait.max.ms", 500, 0),
+        _int("replica.fetch.backoff.ms", 1000, 0),
+        Setting("unclean.leader.election.enable", False, _parse_bool),
+        _int("controlled.shutdown.timeout.ms", 30000, 0, "how long SIGTERM waits for the controller"),
         _int("request.timeout.ms", 30000, 0),
         # Idempotent producer state (ProducerStateManager).
         _int("producer.id.expiration.ms", 86400000, 1),
@@ -260,6 +266,9 @@ class BrokerConfig:
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
             # As Kafka: refusing every address needs at least one override to let someone in.
             raise ConfigError(f"{where}max.connections.per.ip=0 needs max.connections.per.ip.overrides")
+        if self["unclean.leader.election.enable"]:
+            raise ConfigError(f"{where}unclean.leader.election.enable=true is not supported: tidemark elects "
+                              "leaders from the in-sync replicas only (acknowledged writes are never lost)")
         if self["offsets.storage"] == "zookeeper" and not self["zookeeper.connect"]:
             raise ConfigError(f"{where}offsets.storage=zookeeper needs zookeeper.connect")
 

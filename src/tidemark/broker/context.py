@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
     from tidemark.broker.coordinator_io import Clock
     from tidemark.broker.partition_manager import PartitionManager
+    from tidemark.broker.cluster_link import ClusterLink
     from tidemark.coordinator.result import Result
     from tidemark.coordinator.shard import CoordinatorShard
     from tidemark.wire.codec import Request
@@ -35,6 +36,8 @@ class Coordinator(Protocol):
 
     def ensure_offsets_topic(self) -> None: ...
 
+    def partition_for(self, group_id: str) -> int: ...
+
     async def call(self, group_id: str, event: Callable[[CoordinatorShard, int, int], Result],
                    error_response: Callable[[ErrorCode], Any]) -> Any: ...
 
@@ -51,7 +54,7 @@ class RequestContext:
     copied per request on the hot path, and a frozen class would make that copy slower)."""
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
-                 "replicas", "coordinator", "supported_versions")
+                 "replicas", "coordinator", "supported_versions", "cluster")
 
     api_version: int
     client_id: str | None
@@ -63,10 +66,11 @@ class RequestContext:
     replicas: PartitionManager
     coordinator: Coordinator
     supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
+    cluster: ClusterLink | None  # this broker's ZooKeeper cluster, None when embedded
 
     def __init__(self, *, client_host: str, clock: Clock, config: BrokerConfig, node: Node,
                  replicas: PartitionManager, coordinator: Coordinator,
-                 supported_versions: dict[int, tuple[int, int]],
+                 supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
                  api_version: int = -1, client_id: str | None = None, correlation_id: int = -1) -> None:
         self.api_version = api_version
         self.client_id = client_id
@@ -78,6 +82,7 @@ class RequestContext:
         self.replicas = replicas
         self.coordinator = coordinator
         self.supported_versions = supported_versions
+        self.cluster = cluster
 
     def for_request(self, request: Request) -> RequestContext:
         """This (connection's) context carrying `request`'s header facts."""
@@ -92,6 +97,7 @@ class RequestContext:
         ctx.replicas = self.replicas
         ctx.coordinator = self.coordinator
         ctx.supported_versions = self.supported_versions
+        ctx.cluster = self.cluster
         return ctx
 
 

@@ -154,7 +154,8 @@ class LogOffsetsTopic:
                                   self.config["offsets.load.buffer.size"])
 
     def partition_exists(self, topic: str, partition: int) -> bool:
-        return self.replicas.partition(topic, partition) is not None
+        """Whether the cluster has the partition (in a cluster it need not be on this broker)."""
+        return self.replicas.has_partition(topic, partition)
 
     def on_deleted(self, callback: Callable[[], None]) -> None:
         self.replicas.on_topic_deleted(lambda name: callback() if name == OFFSETS_TOPIC else None)

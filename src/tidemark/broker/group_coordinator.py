@@ -474,6 +474,9 @@ class GroupCoordinator:
         self.topic = topic
         self.clock: Clock = clock or SystemClock()
         self.shards: dict[int, ShardRuntime] = {}
+        # In a ZooKeeper cluster the offsets partitions this broker leads are loaded as the
+        # cluster hands them over (partition_led / partition_resigned), at their leader epochs.
+        self.clustered = bool(config["zookeeper.connect"])
         self._leader_epoch = 0  # on one broker: bumped each time the offsets topic is deleted
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}  # request token -> its response
@@ -495,12 +498,29 @@ class GroupCoordinator:
 
     def start(self) -> None:
         """Load every offsets partition that exists (asynchronously: requests see LOAD_IN_PROGRESS)."""
-        if self.topic.partition_count() is not None:
+        if not self.clustered and self.topic.partition_count() is not None:
             self._lead_all()
+
+    def partition_led(self, topic: str, index: int, leader_epoch: int) -> None:
+        """This broker became the leader of a partition (of the offsets topic: load it)."""
+        if topic == OFFSETS_TOPIC:
+            runtime = self.shards.get(index)
+            if runtime is None:
+                runtime = self.shards[index] = ShardRuntime(self, index)
+            runtime.became_leader(leader_epoch)
+
+    def partition_resigned(self, topic: str, index: int, leader_epoch: int) -> None:
+        """This broker no longer leads a partition (of the offsets topic: unload it)."""
+        runtime = self.shards.get(index) if topic == OFFSETS_TOPIC else None
+        if runtime is not None:
+            runtime.resigned(leader_epoch)
 
     def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` on first use (and again after it was deleted), as Kafka
-        does on FindCoordinator, and load its shards."""
+        does on FindCoordinator, and load its shards. (In a cluster the handlers create it
+        through the cluster, and its leaders load it.)"""
+        if self.clustered:
+            return
         if self.topic.partition_count() is None:
             self.topic.create()
             self._lead_all()
@@ -546,7 +566,7 @@ class GroupCoordinator:
 
     def shard_for(self, group_id: str) -> ShardRuntime:
         """The shard serving `group_id`, or ShardNotAvailable with the code to answer."""
-        if not self.shards:
+        if not self.shards and not self.clustered:
             self.ensure_offsets_topic()  # first use on a fresh broker
         runtime = self.shards.get(self.partition_for(group_id))
         if runtime is None:

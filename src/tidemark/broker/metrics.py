@@ -33,3 +33,12 @@ CONNECTIONS_REFUSED = Counter(
 CONNECTIONS_READ_PAUSED = Gauge(
     "tidemark_connections_read_paused", "Connections not read while their unanswered requests are at a bound"
 )
+
+# Replication (a ZooKeeper cluster), after Kafka's ReplicaManager metrics.
+UNDER_REPLICATED_PARTITIONS = Gauge(
+    "tidemark_under_replicated_partitions", "Partitions this broker leads with fewer in-sync replicas than replicas")
+ISR_SHRINKS = Counter("tidemark_isr_shrinks_total", "ISR shrinks written by this broker as leader")
+ISR_EXPANDS = Counter("tidemark_isr_expands_total", "ISR expansions written by this broker as leader")
+LEADER_ELECTIONS = Counter("tidemark_leader_elections_total", "Times this broker became a partition's leader")
+REPLICA_MAX_LAG = Gauge(
+    "tidemark_replica_max_lag", "The largest lag in records of a follower behind this broker as leader")

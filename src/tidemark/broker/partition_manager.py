@@ -24,7 +24,7 @@ from tidemark.broker.flusher import Flusher
 from tidemark.broker.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
 from tidemark.log.config import LogConfig
-from tidemark.log.unified_log import AppendInfo
+from tidemark.log.unified_log import AppendInfo, UnifiedLog
 from tidemark.log.manager import LogManager
 
 log = structlog.get_logger("tidemark.partition_manager")
@@ -46,25 +46,26 @@ class PartitionManager:
         self.flusher = Flusher()
         self._deleted_listeners: list[Callable[[str], None]] = []
 
-    def open(self) -> None:
-        """Recover every log on disk and attach it to a known topic's partition."""
+    def open(self, metadata: Callable[[], Any] | None = None) -> None:
+        """Recover every log on disk and attach it to a known topic's partition hosted here.
+        `metadata` makes the topic registry (a ZooKeeper cluster's); by default the embedded one."""
         def config_for(topic_name: str) -> LogConfig:
             topic = self.metadata.get(topic_name)
             return self.config.log_config(topic.configs if topic else {})
 
         started = time.perf_counter()
         self.logs.lock()  # before the metadata file is read or created
-        self.metadata = EmbeddedMetadata(self.data_dir, self.config.node_id)
+        self.metadata = metadata() if metadata is not None else EmbeddedMetadata(self.data_dir, self.config.node_id)
         self.logs.open(config_for=config_for)
         log.info("logs_loaded", logs=len(self.logs.logs()), clean_shutdown=self.logs.clean_shutdown,
                  seconds=round(time.perf_counter() - started, 3))
         for (topic_name, index), partition_log in self.logs.logs().items():
             topic = self.metadata.get(topic_name)
-            if topic is None or index >= topic.partitions:
+            if topic is None or index >= topic.partitions or not topic.hosted_by(self.config.node_id, index):
                 log.warning("orphan_log_removed", topic=topic_name, partition=index)
                 self.logs.delete_partition(topic_name, index)
                 continue
-            self.partitions[(topic_name, index)] = Partition(topic_name, index, partition_log, local_id=self.config.node_id)
+            self.partitions[(topic_name, index)] = self._partition(topic, index, partition_log)
         for topic in self.metadata.topics.values():
             self._ensure_partitions(topic)
         metrics.PARTITIONS.set(len(self.partitions))
@@ -78,12 +79,20 @@ class PartitionManager:
         await self.flusher.stop()
         self.logs.close()
 
+    def _partition(self, topic: TopicMetadata, index: int, partition_log: UnifiedLog) -> Partition:
+        """A hosted partition: on one broker its leader; in a cluster without a role until the
+        cluster's view names its leader."""
+        partition = Partition(topic.name, index, partition_log, local_id=self.config.node_id)
+        if topic.replica_assignment is not None:
+            partition.become_follower(None, -1, topic.replica_assignment[index], frozenset(), -1)
+        return partition
+
     def _ensure_partitions(self, topic: TopicMetadata) -> None:
         config = self.config.log_config(topic.configs)
         for index in range(topic.partitions):
-            if (topic.name, index) not in self.partitions:
+            if (topic.name, index) not in self.partitions and topic.hosted_by(self.config.node_id, index):
                 partition_log = self.logs.get_or_create(topic.name, index, config)
-                self.partitions[(topic.name, index)] = Partition(topic.name, index, partition_log, local_id=self.config.node_id)
+                self.partitions[(topic.name, index)] = self._partition(topic, index, partition_log)
         metrics.PARTITIONS.set(len(self.partitions))
 
     def create_topic(
@@ -120,9 +129,19 @@ class PartitionManager:
             self.logs.checkpoint()
         return low_watermark
 
+    def host(self, topic: TopicMetadata) -> None:
+        """A cluster topic new or grown: create the logs of its partitions assigned here."""
+        self._ensure_partitions(topic)
+
     def delete_topic(self, name: str) -> None:
         topic = self.metadata.delete_topic(name)
-        for index in range(topic.partitions):
+        self.remove_local_topic(name, topic.partitions)
+
+    def remove_local_topic(self, name: str, partitions: int | None = None) -> None:
+        """A deleted topic's partitions leave this broker: waiters fail, logs are deleted."""
+        count = partitions if partitions is not None else 1 + max(
+            (index for (topic, index) in self.partitions if topic == name), default=-1)
+        for index in range(count):
             partition = self.partitions.pop((name, index), None)
             if partition is not None:
                 self.flusher.forget(partition)
@@ -169,3 +188,23 @@ class PartitionManager:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
+
+    def has_partition(self, topic: str, index: int) -> bool:
+        """Whether the topic has this partition (in a cluster, on whichever broker)."""
+        metadata = self.metadata.get(topic)
+        return metadata is not None and 0 <= index < metadata.partitions
+
+    def absent_code(self, topic: str, index: int) -> ErrorCode:
+        """The error for a partition this broker has no replica of: NOT_LEADER_OR_FOLLOWER if the
+        cluster has it (clients refresh metadata and go to its leader), else unknown."""
+        return ErrorCode.not_leader_or_follower if self.has_partition(topic, index) \
+            else ErrorCode.unknown_topic_or_partition
+
+    def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
+        """The partition if this broker leads it, else None and the error to answer."""
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            return None, self.absent_code(topic, index)
+        if not partition.is_leader:
+            return None, ErrorCode.not_leader_or_follower
+        return partition, ErrorCode.none

@@ -6,7 +6,8 @@ with OffsetForLeaderEpoch, where its own latest epoch ends on the leader and tru
 past that (KIP-101, KIP-279's answer), so no two replicas keep different records at one offset.
 Each fetch carries the follower's log end (which moves the leader's high watermark) and the
 leader epoch it follows (KIP-320: a leader of another epoch refuses). A partition the leader
-refuses is paused until the broker hands it over again with newer leadership.
+refuses (not its leader yet, or of another epoch) is retried after replica.fetch.backoff.ms;
+the broker hands it over to another fetcher when the cluster's view names another leader.
 """
 
 from __future__ import annotations
@@ -36,18 +37,21 @@ TopicPartition = tuple[str, int]
 
 class ReplicaFetcher:
     def __init__(self, local_id: int, leader_id: int, address: Callable[[], tuple[str, int] | None], *,
-                 append: Callable[[Partition, bytes], None], max_wait_ms: int = 500, max_bytes: int = 1048576,
+                 append: Callable[[Partition, bytes], None],
+                 move_log_start: Callable[[Partition, int], object] | None = None, max_wait_ms: int = 500, max_bytes: int = 1048576,
                  backoff_ms: int = 1000, request_timeout_ms: int = 30_000) -> None:
         self.local_id = local_id
         self.leader_id = leader_id
         self._address = address  # the leader's (host, port) now, or None while unknown
         self._append = append  # append a leader's records to a follower partition, as they are
+        self._move_log_start = move_log_start  # follow the leader's log start (DeleteRecords, retention)
         self._max_wait_ms = max_wait_ms  # replica.fetch.wait.max.ms
         self._max_bytes = max_bytes  # replica.fetch.max.bytes
         self._backoff_s = backoff_ms / 1000  # replica.fetch.backoff.ms
         self._timeout_s = request_timeout_ms / 1000
         self.partitions: dict[TopicPartition, Partition] = {}
         self._unchecked: set[TopicPartition] = set()  # to truncate against the leader first
+        self._delayed: dict[TopicPartition, float] = {}  # refused: not fetched again before (loop time)
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -58,12 +62,14 @@ class ReplicaFetcher:
         key = (partition.topic, partition.index)
         self.partitions[key] = partition
         self._unchecked.add(key)
+        self._delayed.pop(key, None)
         self._changed.set()
 
     def remove(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
         self.partitions.pop(key, None)
         self._unchecked.discard(key)
+        self._delayed.pop(key, None)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
@@ -83,6 +89,11 @@ class ReplicaFetcher:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
+            if len(self._delayed) == len(self.partitions):  # every partition waits out a refusal
+                await asyncio.sleep(max(0.0, min(self._delayed.values()) - asyncio.get_running_loop().time()))
+            now = asyncio.get_running_loop().time()
+            for key in [k for k, until in self._delayed.items() if until <= now]:
+                del self._delayed[key]
             try:
                 if connection is None:
                     connection = await self._connect()
@@ -109,7 +120,10 @@ class ReplicaFetcher:
 
     async def _truncate(self, connection: BrokerConnection) -> None:
         """KIP-279: cut each unchecked partition back to where its latest epoch ends on the leader."""
-        wanted = {key: self.partitions[key] for key in self._unchecked if key in self.partitions}
+        wanted = {key: self.partitions[key] for key in self._unchecked
+                  if key in self.partitions and key not in self._delayed}
+        if not wanted:
+            return
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, index), partition in wanted.items():
             by_topic.setdefault(topic, []).append({
@@ -141,7 +155,8 @@ class ReplicaFetcher:
                 self._unchecked.discard(key)
 
     async def _fetch(self, connection: BrokerConnection) -> None:
-        fetching = {key: p for key, p in self.partitions.items() if key not in self._unchecked}
+        fetching = {key: p for key, p in self.partitions.items() if key not in self._unchecked
+                    and key not in self._delayed}
         if not fetching:
             return
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -171,10 +186,12 @@ class ReplicaFetcher:
                 if answer.records:
                     self._append(partition, bytes(answer.records))
                 partition.leader_high_watermark(answer.high_watermark)
+                if self._move_log_start is not None and answer.log_start_offset > partition.log.log_start_offset:
+                    self._move_log_start(partition, min(answer.log_start_offset, partition.high_watermark))
 
     def _paused(self, partition: Partition, code: ErrorCode) -> None:
-        """The leader refuses this partition (not its leader, another epoch): wait for the broker
-        to hand it over again with the leadership it learns next."""
-        log.info("replica_fetch_paused", topic=partition.topic, partition=partition.index, leader=self.leader_id,
+        """The leader refuses this partition (it has not taken the leadership yet, or one of us
+        is on a stale epoch): try again after the back-off, unless the view moves it first."""
+        log.info("replica_fetch_refused", topic=partition.topic, partition=partition.index, leader=self.leader_id,
                  error=code.name)
-        self.remove(partition)
+        self._delayed[(partition.topic, partition.index)] = asyncio.get_running_loop().time() + self._backoff_s

@@ -45,6 +45,7 @@ from tidemark.broker.apis import (
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.coordinator_io import Clock, SystemClock
+from tidemark.broker.cluster_link import ClusterLink
 from tidemark.broker.group_coordinator import GroupCoordinator
 from tidemark.broker.partition_manager import PartitionManager
 from tidemark.wire.build import build
@@ -117,6 +118,9 @@ class Broker:
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
         self.replicas = PartitionManager(config, data_dir)
         self.coordinator = GroupCoordinator(config, self.replicas, clock=self.clock)
+        # A ZooKeeper cluster's member when zookeeper.connect is set; else the embedded single node.
+        self.cluster = ClusterLink(config, self.replicas, self.coordinator, self.clock) \
+            if config["zookeeper.connect"] else None
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()
         self._connections_per_ip: collections.Counter[str] = collections.Counter()
@@ -124,13 +128,23 @@ class Broker:
 
     async def start(self) -> None:
         started = time.perf_counter()
-        self.replicas.open()
+        if self.cluster is not None:
+            table = await self.cluster.connect()
+            self.replicas.open(metadata=lambda: table)
+        else:
+            self.replicas.open()
         self.replicas.start()
         self.coordinator.start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
+        # Bound first (the port is known), serving only once this broker has joined its
+        # cluster: its first answers already name the controller and the leaders.
+        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port,
+                                                start_serving=False)
         self.advertised_port = self._server.sockets[0].getsockname()[1]
         self.port = self.advertised_port
+        if self.cluster is not None:
+            await self.cluster.start(self.advertised_host, self.advertised_port)
+        await self._server.start_serving()
         log.info(
             "broker_started",
             listen=f"{self.host}:{self.port}",
@@ -141,6 +155,8 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()  # controlled shutdown: leaderships move away first
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
@@ -171,6 +187,7 @@ class Broker:
             client_host=client_host, clock=self.clock, config=self.config,
             node=Node(self.node_id, self.advertised_host, self.advertised_port),
             replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
+            cluster=self.cluster,
         )
 
     async def dispatch(self, connection_context: RequestContext, request: Request) -> bytes | None:

@@ -88,7 +88,7 @@ async def commit(ctx: RequestContext, body: Any, topic_name: Callable[[Any], str
             response = {"partition_index": p.partition_index, "error_code": ErrorCode.none}
             if not body.group_id:
                 response["error_code"] = ErrorCode.invalid_group_id
-            elif name is None or ctx.replicas.partition(name, p.partition_index) is None:
+            elif name is None or not ctx.replicas.has_partition(name, p.partition_index):
                 response["error_code"] = ErrorCode.unknown_topic_or_partition
             elif p.committed_metadata is not None and len(p.committed_metadata) > max_metadata:
                 response["error_code"] = ErrorCode.offset_metadata_too_large

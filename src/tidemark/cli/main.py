@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tidemark.cli.cluster import cluster
 from tidemark.cli.groups import groups
 from tidemark.cli.offsets import offsets
 from tidemark.cli.serve import serve
@@ -22,3 +23,4 @@ main.add_command(offsets)
 main.add_command(groups)
 main.add_command(spark)
 main.add_command(zk)
+main.add_command(cluster)

@@ -50,6 +50,11 @@ class TopicMetadata:
     partitions: int
     configs: dict[str, Any]
     internal: bool = False
+    # Each partition's replicas, the first the preferred leader (None: this broker alone).
+    replica_assignment: tuple[tuple[int, ...], ...] | None = None
+
+    def hosted_by(self, broker_id: int, partition: int) -> bool:
+        return self.replica_assignment is None or broker_id in self.replica_assignment[partition]
 
 
 def cluster_id_from_uuid(value: uuid.UUID) -> str:

@@ -15,6 +15,7 @@ from kio.serial import entity_reader, entity_writer
 from tidemark.wire.build import build
 
 _SIZE = struct.Struct(">i")
+CLOSE_TIMEOUT_S = 1.0
 
 
 def encode_request(api_key: int, version: int, correlation_id: int, body: dict[str, Any],
@@ -68,7 +69,7 @@ class BrokerConnection:
 
     async def close(self) -> None:
         self._writer.close()
-        try:
-            await self._writer.wait_closed()
-        except (ConnectionError, OSError):
+        try:  # bounded: a peer that stopped reading must not hold the caller (a broker stopping)
+            await asyncio.wait_for(self._writer.wait_closed(), CLOSE_TIMEOUT_S)
+        except (ConnectionError, OSError, TimeoutError):
             pass

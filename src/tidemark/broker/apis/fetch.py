@@ -69,7 +69,7 @@ def _read_all(ctx: RequestContext, body: Any) -> tuple[list[dict[str, Any]], int
             partition_responses.append(response)
             partition = replicas.partition(topic.name, wanted.partition) if topic is not None else None
             if partition is None:
-                response["error_code"] = missing or ErrorCode.unknown_topic_or_partition
+                response["error_code"] = missing or replicas.absent_code(topic.name, wanted.partition)
                 errors = True
                 continue
             refusal = _refusal(partition, replica_id, getattr(wanted, "current_leader_epoch", -1))

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.group_views import describe_groups
 from tidemark.coordinator.result import Result
+from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.wire import error_responses
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
             entry = error_responses.coordinator(key, ErrorCode.invalid_request, f"unknown key type {key_type}")
         elif not key:
             entry = error_responses.coordinator(key, ErrorCode.invalid_request, "empty group id")
+        elif ctx.cluster is not None:
+            entry = await _cluster_coordinator(ctx, key)
         else:
             ctx.coordinator.ensure_offsets_topic()
             entry = {"key": key, "node_id": ctx.node.id, "host": ctx.node.host,
@@ -42,6 +45,18 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
         return {"throttle_time": 0, "coordinators": coordinators}
     (only,) = coordinators
     return {"throttle_time": 0, **{k: v for k, v in only.items() if k != "key"}}
+
+
+async def _cluster_coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
+    """In a cluster the group's coordinator is the leader of its offsets partition."""
+    assert ctx.cluster is not None
+    code = await ctx.cluster.ensure_offsets_topic()
+    leader = ctx.cluster.leader_of(OFFSETS_TOPIC, ctx.coordinator.partition_for(key)) if code is None else None
+    if leader is None:
+        return error_responses.coordinator(key, ErrorCode.coordinator_not_available,
+                                           "the group's offsets partition has no leader")
+    return {"key": key, "node_id": leader.id, "host": leader.host, "port": leader.port, "error_code": 0,
+            "error_message": None}
 
 
 def _immediate(response: Any, token: int) -> Result:

@@ -42,10 +42,9 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | List
     for wanted_topic in body.topics:
         partitions = []
         for wanted in wanted_topic.partitions:
-            partition = ctx.replicas.partition(wanted_topic.name, wanted.partition_index)
+            partition, code = ctx.replicas.leader_partition(wanted_topic.name, wanted.partition_index)
             if partition is None:
-                partitions.append({"partition_index": wanted.partition_index,
-                                   "error_code": ErrorCode.unknown_topic_or_partition,
+                partitions.append({"partition_index": wanted.partition_index, "error_code": code,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             offset, timestamp = lookup(partition, wanted.timestamp)
@@ -61,9 +60,9 @@ def _handle_v0(ctx: RequestContext, body: ListOffsetsV0Request) -> ListOffsetsV0
     for name, wanted_partitions in body.topics:
         partitions = []
         for index, timestamp, max_num_offsets in wanted_partitions:
-            partition = ctx.replicas.partition(name, index)
+            partition, code = ctx.replicas.leader_partition(name, index)
             if partition is None:
-                partitions.append((index, int(ErrorCode.unknown_topic_or_partition), ()))
+                partitions.append((index, int(code), ()))
                 continue
             offset, _ = lookup(partition, timestamp)
             offsets = (offset,) if offset >= 0 and max_num_offsets > 0 else ()

@@ -15,25 +15,51 @@ if TYPE_CHECKING:
 
 
 def topic_entry(ctx: RequestContext, topic: TopicMetadata) -> dict[str, Any]:
-    node = ctx.node.id
     return {
         "error_code": 0,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.internal,
-        "partitions": [
-            {
-                "error_code": 0,
-                "partition_index": index,
-                "leader_id": node,
-                "leader_epoch": ctx.replicas.partitions[(topic.name, index)].leader_epoch,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
-                "offline_replicas": [],
-            }
-            for index in range(topic.partitions)
-        ],
+        "partitions": [_partition_entry(ctx, topic.name, index) for index in range(topic.partitions)],
     }
+
+
+def _partition_entry(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
+    """Leader, replicas and ISR of one partition: this broker alone, or the cluster's view
+    (the same on every broker; no leader: LEADER_NOT_AVAILABLE, clients retry)."""
+    if ctx.cluster is None:
+        node = ctx.node.id
+        return {"error_code": 0, "partition_index": index, "leader_id": node,
+                "leader_epoch": ctx.replicas.partitions[(topic, index)].leader_epoch,
+                "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+    snapshot = ctx.cluster.snapshot
+    view = snapshot.partitions.get((topic, index))
+    if view is None:
+        return {"error_code": ErrorCode.leader_not_available, "partition_index": index, "leader_id": -1,
+                "leader_epoch": -1, "replica_nodes": [], "isr_nodes": [], "offline_replicas": []}
+    leader = view.leader if view.leader in snapshot.brokers else -1
+    return {"error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+            "partition_index": index, "leader_id": leader, "leader_epoch": view.leader_epoch,
+            "replica_nodes": list(view.replicas), "isr_nodes": list(view.isr),
+            "offline_replicas": list(snapshot.offline_replicas(topic, index))}
+
+
+async def _create(ctx: RequestContext, name: str) -> TopicMetadata | None:
+    """Auto-creation (and the offsets topic's creation on request)."""
+    if ctx.cluster is None:
+        if name == OFFSETS_TOPIC:
+            ctx.coordinator.ensure_offsets_topic()
+            return ctx.replicas.topic(name)
+        return ctx.replicas.create_topic(name, ctx.config["num.partitions"], {})
+    try:
+        if name == OFFSETS_TOPIC:
+            await ctx.cluster.ensure_offsets_topic()
+        else:
+            await ctx.cluster.create_topic(name, ctx.config["num.partitions"],
+                                           ctx.config["default.replication.factor"], {})
+    except Exception:  # noqa: BLE001 - created elsewhere meanwhile, or not now: the client retries
+        pass
+    return ctx.replicas.topic(name)
 
 
 def _error_entry(name: str | None, code: ErrorCode) -> dict[str, Any]:
@@ -67,23 +93,23 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
             if topic is None and name == OFFSETS_TOPIC:
                 # Kafka creates its internal topic when asked for it, whatever auto-creation says
                 # (monitoring tools such as Burrow read its partition count before anything else).
-                ctx.coordinator.ensure_offsets_topic()
-                topic = replicas.topic(name)
+                topic = await _create(ctx, name)
             if topic is None and allow_auto_create and name not in INTERNAL_TOPICS:
                 try:
                     validate_topic_name(name)
                 except InvalidTopicError:
                     topics.append(_error_entry(name, ErrorCode.invalid_topic_exception))
                     continue
-                topic = replicas.create_topic(name, ctx.config["num.partitions"], {})
+                topic = await _create(ctx, name)
             topics.append(
                 topic_entry(ctx, topic) if topic else _error_entry(name, ErrorCode.unknown_topic_or_partition)
             )
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port}],
+        "brokers": [{"node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port}] if ctx.cluster is None
+        else [{"node_id": b.id, "host": b.host, "port": b.port} for b in ctx.cluster.live_brokers()],
         "cluster_id": replicas.metadata.cluster_id,
-        "controller_id": ctx.node.id,
+        "controller_id": ctx.node.id if ctx.cluster is None else ctx.cluster.snapshot.controller_id,
         "topics": topics,
         "error_code": 0,
     }

@@ -41,7 +41,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
                 response["error_code"] = ErrorCode.invalid_required_acks
                 continue
             if partition is None:
-                response["error_code"] = missing or ErrorCode.unknown_topic_or_partition
+                response["error_code"] = missing or replicas.absent_code(topic.name, data.index)
                 continue
             refusal = _refusal(ctx, partition, topic.configs, acks)
             if refusal is not None:

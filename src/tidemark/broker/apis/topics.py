@@ -13,12 +13,14 @@ from tidemark.cluster.embedded import (
     validate_topic_name,
 )
 
+from tidemark.broker.cluster_link import cluster_error_code
+
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
 
-def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str, Any]:
+async def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str, Any]:
     replicas = ctx.replicas
     name = item.name
 
@@ -37,7 +39,7 @@ def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str
     if item.assignments:
         if partitions != -1 or item.replication_factor != -1:
             return failed(ErrorCode.invalid_request, "Both assignments and partitions/replication factor given.")
-        if any(list(a.broker_ids) != [ctx.node.id] for a in item.assignments):
+        if ctx.cluster is None and any(list(a.broker_ids) != [ctx.node.id] for a in item.assignments):
             return failed(ErrorCode.invalid_replica_assignment, "Replicas must be this broker only.")
         partitions = len(item.assignments)
     if partitions == -1:
@@ -51,17 +53,25 @@ def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str
         replication_factor = ctx.config["default.replication.factor"]
     if replication_factor < 1:
         return failed(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
-    if replication_factor > 1:
+    live = 1 if ctx.cluster is None else len(ctx.cluster.snapshot.brokers)
+    if replication_factor > live and not item.assignments:
         return failed(
             ErrorCode.invalid_replication_factor,
-            f"Replication factor: {replication_factor} larger than available brokers: 1.",
+            f"Replication factor: {replication_factor} larger than available brokers: {live}.",
         )
     try:
         configs = validate_topic_configs({c.name: c.value for c in item.configs})
     except ConfigError as exc:
         return failed(ErrorCode.invalid_config, str(exc))
     topic_id = None
-    if not validate_only:
+    if not validate_only and ctx.cluster is not None:
+        try:
+            topic_id = (await ctx.cluster.create_topic(
+                name, partitions, replication_factor, {c.name: c.value for c in item.configs if c.value is not None},
+                assignment={i: tuple(a.broker_ids) for i, a in enumerate(item.assignments)} or None)).topic_id
+        except Exception as exc:  # noqa: BLE001 - Kafka's error for each refusal
+            return failed(cluster_error_code(exc), str(exc))
+    elif not validate_only:
         topic_id = replicas.create_topic(name, partitions, configs).topic_id
     return {
         "name": name,
@@ -99,11 +109,11 @@ async def handle_create(ctx: RequestContext, request: Request) -> dict[str, Any]
             results.append({"name": item.name, "topic_id": None, "error_code": ErrorCode.invalid_request,
                             "error_message": "Duplicate topic name.", "configs": None})
         else:
-            results.append(_create_one(ctx, item, validate_only))
+            results.append(await _create_one(ctx, item, validate_only))
     return {"throttle_time": 0, "topics": results}
 
 
-def _create_partitions_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str, Any]:
+async def _create_partitions_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str, Any]:
     def result(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
         return {"name": item.name, "error_code": code, "error_message": message}
 
@@ -123,10 +133,16 @@ def _create_partitions_one(ctx: RequestContext, item: Any, validate_only: bool) 
             return result(ErrorCode.invalid_replica_assignment,
                           f"Increasing the number of partitions by {item.count - topic.partitions} but "
                           f"{len(item.assignments)} assignments provided.")
-        if any(list(a.broker_ids) != [ctx.node.id] for a in item.assignments):
+        if ctx.cluster is None and any(list(a.broker_ids) != [ctx.node.id] for a in item.assignments):
             return result(ErrorCode.invalid_replica_assignment, "Replicas must be this broker only.")
     if not validate_only:
-        ctx.replicas.add_partitions(item.name, item.count)
+        if ctx.cluster is not None:
+            try:
+                await ctx.cluster.add_partitions(item.name, item.count)
+            except Exception as exc:  # noqa: BLE001 - Kafka's error for each refusal
+                return result(cluster_error_code(exc), str(exc))
+        else:
+            ctx.replicas.add_partitions(item.name, item.count)
     return result(ErrorCode.none)
 
 
@@ -139,7 +155,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Request) -> dic
             results.append({"name": item.name, "error_code": ErrorCode.invalid_request,
                             "error_message": "Duplicate topic name."})
         else:
-            results.append(_create_partitions_one(ctx, item, body.validate_only))
+            results.append(await _create_partitions_one(ctx, item, body.validate_only))
     return {"throttle_time": 0, "results": results}
 
 
@@ -165,7 +181,14 @@ async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]
         if not ctx.config["delete.topic.enable"]:
             responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.topic_deletion_disabled})
             continue
-        replicas.delete_topic(topic.name)
+        if ctx.cluster is not None:
+            try:
+                await ctx.cluster.delete_topic(topic.name)
+            except Exception as exc:  # noqa: BLE001 - Kafka's error for each refusal
+                responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": cluster_error_code(exc)})
+                continue
+        else:
+            replicas.delete_topic(topic.name)
         deleted.append(topic.name)
         responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": 0})
     # Their committed offsets go too (tombstones), before the answer: a topic created again
