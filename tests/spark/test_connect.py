@@ -65,10 +65,21 @@ def connect(tmp_path_factory) -> Iterator:
 
         from tidemark.spark import register
 
+        # builder.remote() marks the whole process as Spark Connect (SPARK_CONNECT_MODE_ENABLED,
+        # SPARK_REMOTE) and stop() leaves the marks: restore the environment, or every later
+        # local session (and every spark-submit child) would look for a Connect server.
+        saved = {key: os.environ.get(key) for key in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
         session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
-        register(session)
-        yield session
-        session.stop()
+        try:
+            register(session)
+            yield session
+        finally:
+            session.stop()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
     finally:
         if server.poll() is None:
             server.send_signal(signal.SIGTERM)

@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import free_port
@@ -44,13 +44,30 @@ def _bootstrap(brokers) -> str:
 
 def _until(condition, what: str) -> None:
     deadline = time.monotonic() + WAIT_S
-    while not condition():
+    while not _holds(condition):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
 
 
+def _holds(condition) -> bool:
+    try:
+        return bool(condition())
+    except KafkaException:  # metadata not answered in time (a broker down, a busy machine): ask again
+        return False
+
+
+def _metadata(admin: AdminClient, topic: str | None = None):
+    """Metadata, asked again until some broker answers (bounded by WAIT_S)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return admin.list_topics(topic, timeout=10)
+        except KafkaException:
+            assert time.monotonic() < deadline, "no broker answered Metadata"
+
+
 def _partition(admin: AdminClient, topic: str):
-    return admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    return _metadata(admin, topic).topics[topic].partitions[0]
 
 
 def _produce(producer: Producer, values: list[bytes], acked: dict[int, bytes]) -> None:
@@ -127,11 +144,11 @@ def test_a_replicated_topic_survives_the_loss_of_its_leader(make_broker, chroot)
 
 
 def _leader(admin: AdminClient, topic: str, partition: int = 0) -> int:
-    return admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
+    return _metadata(admin, topic).topics[topic].partitions[partition].leader
 
 
 def _controller(admin: AdminClient) -> int:
-    return admin.list_topics(timeout=10).controller_id
+    return _metadata(admin).controller_id
 
 
 def test_acknowledged_writes_survive_rounds_of_leader_and_controller_kills_shutdowns_and_pauses(
