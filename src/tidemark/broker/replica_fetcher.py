@@ -124,15 +124,9 @@ class ReplicaFetcher:
                   if key in self.partitions and key not in self._delayed}
         if not wanted:
             return
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, index), partition in wanted.items():
-            by_topic.setdefault(topic, []).append({
-                "partition": index, "current_leader_epoch": partition.leader_epoch,
-                "leader_epoch": partition.log.latest_epoch})
         response = await connection.request(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, {
             "replica_id": self.local_id,
-            "topics": [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()]},
-            self._timeout_s)
+            "topics": _by_topic(wanted, lambda p: {"leader_epoch": p.log.latest_epoch})}, self._timeout_s)
         for topic in response.topics:
             for answer in topic.partitions:
                 key = (topic.topic, answer.partition)
@@ -159,16 +153,12 @@ class ReplicaFetcher:
                     and key not in self._delayed}
         if not fetching:
             return
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, index), partition in fetching.items():
-            by_topic.setdefault(topic, []).append({
-                "partition": index, "current_leader_epoch": partition.leader_epoch,
-                "fetch_offset": partition.log.log_end_offset, "log_start_offset": partition.log.log_start_offset,
-                "partition_max_bytes": self._max_bytes})
         response = await connection.request(FETCH, FETCH_VERSION, {
             "replica_id": self.local_id, "max_wait": self._max_wait_ms, "min_bytes": 1,
             "max_bytes": self._max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()],
+            "topics": _by_topic(fetching, lambda p: {
+                "fetch_offset": p.log.log_end_offset, "log_start_offset": p.log.log_start_offset,
+                "partition_max_bytes": self._max_bytes}),
             "forgotten_topics_data": [], "rack_id": ""}, self._timeout_s + self._max_wait_ms / 1000)
         for topic in response.responses:
             for answer in topic.partitions:
@@ -195,3 +185,13 @@ class ReplicaFetcher:
         log.info("replica_fetch_refused", topic=partition.topic, partition=partition.index, leader=self.leader_id,
                  error=code.name)
         self._delayed[(partition.topic, partition.index)] = asyncio.get_running_loop().time() + self._backoff_s
+
+
+def _by_topic(partitions: dict[TopicPartition, Partition],
+              fields: Callable[[Partition], dict[str, Any]]) -> list[dict[str, Any]]:
+    """A request's topics: each partition with the leader epoch it follows, and `fields`."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, index), partition in partitions.items():
+        by_topic.setdefault(topic, []).append(
+            {"partition": index, "current_leader_epoch": partition.leader_epoch, **fields(partition)})
+    return [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()]

@@ -44,10 +44,10 @@ def _refusal(partition: Partition, replica_id: int, current_leader_epoch: int) -
     return None
 
 
-def _read_all(ctx: RequestContext, body: Any) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
+def _read_all(ctx: RequestContext, body: Any,
+              replica_id: int) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
     """One pass over the requested partitions: (topic responses, bytes read, partitions, any error)."""
     replicas = ctx.replicas
-    replica_id = replica_id_of(body)
     # The broker's fetch.max.bytes bounds every response, whatever the client asks (KIP-74 still
     # lets the first non-empty partition return one whole batch beyond it).
     remaining = min(body.max_bytes, ctx.config["fetch.max.bytes"])
@@ -108,15 +108,15 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
+    replica_id = replica_id_of(body)
     while True:
-        responses, total, partitions, errors = _read_all(ctx, body)
+        responses, total, partitions, errors = _read_all(ctx, body, replica_id)
         remaining = deadline - loop.time()
         if total >= body.min_bytes or errors or remaining <= 0:
             break
         # Long poll: sleep until a fetched partition's high watermark moves (a follower: until its
         # log grows), or max_wait passes.
-        follower = replica_id_of(body) >= 0
-        watches = {partition.watch(appends=follower) for partition in partitions}  # shared: never cancelled
+        watches = {partition.watch(appends=replica_id >= 0) for partition in partitions}  # shared: never cancelled
         if watches:
             await asyncio.wait(watches, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         else:
