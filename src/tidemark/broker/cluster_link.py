@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
+from kazoo.exceptions import KazooException
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker import metrics
@@ -112,7 +113,8 @@ class ClusterLink:
             try:  # bounded even when ZooKeeper is gone (kazoo would retry forever)
                 handled = await asyncio.wait_for(self._blocking(
                     shutdown.request_controlled_shutdown, self.client, self.node_id, timeout_s), timeout_s + 1)
-            except TimeoutError:
+            except (TimeoutError, KazooException) as exc:  # e.g. the session expired just now: stop anyway
+                log.warning("controlled_shutdown_failed", broker=self.node_id, error=repr(exc))
                 handled = False
             log.info("controlled_shutdown", broker=self.node_id, handled=handled)
         for task in list(self._tasks):
@@ -122,9 +124,7 @@ class ClusterLink:
         self._fetchers.clear()
         if self._view is not None:
             self._view.on_change = None
-        if self.client is not None:
-            # Closing the session first fails whatever kazoo call still waits for ZooKeeper.
-            await self._blocking(self.client.stop)
+        # The controller first (closing interrupts its retries), while the session still works.
         for part in (self._controller, self._registration):
             if part is not None:
                 try:
@@ -132,6 +132,7 @@ class ClusterLink:
                 except TimeoutError:
                     log.warning("cluster_close_timed_out", part=type(part).__name__)
         if self.client is not None:
+            await self._blocking(self.client.stop)
             await self._blocking(self.client.close)
 
     def _spawn(self, coroutine: Any, name: str) -> None:
@@ -257,15 +258,13 @@ class ClusterLink:
         assert self.client is not None
         created = await self._blocking(topic_admin.create_topic, self.client, name, partitions,
                                        replication_factor, configs, assignment=assignment)
-        await self.wait_for(lambda s: all((name, p) in s.partitions and s.partitions[name, p].state is not None
-                                          for p in range(partitions)))
+        await self.wait_for(lambda s: _has_states(s, name, partitions))
         return created
 
     async def add_partitions(self, name: str, count: int) -> None:
         assert self.client is not None
         await self._blocking(topic_admin.add_partitions, self.client, name, count)
-        await self.wait_for(lambda s: all((name, p) in s.partitions and s.partitions[name, p].state is not None
-                                          for p in range(count)))
+        await self.wait_for(lambda s: _has_states(s, name, count))
 
     async def delete_topic(self, name: str) -> None:
         assert self.client is not None
@@ -304,6 +303,12 @@ class ClusterLink:
             log.info("offsets_topic_not_created", error=str(exc))
             return ErrorCode.coordinator_not_available
         return None
+
+
+def _has_states(snapshot: ClusterSnapshot, topic: str, partitions: int) -> bool:
+    """Whether the controller has created the state of each of the topic's first partitions."""
+    return all((view := snapshot.partitions.get((topic, p))) is not None and view.state is not None
+               for p in range(partitions))
 
 
 def cluster_error_code(exc: BaseException) -> ErrorCode:

@@ -111,8 +111,12 @@ class Controller:
         return watcher
 
     def _submit(self, handler: Callable[..., None], *args: Any) -> None:
-        if not self._closed:
+        if self._closed:
+            return
+        try:
             self._thread.submit(self._run, handler, *args)
+        except RuntimeError:  # close() shut the thread down between the check and the submit
+            pass
 
     def _session_state(self, state: str) -> None:
         if state == KazooState.LOST:  # our /controller went with the session
@@ -148,8 +152,14 @@ class Controller:
     # -- the controller thread -----------------------------------------------------------------
 
     def _run(self, handler: Callable[..., None], *args: Any) -> None:
+        if self._closed:
+            return  # queued before close(): this broker no longer takes part
+        retry = EVENT_RETRY.copy()
+        retry.interrupt = lambda: self._closed  # close() must not wait out a retry against a lost ZooKeeper
         try:
-            EVENT_RETRY.copy()(handler, *args)
+            retry(handler, *args)
+        except InterruptedError:
+            return
         except ControllerMovedError:
             log.info("broker %d: controller moved, resigning", self.broker_id)
             self._resign()
