@@ -52,6 +52,10 @@ log = structlog.get_logger("tidemark.cluster")
 
 T = TypeVar("T")
 ISR_CHECK_MIN_MS = 100
+# tidemark's default for the offsets topic (Kafka has none): with 3 or more replicas a commit
+# needs 2 in sync, so no lone replica ever acknowledges one.
+OFFSETS_MIN_INSYNC_FROM_RF = 3
+OFFSETS_MIN_INSYNC_REPLICAS = 2
 
 
 class ClusterLink:
@@ -289,14 +293,17 @@ class ClusterLink:
 
     async def ensure_offsets_topic(self) -> ErrorCode | None:
         """Create __consumer_offsets on first use with offsets.topic.replication.factor replicas
-        (Kafka: COORDINATOR_NOT_AVAILABLE until that many brokers are alive); None once it exists."""
+        (Kafka: COORDINATOR_NOT_AVAILABLE until that many brokers are alive), and
+        min.insync.replicas=2 from 3 replicas on; None once it exists."""
         if OFFSETS_TOPIC in self.snapshot.topics:
             return None
+        replication_factor = self.config["offsets.topic.replication.factor"]
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
+        if replication_factor >= OFFSETS_MIN_INSYNC_FROM_RF:
+            configs["min.insync.replicas"] = str(OFFSETS_MIN_INSYNC_REPLICAS)
         try:
-            await self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"],
-                                    self.config["offsets.topic.replication.factor"],
-                                    {"cleanup.policy": "compact",
-                                     "segment.bytes": str(self.config["offsets.topic.segment.bytes"])})
+            await self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"], replication_factor,
+                                    configs)
         except TopicExistsError:
             await self.wait_for(lambda s: OFFSETS_TOPIC in s.topics)
         except (InvalidReplicationFactorError, TimeoutError) as exc:

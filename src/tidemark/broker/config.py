@@ -150,6 +150,12 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("offsets.retention.minutes", 10080, 1),
         _int("offsets.retention.check.interval.ms", 600000, 1),
         _int("offsets.commit.timeout.ms", 5000, 1),
+        # -1: a commit is answered once every in-sync replica has it, and refused while fewer
+        # than min.insync.replicas are in sync (Kafka's bound: at least -1).
+        _int("offsets.commit.required.acks", -1, -1),
+        # tidemark's own: a broker that does not coordinate a group forwards its OffsetFetch to
+        # the coordinator instead of answering NOT_COORDINATOR (broker/offset_fetch_forwarding.py).
+        Setting("offsets.fetch.forward.enable", False, _parse_bool),
         _int("offsets.load.buffer.size", 5242880, 1),
         _int("offset.metadata.max.bytes", 4096, 0),
         # Where OffsetCommit/OffsetFetch keep offsets: the offsets topic, or ZooKeeper's znodes
@@ -316,6 +322,10 @@ class BrokerConfig:
         defaults["retention.ms"] = self.retention_ms
         defaults["segment.ms"] = self.roll_ms
         return defaults
+
+    def min_insync_replicas(self, topic_configs: Mapping[str, Any]) -> int:
+        """A topic's min.insync.replicas: its own override, else the broker's."""
+        return int(topic_configs.get("min.insync.replicas", self["min.insync.replicas"]))
 
     def cleaner_config(self) -> CleanerConfig:
         return CleanerConfig(enable=self["log.cleaner.enable"], backoff_ms=self["log.cleaner.backoff.ms"],

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from tidemark.broker.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
 from tidemark.coordinator.result import OffsetsRecord
 from tidemark.records import build_batch, iter_batches, iter_key_values
 from tidemark.records.compression import CompressionType
@@ -91,8 +92,9 @@ class SystemClock:
 class LogPartitionWriter:
     """A PartitionWriter over one of this broker's partitions."""
 
-    def __init__(self, replicas: PartitionManager, partition: Partition, compression: CompressionType,
-                 load_buffer_size: int) -> None:
+    def __init__(self, config: BrokerConfig, replicas: PartitionManager, partition: Partition,
+                 compression: CompressionType, load_buffer_size: int) -> None:
+        self.config = config
         self.replicas = replicas
         self.partition = partition
         self.compression = compression
@@ -111,8 +113,24 @@ class LogPartitionWriter:
         return self.partition.high_watermark
 
     def append(self, records: list[OffsetsRecord], now_ms: int) -> int:
+        self._check_replicas()
         batch = build_batch([(r.key, r.value, (), now_ms) for r in records], compression=self.compression)
         return self.replicas.append(self.partition, batch).last_offset + 1
+
+    def _check_replicas(self) -> None:
+        """Refuse before appending, as a Produce with the same acks is refused: this broker no
+        longer leads the partition, or offsets.commit.required.acks=-1 and fewer replicas are in
+        sync than the offsets topic's min.insync.replicas (the coordinator answers
+        COORDINATOR_NOT_AVAILABLE, and a lone replica never acknowledges a commit)."""
+        partition = self.partition
+        if not partition.is_leader:
+            raise NotLeaderOrFollowerError(f"{partition.topic}-{partition.index} is led by {partition.leader_id}")
+        if self.config["offsets.commit.required.acks"] == -1:
+            topic = self.replicas.topic(partition.topic)
+            min_insync = self.config.min_insync_replicas(topic.configs if topic else {})
+            if len(partition.isr) < min_insync:
+                raise NotEnoughReplicasError(
+                    f"{partition.topic}-{partition.index}: {len(partition.isr)} in sync, {min_insync} required")
 
     def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
         return self.partition.wait_for_high_watermark(offset)
@@ -149,7 +167,7 @@ class LogOffsetsTopic:
         partition = self.replicas.partition(OFFSETS_TOPIC, index)
         if partition is None:
             return None
-        return LogPartitionWriter(self.replicas, partition,
+        return LogPartitionWriter(self.config, self.replicas, partition,
                                   CompressionType(self.config["offsets.topic.compression.codec"]),
                                   self.config["offsets.load.buffer.size"])
 

@@ -78,7 +78,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
 
 
 def _min_insync(ctx: RequestContext, topic_configs: dict[str, Any]) -> int:
-    return int(topic_configs.get("min.insync.replicas", ctx.config["min.insync.replicas"]))
+    return ctx.config.min_insync_replicas(topic_configs)
 
 
 def _refusal(ctx: RequestContext, partition: Any, topic_configs: dict[str, Any], acks: int) -> ErrorCode | None:
