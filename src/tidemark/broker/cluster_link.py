@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.broker import metrics
 from tidemark.broker.config import validate_topic_configs
+from tidemark.broker.offset_fetch_forwarding import OffsetFetchForwarder
 from tidemark.broker.replica_fetcher import ReplicaFetcher
 from tidemark.cluster.zk import isr, session, shutdown, topic_admin, zk_data
 from tidemark.cluster.zk.controller import Controller
@@ -76,6 +77,9 @@ class ClusterLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.changed = asyncio.Event()  # set at every applied view change (handlers wait on it)
         self._started = False  # the partition manager is open: view changes can be applied
+        # OffsetFetch forwarding to the group's coordinator (offsets.fetch.forward.enable).
+        self.offset_fetch_forwarder = OffsetFetchForwarder(self._address, config["request.timeout.ms"]) \
+            if config["offsets.fetch.forward.enable"] else None
 
     async def _blocking(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A kazoo call off the event loop."""
@@ -124,6 +128,8 @@ class ClusterLink:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.offset_fetch_forwarder is not None:
+            await self.offset_fetch_forwarder.close()
         await asyncio.gather(*(fetcher.stop() for fetcher in self._fetchers.values()))
         self._fetchers.clear()
         if self._view is not None:

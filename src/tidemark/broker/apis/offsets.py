@@ -1,7 +1,9 @@
 """OffsetCommit, OffsetFetch and OffsetDelete: the offset manager's APIs.
 
 OffsetCommit/OffsetFetch go to the offsets topic's coordinator, or to ZooKeeper
-(broker.zk_offsets) with offsets.storage=zookeeper and for v0, as Kafka did.
+(broker.zk_offsets) with offsets.storage=zookeeper and for v0, as Kafka did. With
+offsets.fetch.forward.enable a group this broker does not coordinate is fetched from its
+coordinator (broker.offset_fetch_forwarding) instead of answered NOT_COORDINATOR.
 
 From v10 both name topics by id only. As in Kafka, the ids are resolved here, once per request:
 the coordinator sees names, an id no topic has is answered UNKNOWN_TOPIC_ID here, and the
@@ -18,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker import zk_offsets
+from tidemark.broker.offset_fetch_forwarding import ForwardFailed, OffsetFetchForwarder
+from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.wire import error_responses
 from tidemark.wire.build import build
 from tidemark.wire.offsets_v0 import RESPONSE_CLASSES
@@ -143,12 +147,53 @@ async def handle_fetch(ctx: RequestContext, request: Request) -> Any:
         groups = [_read_group(ctx, g, w, require_stable) for (g, _), w in zip(asked, wanted)]
     if version >= TOPIC_IDS_FROM:
         groups = [_with_topic_ids(ctx, group, topics, n) for group, (_, topics), n in zip(groups, asked, names)]
+        # (a forwarded group's answer below comes from its coordinator, ids and all)
+    forwarder = _forwarder(ctx)
     if version >= 8:  # the multi-group form
+        if forwarder is not None:
+            groups = list(await asyncio.gather(*(_forward_group(ctx, forwarder, body, group, g)
+                                                 for group, g in zip(groups, body.groups))))
         return {"throttle_time": 0, "groups": groups}
     group = groups[0]
+    if forwarder is not None and group["error_code"] == ErrorCode.not_coordinator:
+        forwarded = await _forward(ctx, forwarder, body.group_id, body)
+        if forwarded is not None:
+            return forwarded
     if group["error_code"] != ErrorCode.none:
         return _old_version(ctx, 9, error_responses.offset_fetch(body, version, group["error_code"]))
     return _old_version(ctx, 9, {"throttle_time": 0, "topics": group["topics"], "error_code": ErrorCode.none})
+
+
+def _forwarder(ctx: RequestContext) -> OffsetFetchForwarder | None:
+    """The forwarder when this request may be forwarded: forwarding is on, the offsets live in
+    the offsets topic, and it is not itself a forwarded request."""
+    forwarder = ctx.cluster.offset_fetch_forwarder if ctx.cluster is not None else None
+    if forwarder is None or forwarder.is_forwarded(ctx.client_id) or zk_offsets.serves(ctx, zk_offsets.OFFSET_FETCH):
+        return None
+    return forwarder
+
+
+async def _forward(ctx: RequestContext, forwarder: OffsetFetchForwarder, group_id: str, body: Any) -> Any | None:
+    """The coordinator's answer to `body` (its response entity), or None where there is none:
+    the group's offsets partition has no leader other than this broker, or it did not answer."""
+    assert ctx.cluster is not None
+    leader = ctx.cluster.leader_of(OFFSETS_TOPIC, ctx.coordinator.partition_for(group_id))
+    if leader is None or leader.id == ctx.node.id:
+        return None
+    try:
+        return await forwarder.forward(leader.id, ctx.api_version, body)
+    except ForwardFailed:
+        return None
+
+
+async def _forward_group(ctx: RequestContext, forwarder: OffsetFetchForwarder, body: Any, group: dict[str, Any],
+                         asked: Any) -> Any:
+    """One group of a multi-group OffsetFetch: as answered here, or, where this broker is not its
+    coordinator, as its coordinator answers it alone."""
+    if group["error_code"] != ErrorCode.not_coordinator:
+        return group
+    forwarded = await _forward(ctx, forwarder, asked.group_id, dataclasses.replace(body, groups=(asked,)))
+    return group if forwarded is None else forwarded.groups[0]
 
 
 # -- OffsetDelete -------------------------------------------------------------------------------
