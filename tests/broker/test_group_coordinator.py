@@ -43,8 +43,8 @@ async def _commit(coordinator: GroupCoordinator, offset: int) -> ErrorCode:
     return response["topics"][0]["partitions"][0]["error_code"]
 
 
-def _fetched(coordinator: GroupCoordinator) -> int:
-    topics = coordinator.read("g", lambda shard: shard.fetch_offsets("g", [("t", [0])], False), None)
+async def _fetched(coordinator: GroupCoordinator) -> int:
+    topics = await coordinator.read("g", lambda shard: shard.fetch_offsets("g", [("t", [0])], False), None)
     return topics[0]["partitions"][0]["committed_offset"]
 
 
@@ -61,12 +61,12 @@ def test_commit_times_out_without_trace_then_succeeds_once_durable(tmp_path):
             await _until_loaded(broker.coordinator)
             broker.replicas.flusher.holding = True
             assert await _commit(broker.coordinator, 41) == ErrorCode.request_timed_out
-            assert _fetched(broker.coordinator) == -1  # the timed-out commit left no trace in the cache
+            assert await _fetched(broker.coordinator) == -1  # the timed-out commit left no trace in the cache
         # Kafka's default offsets.commit.timeout.ms, nothing held: the next commit is acknowledged.
         async with running_broker(tmp_path, SETTINGS) as broker:
             await _until_loaded(broker.coordinator)
             assert await _commit(broker.coordinator, 42) == ErrorCode.none
-            assert _fetched(broker.coordinator) == 42
+            assert await _fetched(broker.coordinator) == 42
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
@@ -105,10 +105,10 @@ def test_append_failure_maps_to_the_coordinator_code_and_leaves_no_trace(tmp_pat
             await _until_loaded(coordinator)
             replicas.failure = failure
             assert await _commit(coordinator, 7) == code
-            assert _fetched(coordinator) == -1
+            assert await _fetched(coordinator) == -1
             replicas.failure = None  # the shard keeps serving once appends work again
             assert await _commit(coordinator, 8) == ErrorCode.none
-            assert _fetched(coordinator) == 8
+            assert await _fetched(coordinator) == 8
         finally:
             await coordinator.stop()
             await replicas.close()
@@ -129,13 +129,13 @@ def test_flush_failure_after_the_append_answers_not_coordinator(tmp_path):
             (partition,) = flusher.held.values()
             partition.fail_waiters(LogOfflineError("fsync failed"))  # what the flusher does on EIO
             assert await commit == ErrorCode.not_coordinator
-            assert _fetched(coordinator) == -1
+            assert await _fetched(coordinator) == -1
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
 
-def _fetched_or_error(coordinator: GroupCoordinator) -> tuple[ErrorCode, int]:
-    return coordinator.read(
+async def _fetched_or_error(coordinator: GroupCoordinator) -> tuple[ErrorCode, int]:
+    return await coordinator.read(
         "g", lambda shard: (ErrorCode.none, shard.fetch_offsets("g", [("orders", [0])], False)[0]["partitions"][0]
                             ["committed_offset"]), lambda code: (code, -1))
 
@@ -151,13 +151,13 @@ def test_deleting_the_offsets_topic_resigns_every_shard(tmp_path):
             broker.coordinator.ensure_offsets_topic()
             await until(lambda: _all_active(broker.coordinator))
             assert commit_code(await offset_commit(broker.coordinator, 41)) == ErrorCode.none
-            assert _fetched_or_error(broker.coordinator) == (ErrorCode.none, 41)
+            assert await _fetched_or_error(broker.coordinator) == (ErrorCode.none, 41)
             broker.replicas.delete_topic(OFFSETS_TOPIC)
             assert {runtime.state for runtime in broker.coordinator.shards.values()} == {LoadState.UNLOADED}
-            assert _fetched_or_error(broker.coordinator) == (ErrorCode.not_coordinator, -1)
+            assert await _fetched_or_error(broker.coordinator) == (ErrorCode.not_coordinator, -1)
             assert commit_code(await offset_commit(broker.coordinator, 42)) == ErrorCode.not_coordinator
             broker.coordinator.ensure_offsets_topic()  # FindCoordinator creates it again
             await until(lambda: _all_active(broker.coordinator))
-            assert _fetched_or_error(broker.coordinator) == (ErrorCode.none, -1)  # a fresh, empty partition
+            assert await _fetched_or_error(broker.coordinator) == (ErrorCode.none, -1)  # a fresh, empty partition
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=30))

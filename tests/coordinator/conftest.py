@@ -206,9 +206,9 @@ class Harness:
     def commit_code(response: dict[str, Any]) -> ErrorCode:
         return commit_code(response)
 
-    def fetch(self, group: str = "g", partition: int = 0) -> tuple[ErrorCode, int]:
+    async def fetch(self, group: str = "g", partition: int = 0) -> tuple[ErrorCode, int]:
         """(group error, committed offset) as OffsetFetch would answer."""
-        return self.coordinator.read(
+        return await self.coordinator.read(
             group,
             lambda shard: (ErrorCode.none,
                            shard.fetch_offsets(group, [("orders", [partition])], False)[0]["partitions"][0]

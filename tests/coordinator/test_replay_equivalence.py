@@ -7,6 +7,11 @@ offsets OffsetFetch returns) is exactly what a fresh shard replaying the log up 
 watermark holds: nothing uncommitted is ever visible. At the end, with everything committed,
 the live shard's offsets and every persisted group (generation, protocol, leader, members and
 their assignments) are exactly a fresh replay's.
+
+A second coordinator follows the same log as a warm standby (a follower's replica of the
+partition): after every step it holds exactly a fresh replay of the log below the high
+watermark, offsets and groups, and it never writes; at the end it becomes leader and serves at
+once with that state.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 
-from tests.coordinator.conftest import Harness
+from tests.coordinator.conftest import Harness, commit_code, offset_commit
+from tidemark.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
 from tidemark.coordinator.group import GroupState
 from tidemark.coordinator.shard import CoordinatorShard
 from tidemark.records.offsets_schema import GroupMetadataKey, decode_key
@@ -132,9 +138,27 @@ class Driver:
         """OffsetFetch shows exactly the committed log's offsets."""
         assert self.offsets(self.shard) == self.offsets(self.replayed(self.h.writer.high_watermark))
 
-    def written_groups(self) -> set[str]:
-        return {key.group for key in (decode_key(k) for k, _ in self.h.writer.records)
+    def written_groups(self, upto: int) -> set[str]:
+        return {key.group for key in (decode_key(k) for k, _ in self.h.writer.records[:upto])
                 if isinstance(key, GroupMetadataKey)}
+
+    def check_standby(self, standby: CoordinatorShard) -> None:
+        """The standby is a fresh replay of the committed log: the same offsets and groups."""
+        upto = self.h.writer.high_watermark
+        fresh = self.replayed(upto)
+        assert self.offsets(standby) == self.offsets(fresh)
+        assert set(standby.groups) == set(fresh.groups)
+        for group_id, persisted in fresh.groups.items():
+            assert self.persisted(group_id, standby.groups[group_id], upto) == \
+                self.persisted(group_id, persisted, upto)
+
+    def persisted(self, group_id: str, group: Any, upto: int) -> Any:
+        """What the log below `upto` says of a group (when a group made by a commit's replay
+        became Empty is not in the log, so that stamp is left out)."""
+        value = group.to_metadata_value()
+        if group_id not in self.written_groups(upto):
+            value = dataclasses.replace(value, current_state_timestamp=-1)
+        return value
 
     def check_equivalent(self) -> None:
         fresh = self.replayed(len(self.h.writer.records))
@@ -143,12 +167,8 @@ class Driver:
             live = self.shard.groups.get(group_id)
             assert live is not None, group_id
             if live.state in (GroupState.STABLE, GroupState.EMPTY) and persisted.generation == live.generation:
-                live_value, persisted_value = live.to_metadata_value(), persisted.to_metadata_value()
-                if group_id not in self.written_groups():
-                    # Made by a commit's replay, no group record: when it became Empty is not in the log.
-                    live_value = dataclasses.replace(live_value, current_state_timestamp=-1)
-                    persisted_value = dataclasses.replace(persisted_value, current_state_timestamp=-1)
-                assert live_value == persisted_value, group_id
+                upto = len(self.h.writer.records)
+                assert self.persisted(group_id, live, upto) == self.persisted(group_id, persisted, upto), group_id
         for group_id, live in self.shard.groups.items():
             if group_id not in fresh.groups:
                 # Only what Kafka keeps in memory alone: a group mid-rebalance, or never written.
@@ -179,8 +199,11 @@ def test_the_live_shard_is_always_its_committed_log_replayed(steps):
         h = Harness({"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
                      "offsets.commit.timeout.ms": str(COMMIT_TIMEOUT_MS),
                      "group.min.session.timeout.ms": "1000"})
+        follower = GroupCoordinator(h.coordinator.config, topic=h.topic, clock=h.clock)
         try:
             await h.start()
+            follower.partition_followed(OFFSETS_TOPIC, 0, 0)
+            standby = follower.shards[0]
             h.writer.auto_commit = False
             driver = Driver(h)
             for step in steps:
@@ -198,13 +221,27 @@ def test_the_live_shard_is_always_its_committed_log_replayed(steps):
                     getattr(driver, kind)(*args)
                 await h.settle()
                 driver.check_reads()
+                assert standby.state is LoadState.STANDBY
+                driver.check_standby(standby.shard)
             h.writer.fail_appends = 0
             h.writer.commit()
             await h.settle()
             driver.check_reads()
             driver.check_equivalent()
+            driver.check_standby(standby.shard)
             assert not h.shard._pending
+            # Failover: the leader resigns, the standby's broker leads at the next epoch.
+            written = len(h.writer.records)
+            expected = driver.offsets(driver.replayed(written))
+            h.shard.resigned(1)
+            follower.partition_led(OFFSETS_TOPIC, 0, 1)
+            assert standby.state is LoadState.ACTIVE  # no load
+            assert len(h.writer.records) == written  # the standby wrote nothing, ever
+            assert driver.offsets(standby.shard) == expected
+            h.writer.auto_commit = True
+            assert commit_code(await offset_commit(follower, 1001, "after-failover", 0)) == 0
         finally:
             await h.coordinator.stop()
+            await follower.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))

@@ -66,7 +66,7 @@ def test_runtime_appends_the_tombstones_on_every_active_shard_before_answering(c
         h.writer.commit()
         await h.settle()
         assert deleting.done() and h.commit_code(in_flight.result()) == ErrorCode.none
-        assert [h.fetch("g", 0), h.fetch("g", 1), h.fetch("other", 1)] == [(ErrorCode.none, -1)] * 3
+        assert [await h.fetch("g", 0), await h.fetch("g", 1), await h.fetch("other", 1)] == [(ErrorCode.none, -1)] * 3
         assert [decode_key(key) for key, value in h.writer.records[-3:] if value is None] == [
             OffsetCommitKey("g", "orders", 0), OffsetCommitKey("g", "orders", 1),
             OffsetCommitKey("other", "orders", 1)]

@@ -189,12 +189,10 @@ class ClusterLink:
                     partition.update_isr(isr_now, view.zk_version)  # the controller changed it
             elif partition.leader_id != view.leader or partition.leader_epoch != view.leader_epoch \
                     or partition.is_leader:
-                was_leader = partition.is_leader
                 self._stop_following(partition)
                 partition.become_follower(view.leader if view.leader >= 0 else None, view.leader_epoch, replicas,
                                           isr_now, view.zk_version)
-                if was_leader:
-                    self.coordinator.partition_resigned(topic, index, view.leader_epoch)
+                self.coordinator.partition_followed(topic, index, view.leader_epoch)
                 if view.leader >= 0:
                     self._fetcher(view.leader).add(partition)
             else:

@@ -157,6 +157,8 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # the coordinator instead of answering NOT_COORDINATOR (broker/offset_fetch_forwarding.py).
         Setting("offsets.fetch.forward.enable", False, _parse_bool),
         _int("offsets.load.buffer.size", 5242880, 1),
+        # tidemark: followers of an offsets partition replay it into a warm standby coordinator
+        Setting("offsets.standby.replay.enable", True, _parse_bool),
         _int("offset.metadata.max.bytes", 4096, 0),
         # Where OffsetCommit/OffsetFetch keep offsets: the offsets topic, or ZooKeeper's znodes
         # (OffsetCommit v0-1 and OffsetFetch v0 are served, from ZooKeeper, when it is set).

@@ -54,17 +54,22 @@ LOAD_RETRY_BACKOFF_MAX_MS = 10_000
 
 class LoadState(enum.Enum):
     UNLOADED = "unloaded"  # never loaded here, or resigned
-    LOADING = "loading"
-    ACTIVE = "active"
+    LOADING = "loading"  # leading: replaying the log before serving
+    ACTIVE = "active"  # leading and serving
     FAILED = "failed"  # the load failed; retried with back-off
+    # Following (offsets.standby.replay.enable): replaying what this replica holds below the high
+    # watermark into the same state the leader keeps, serving nothing, so that becoming leader
+    # needs no load.
+    STANDBY = "standby"
 
 
 # Target state -> the states a shard may be in before it.
 LOAD_TRANSITIONS: dict[LoadState, frozenset[LoadState]] = {
-    LoadState.LOADING: frozenset({LoadState.UNLOADED, LoadState.FAILED}),
-    LoadState.ACTIVE: frozenset({LoadState.LOADING}),
-    LoadState.FAILED: frozenset({LoadState.LOADING}),
-    LoadState.UNLOADED: frozenset({LoadState.LOADING, LoadState.ACTIVE, LoadState.FAILED}),
+    LoadState.LOADING: frozenset({LoadState.UNLOADED, LoadState.FAILED, LoadState.STANDBY}),
+    LoadState.ACTIVE: frozenset({LoadState.LOADING, LoadState.STANDBY}),
+    LoadState.FAILED: frozenset({LoadState.LOADING, LoadState.STANDBY}),
+    LoadState.STANDBY: frozenset({LoadState.UNLOADED, LoadState.FAILED}),
+    LoadState.UNLOADED: frozenset({LoadState.LOADING, LoadState.ACTIVE, LoadState.FAILED, LoadState.STANDBY}),
 }
 
 # What a request to a shard that is not active is answered (Kafka's runtime: LOADING answers
@@ -73,6 +78,7 @@ NOT_ACTIVE_ERRORS: dict[LoadState, ErrorCode] = {
     LoadState.UNLOADED: ErrorCode.not_coordinator,
     LoadState.LOADING: ErrorCode.coordinator_load_in_progress,
     LoadState.FAILED: ErrorCode.not_coordinator,
+    LoadState.STANDBY: ErrorCode.not_coordinator,
 }
 
 
@@ -99,6 +105,7 @@ class ShardRuntime:
         self.index = index
         self.state = LoadState.UNLOADED
         self.epoch = -1
+        self.leading = False  # whether this broker leads the partition at `epoch` (else it follows)
         self.shard: CoordinatorShard | None = None
         self.writer: PartitionWriter | None = None
         # (event, its future, released at once: a failure path, which waits for no write)
@@ -106,6 +113,11 @@ class ShardRuntime:
         self._tasks: set[asyncio.Task[Any]] = set()  # load, event loop, high watermark follower
         self._pending: collections.deque[_PendingWrite] = collections.deque()  # in log order
         self._replayed_to = 0  # the shard holds every committed record below this offset
+        self._loaded = False  # the first replay to the high watermark is done
+        # A leadership serves (runs events, answers reads) once every record its log held when
+        # it began is committed and replayed: whatever an earlier leader acknowledged is among them.
+        self._serve_from = 0
+        self._serving: asyncio.Future[None] | None = None
         self._last_written = 0  # the end of this leadership's last append
         self._log_failed: ErrorCode | None = None  # the partition's log failed under this leadership
         self._wakeup: Cancellable | None = None
@@ -126,15 +138,35 @@ class ShardRuntime:
     # -- leadership ---------------------------------------------------------------------------
 
     def became_leader(self, epoch: int) -> None:
-        """This broker leads the partition at `epoch`: load it (again, if the epoch is newer)."""
-        if epoch < self.epoch or (epoch == self.epoch and self.state is not LoadState.UNLOADED):
+        """This broker leads the partition at `epoch`: a standby serves at once, anything else
+        loads (again, if the epoch is newer)."""
+        if epoch < self.epoch or (epoch == self.epoch and self.leading and self.state is not LoadState.UNLOADED):
             log.info("offsets_partition_stale_leadership", partition=self.index, epoch=epoch, current=self.epoch)
+            return
+        self.epoch = epoch
+        self.leading = True
+        self._failures = 0
+        if self.state is LoadState.STANDBY:
+            self._promote()
             return
         if self.state is not LoadState.UNLOADED:
             self._unload()
-        self.epoch = epoch
-        self._failures = 0
         self._start_load()
+
+    def became_follower(self, epoch: int) -> None:
+        """This broker follows the partition at `epoch` (a leader, if it was one, resigned):
+        keep or start the standby (offsets.standby.replay.enable), else unload."""
+        if epoch < self.epoch or (epoch == self.epoch and not self.leading and self.state is not LoadState.UNLOADED):
+            return
+        self.epoch = epoch
+        self.leading = False
+        if self.state is LoadState.STANDBY:
+            return  # the same log under a new leader: the standby replays on
+        if self.state is not LoadState.UNLOADED:
+            self._unload()  # a leader's state holds more than the log: start the standby afresh
+        if self.runtime.config["offsets.standby.replay.enable"]:
+            self._failures = 0
+            self._start_load()
 
     def resigned(self, epoch: int | None) -> None:
         """This broker no longer leads the partition (None: it was deleted): unload it."""
@@ -143,14 +175,27 @@ class ShardRuntime:
             return
         if epoch is not None:
             self.epoch = epoch
+        self.leading = False
         if self.state is not LoadState.UNLOADED:
             self._unload()
 
     def _start_load(self) -> None:
-        self.transition_to(LoadState.LOADING)
+        """Replay the partition into a new shard: to serve it (leading) or to stand by."""
+        self.transition_to(LoadState.LOADING if self.leading else LoadState.STANDBY)
         self.writer = self.runtime.topic.writer(self.index)
         self.shard = CoordinatorShard(self.index, self.runtime.shard_config, self.runtime.topic.partition_exists)
-        self._spawn(self._load(self.epoch), f"coordinator-load-{self.index}")
+        self._loaded = False
+        self._spawn(self._load(self.shard), f"coordinator-load-{self.index}")
+
+    def _promote(self) -> None:
+        """A standby's broker became leader: its shard serves at once, or, while its first
+        replay still runs, once that ends (COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        log.info("offsets_partition_promoted", partition=self.index, epoch=self.epoch, loaded=self._loaded,
+                 replayed_to=self._replayed_to)
+        if self._loaded:
+            self._activate()
+        else:
+            self.transition_to(LoadState.LOADING)
 
     def _spawn(self, coroutine: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coroutine, name=name)
@@ -166,6 +211,10 @@ class ShardRuntime:
                 handle.cancel()
         self._wakeup = self._wakeup_at = self._retry = None
         unavailable = ShardNotAvailable(ErrorCode.not_coordinator)
+        if self._serving is not None and not self._serving.done():
+            self._serving.set_exception(unavailable)
+            self._serving.exception()  # retrieved here: nobody may be waiting
+        self._serving = None
         while not self._queue.empty():
             _, future, _immediate = self._queue.get_nowait()
             if not future.done():
@@ -182,6 +231,7 @@ class ShardRuntime:
             self.runtime.release(self.shard.unloaded(now))
         self.shard = None
         self.writer = None
+        self._loaded = False
         self.transition_to(LoadState.UNLOADED)
         log.info("offsets_partition_unloaded", partition=self.index, epoch=self.epoch)
 
@@ -192,42 +242,57 @@ class ShardRuntime:
 
     # -- loading ------------------------------------------------------------------------------
 
-    async def _load(self, epoch: int) -> None:
+    async def _load(self, shard: CoordinatorShard) -> None:
         try:
             position = await self._replay_to_high_watermark()
         except asyncio.CancelledError:
             raise
         except Exception:
-            if epoch == self.epoch and self.state is LoadState.LOADING:
-                self._failed(epoch)
+            if self.shard is shard:
+                self._failed()
             return
-        if epoch != self.epoch or self.state is not LoadState.LOADING:
-            return  # a newer leadership took over meanwhile
-        assert self.shard is not None and self.writer is not None
+        if self.shard is not shard:
+            return  # unloaded meanwhile
         self._failures = 0
-        self.transition_to(LoadState.ACTIVE)
-        config = self.runtime.config
-        self.shard.schedule_retention_check(self.clock.now_ms(), config["offsets.retention.check.interval.ms"],
-                                            config["offsets.retention.minutes"] * 60_000)
-        # Records an earlier leadership appended and not committed yet are replayed as the high
-        # watermark passes them, read from the log; this leadership's own appends follow them.
         self._replayed_to = position
-        self._last_written = self.writer.log_end_offset
+        self._loaded = True
+        # From here on records are replayed as the high watermark passes them, read from the log
+        # (a standby's, an earlier leadership's tail), or this leadership's own appends.
+        self._spawn(self._follow_high_watermark(shard), f"coordinator-replay-{self.index}")
+        if self.state is LoadState.LOADING:
+            self._activate()
+
+    def _activate(self) -> None:
+        """Serve: events run and reads are answered once the log this leadership begins with is
+        committed and replayed (a follower's high watermark may trail its leader's by a fetch)."""
+        assert self.shard is not None and self.writer is not None
+        self.transition_to(LoadState.ACTIVE)
+        config, now = self.runtime.config, self.clock.now_ms()
+        self.shard.membership.restart_sessions(now)
+        self.shard.schedule_retention_check(now, config["offsets.retention.check.interval.ms"],
+                                            config["offsets.retention.minutes"] * 60_000)
+        self._last_written = self._serve_from = self.writer.log_end_offset
+        self._serving = asyncio.get_running_loop().create_future()
         self._log_failed = None
         self._spawn(self._run(), f"coordinator-{self.index}")
-        self._spawn(self._follow_high_watermark(epoch), f"coordinator-replay-{self.index}")
-        self._arm_timer()
+        self._advance()
 
-    def _failed(self, epoch: int) -> None:
+    async def serving(self) -> None:
+        """Wait until this leadership serves (at once, but for an uncommitted tail of its log);
+        ShardNotAvailable if it is unloaded first."""
+        if self._serving is None:
+            raise ShardNotAvailable(NOT_ACTIVE_ERRORS.get(self.state, ErrorCode.not_coordinator))
+        await asyncio.shield(self._serving)
+
+    def _failed(self) -> None:
         backoff = min(LOAD_RETRY_BACKOFF_MS * 2 ** self._failures, LOAD_RETRY_BACKOFF_MAX_MS)
         self._failures += 1
-        log.exception("offsets_load_failed", partition=self.index, epoch=epoch, retry_in_ms=backoff)
+        log.exception("offsets_load_failed", partition=self.index, epoch=self.epoch, retry_in_ms=backoff)
         self.transition_to(LoadState.FAILED)
 
-        def retry() -> None:
+        def retry() -> None:  # an unload or a new role cancels it
             self._retry = None
-            if epoch == self.epoch and self.state is LoadState.FAILED:
-                self._start_load()
+            self._start_load()
 
         self._retry = self.clock.call_at(self.clock.now_ms() + backoff, retry)
 
@@ -284,6 +349,8 @@ class ShardRuntime:
     # -- events -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        assert self._serving is not None
+        await asyncio.shield(self._serving)
         while True:
             event, future, immediate = await self._queue.get()
             if future.done():
@@ -366,11 +433,20 @@ class ShardRuntime:
 
     # -- replay: the one path by which the shard's state changes --------------------------------
 
-    async def _follow_high_watermark(self, epoch: int) -> None:
-        """Replay records as the high watermark passes them, and release what waited on them."""
+    async def _follow_high_watermark(self, shard: CoordinatorShard) -> None:
+        """Replay records as the high watermark passes them, and release what waited on them
+        (leading or standing by: the same replay)."""
         writer = self.writer
         assert writer is not None
-        while epoch == self.epoch and self.state is LoadState.ACTIVE:
+        while self.shard is shard:
+            if writer.log_end_offset < self._replayed_to:
+                # Only an unclean truncation cuts below a high watermark: this state holds records
+                # the log no longer has, so replay it afresh.
+                log.warning("offsets_standby_reset", partition=self.index, log_end=writer.log_end_offset,
+                            replayed_to=self._replayed_to)
+                self._unload()
+                self._start_load()
+                return
             self._advance()
             high_watermark = writer.high_watermark
             waiting_for = self._replayed_to + 1 if high_watermark <= self._replayed_to else high_watermark + 1
@@ -419,13 +495,16 @@ class ShardRuntime:
                 replayed.merge(shard.replay(offset, key, value, now_ms=now))
             self._replayed_to = after
         self.runtime.release(replayed)
+        if self._serving is not None and not self._serving.done() and self._replayed_to >= self._serve_from:
+            self._serving.set_result(None)
         self._arm_timer()
 
     # -- timers -------------------------------------------------------------------------------
 
     def _arm_timer(self) -> None:
-        """One wake-up at the shard's earliest deadline; firing is an event like any other."""
-        if self.shard is None:
+        """One wake-up at the shard's earliest deadline; firing is an event like any other. Only
+        a serving leader's timers fire: a standby never writes (no expiry, no session ends)."""
+        if self.shard is None or self.state is not LoadState.ACTIVE:
             return
         deadline = self.shard.next_deadline()
         if deadline == self._wakeup_at:
@@ -509,11 +588,13 @@ class GroupCoordinator:
                 runtime = self.shards[index] = ShardRuntime(self, index)
             runtime.became_leader(leader_epoch)
 
-    def partition_resigned(self, topic: str, index: int, leader_epoch: int) -> None:
-        """This broker no longer leads a partition (of the offsets topic: unload it)."""
-        runtime = self.shards.get(index) if topic == OFFSETS_TOPIC else None
-        if runtime is not None:
-            runtime.resigned(leader_epoch)
+    def partition_followed(self, topic: str, index: int, leader_epoch: int) -> None:
+        """This broker follows a partition (of the offsets topic: stand by, or unload)."""
+        if topic == OFFSETS_TOPIC:
+            runtime = self.shards.get(index)
+            if runtime is None:
+                runtime = self.shards[index] = ShardRuntime(self, index)
+            runtime.became_follower(leader_epoch)
 
     def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` on first use (and again after it was deleted), as Kafka
@@ -615,19 +696,21 @@ class GroupCoordinator:
         groups: list[dict[str, Any]] = []
         error = ErrorCode.none
         for runtime in self.shards.values():
-            if runtime.state is not LoadState.ACTIVE:
+            if runtime.state is LoadState.ACTIVE and runtime.shard is not None:
+                groups.extend(list_groups(runtime.shard.groups, body, version)["groups"])
+            elif runtime.leading:  # loading, or failed and retrying; the others are not ours
                 error = ErrorCode.coordinator_load_in_progress
-                continue
-            groups.extend(list_groups(runtime.shard.groups, body, version)["groups"])
         return groups, error
 
-    def read(self, group_id: str, reader: Callable[[CoordinatorShard], Any],
-             error_response: Callable[[ErrorCode], Any]) -> Any:
+    async def read(self, group_id: str, reader: Callable[[CoordinatorShard], Any],
+                   error_response: Callable[[ErrorCode], Any]) -> Any:
         """A read of committed state (OffsetFetch, DescribeGroups): no queue, no records."""
         try:
             runtime = self.shard_for(group_id)
+            if runtime.state is not LoadState.ACTIVE:
+                raise ShardNotAvailable(NOT_ACTIVE_ERRORS[runtime.state])
+            await runtime.serving()
         except ShardNotAvailable as exc:
             return error_response(exc.code)
-        if runtime.state is not LoadState.ACTIVE or runtime.shard is None:
-            return error_response(NOT_ACTIVE_ERRORS[runtime.state])
+        assert runtime.shard is not None
         return reader(runtime.shard)

@@ -232,6 +232,14 @@ class GroupRebalancer:
             self.timer.schedule(key, deadline, functools.partial(self._on_timer, key))
             keys.add(key)
 
+    def restart_sessions(self, now_ms: int) -> None:
+        """This shard starts serving (a load ended, or a standby became leader): every member's
+        session starts now, as Kafka reschedules loaded members' heartbeats."""
+        for group_id, group in self.groups.items():
+            for member in group.members.values():
+                member.last_heartbeat_ms = now_ms
+            self.reschedule(group_id)
+
     def reschedule(self, group_id: str) -> None:
         """Bring the group's timer keys in line with its state (all cancelled once it is gone)."""
         old = self._scheduled.pop(group_id, set())

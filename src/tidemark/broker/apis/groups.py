@@ -108,7 +108,7 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
         def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
             return {"groups": [error_responses.described_group(group_id, code)]}
 
-        described = ctx.coordinator.read(
+        described = await ctx.coordinator.read(
             group_id, lambda shard, g=group_id: describe_groups(shard.groups, _OneGroup(g), version), failed
         )
         groups.extend(described["groups"])

@@ -99,10 +99,10 @@ def _wanted(topics: Any, names: Names | None) -> list[tuple[str, list[int]]] | N
     return [(name, list(t.partition_indexes)) for t in topics if (name := names[t.topic_id]) is not None]
 
 
-def _read_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None,
+async def _read_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None,
                 require_stable: bool) -> dict[str, Any]:
     """One group's part of an OffsetFetch response: its topics and its error code."""
-    return ctx.coordinator.read(
+    return await ctx.coordinator.read(
         group_id,
         lambda shard: {"group_id": group_id, "error_code": 0,
                        "topics": shard.fetch_offsets(group_id, wanted, require_stable)},
@@ -144,7 +144,7 @@ async def handle_fetch(ctx: RequestContext, request: Request) -> Any:
     if zk_offsets.serves(ctx, zk_offsets.OFFSET_FETCH):
         groups = list(await asyncio.gather(*(zk_offsets.fetch_group(ctx, g, w) for (g, _), w in zip(asked, wanted))))
     else:
-        groups = [_read_group(ctx, g, w, require_stable) for (g, _), w in zip(asked, wanted)]
+        groups = [await _read_group(ctx, g, w, require_stable) for (g, _), w in zip(asked, wanted)]
     if version >= TOPIC_IDS_FROM:
         groups = [_with_topic_ids(ctx, group, topics, n) for group, (_, topics), n in zip(groups, asked, names)]
         # (a forwarded group's answer below comes from its coordinator, ids and all)
