@@ -70,6 +70,7 @@ class InMemoryPartitionWriter:
         self.auto_commit = auto_commit
         self.fail_reads = 0
         self.fail_appends = 0  # that many appends raise, writing nothing
+        self.isr_below_min = False  # the ISR shrank below min.insync.replicas
         self.batch_ends: list[int] = []  # where each append ended: the high watermark's stops
         self.reads = 0
         self.on_read: Callable[[InMemoryPartitionWriter], None] | None = None
@@ -100,6 +101,9 @@ class InMemoryPartitionWriter:
             else:
                 waiting.append((target, future))
         self._waiters = waiting
+
+    def below_min_insync(self) -> bool:
+        return self.isr_below_min
 
     def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
         future = asyncio.get_running_loop().create_future()

@@ -223,3 +223,21 @@ def test_session_expires_on_the_timer_exactly_at_its_deadline(coordinator_harnes
         assert member not in group.members
 
     coordinator_harness(scenario, group_initial_rebalance_delay_ms="0")
+
+
+def test_a_commit_committed_while_too_few_replicas_are_in_sync_is_not_acknowledged(coordinator_harness):
+    """The ISR shrank below min.insync.replicas after the append: the write commits with the
+    leader alone, and the commit is answered as Kafka answers NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    (COORDINATOR_NOT_AVAILABLE), though the record, being in the log, is still replayed."""
+    async def scenario(h):
+        await h.start()
+        h.writer.auto_commit = False
+        pending = asyncio.ensure_future(h.commit(5))
+        await h.settle()
+        h.writer.isr_below_min = True
+        h.writer.commit()
+        await h.settle()
+        assert h.commit_code(pending.result()) == ErrorCode.coordinator_not_available
+        assert await h.fetch() == (ErrorCode.none, 5)
+
+    coordinator_harness(scenario)

@@ -49,6 +49,11 @@ class PartitionWriter(Protocol):
         """Done once the high watermark reaches `offset`; failed if the partition goes away."""
         ...
 
+    def below_min_insync(self) -> bool:
+        """Whether fewer replicas are in sync than acknowledging a commit needs (a committed
+        write is then answered NOT_ENOUGH_REPLICAS_AFTER_APPEND, as an acks=-1 produce is)."""
+        ...
+
     def read(self, position: int, upper_bound: int) -> tuple[list[LogRecord], int]:
         """One chunk of records from `position` below `upper_bound`, and the position after it."""
         ...
@@ -117,6 +122,12 @@ class LogPartitionWriter:
         batch = build_batch([(r.key, r.value, (), now_ms) for r in records], compression=self.compression)
         return self.replicas.append(self.partition, batch).last_offset + 1
 
+    def below_min_insync(self) -> bool:
+        if self.config["offsets.commit.required.acks"] != -1:
+            return False
+        topic = self.replicas.topic(self.partition.topic)
+        return len(self.partition.isr) < self.config.min_insync_replicas(topic.configs if topic else {})
+
     def _check_replicas(self) -> None:
         """Refuse before appending, as a Produce with the same acks is refused: this broker no
         longer leads the partition, or offsets.commit.required.acks=-1 and fewer replicas are in
@@ -125,12 +136,9 @@ class LogPartitionWriter:
         partition = self.partition
         if not partition.is_leader:
             raise NotLeaderOrFollowerError(f"{partition.topic}-{partition.index} is led by {partition.leader_id}")
-        if self.config["offsets.commit.required.acks"] == -1:
-            topic = self.replicas.topic(partition.topic)
-            min_insync = self.config.min_insync_replicas(topic.configs if topic else {})
-            if len(partition.isr) < min_insync:
-                raise NotEnoughReplicasError(
-                    f"{partition.topic}-{partition.index}: {len(partition.isr)} in sync, {min_insync} required")
+        if self.below_min_insync():
+            raise NotEnoughReplicasError(f"{partition.topic}-{partition.index}: {len(partition.isr)} in sync, "
+                                         "fewer than min.insync.replicas")
 
     def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
         return self.partition.wait_for_high_watermark(offset)

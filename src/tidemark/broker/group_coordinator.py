@@ -474,6 +474,8 @@ class ShardRuntime:
                 pending.popleft()
                 self.runtime.release(replayed)
                 replayed = Result()
+                if write.end > write.first and writer.below_min_insync():  # committed by too few replicas
+                    self._write_failed(write, ErrorCode.not_enough_replicas_after_append)
                 self._released(write)
                 continue
             if self._replayed_to >= high_watermark:
