@@ -439,9 +439,10 @@ class ShardRuntime:
         writer = self.writer
         assert writer is not None
         while self.shard is shard:
-            if writer.log_end_offset < self._replayed_to:
-                # Only an unclean truncation cuts below a high watermark: this state holds records
-                # the log no longer has, so replay it afresh.
+            if writer.log_end_offset < self._replayed_to or writer.log_start_offset > self._replayed_to:
+                # Only an unclean truncation cuts below a high watermark, and a follower restarts
+                # its log past its end only when the leader's starts there: either way this state
+                # and the log part, so replay it afresh.
                 log.warning("offsets_standby_reset", partition=self.index, log_end=writer.log_end_offset,
                             replayed_to=self._replayed_to)
                 self._unload()
