@@ -87,6 +87,18 @@ def test_a_follower_rejoins_once_caught_up_to_the_high_watermark_and_the_epoch_s
     assert (partition.isr, partition.zk_version) == (frozenset({1, 2, 3}), 1)
 
 
+def test_a_follower_that_never_fetches_does_not_rejoin_an_empty_partition(tmp_path):
+    """A dead follower of an empty partition (high watermark 0, epoch start 0): its log end is
+    unknown, not 0, so it is not "caught up" and stays out of the ISR (it used to rejoin after
+    every shrink, and acks=all writes waited for a broker that was down)."""
+    partition = _partition(tmp_path)
+    _lead(partition, isr=(1, 3))
+    partition.follower_fetched(3, 0, NOW)
+    assert partition.isr_to_expand() is None
+    partition.follower_fetched(2, 0, NOW)  # the first fetch of the restarted follower
+    assert partition.isr_to_expand() == frozenset({1, 2, 3})
+
+
 def test_a_follower_takes_the_leaders_high_watermark_up_to_its_own_log_end(tmp_path):
     partition = _partition(tmp_path, 3)
     partition.become_follower(2, 1, (1, 2, 3), frozenset({1, 2, 3}), zk_version=0)

@@ -239,7 +239,7 @@ class ClusterLink:
                     await self._write_isr(partition, wanted)
                 under_replicated += len(partition.isr) < len(partition.replicas)
                 end = partition.log.log_end_offset
-                max_lag = max([max_lag] + [end - f.log_end_offset for f in partition.followers.values()])
+                max_lag = max([max_lag] + [end - max(f.log_end_offset, 0) for f in partition.followers.values()])
             metrics.UNDER_REPLICATED_PARTITIONS.set(under_replicated)
             metrics.REPLICA_MAX_LAG.set(max_lag)
 

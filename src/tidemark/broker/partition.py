@@ -23,7 +23,7 @@ class FollowerState:
     """What the leader knows of one follower (Kafka's Replica): its log end from its last fetch,
     and the last time it was caught up with the leader's log end."""
 
-    log_end_offset: int = 0
+    log_end_offset: int = -1  # unknown until it fetches: a dead follower never looks caught up
     last_caught_up_ms: int = 0
     # The leader's log end at the follower's previous fetch: fetching from there since means
     # it was caught up then (Kafka's lastFetchLeaderLogEndOffset).
@@ -65,7 +65,8 @@ class Partition:
     def become_leader(self, leader_epoch: int, replicas: tuple[int, ...], isr: frozenset[int], zk_version: int,
                       now_ms: int) -> None:
         """Lead at `leader_epoch`: followers start as caught up now (they get
-        replica.lag.time.max.ms to show they are), at an unknown log end."""
+        replica.lag.time.max.ms to show they are), at an unknown log end (Kafka's -1: on an empty
+        partition a log end of 0 would put a follower that never fetches back into the ISR)."""
         self.leader_id = self.local_id
         self.leader_epoch = leader_epoch
         self.leader_epoch_start_offset = self.log.log_end_offset  # a follower rejoins only past it
@@ -138,7 +139,7 @@ class Partition:
         for replica in self.isr:
             if replica != self.local_id:
                 state = self.followers.get(replica)
-                high_watermark = min(high_watermark, state.log_end_offset if state is not None else 0)
+                high_watermark = min(high_watermark, max(state.log_end_offset, 0) if state is not None else 0)
         self._advance_high_watermark(high_watermark)
 
     def leader_high_watermark(self, high_watermark: int) -> None:
