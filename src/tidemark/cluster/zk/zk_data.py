@@ -32,6 +32,9 @@ ISR_CHANGE_PREFIX = "isr_change_"
 # message definitions and so kio no longer have): a broker creates /admin/controlled_shutdown/N
 # (ephemeral), the controller moves N's leaderships away and deletes the znode.
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+# Kafka's PreferredReplicaElectionZNode: the partitions whose preferred replica should lead; the
+# controller acts on it and deletes it (one request at a time).
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 
 # The persistent parents a Kafka cluster has (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, CONTROLLED_SHUTDOWN)
@@ -260,9 +263,22 @@ def decode_topic_config(data: bytes | None) -> dict[str, str]:
 # /isr_change_notification/isr_change_<seq> ----------------------------------------------------
 
 
-def encode_isr_change(partitions: Sequence[tuple[str, int]]) -> bytes:
+def _encode_partition_list(partitions: Sequence[tuple[str, int]]) -> bytes:
+    """{"version":1,"partitions":[{"topic":T,"partition":P},...]}: ISR change notices and
+    preferred replica elections alike."""
     return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
 
 
-def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
+def _decode_partition_list(data: bytes) -> list[tuple[str, int]]:
     return [(item["topic"], int(item["partition"])) for item in _loads(data)["partitions"]]
+
+
+encode_isr_change = _encode_partition_list
+decode_isr_change = _decode_partition_list
+
+
+# /admin/preferred_replica_election ------------------------------------------------------------
+
+
+encode_preferred_replica_election = _encode_partition_list
+decode_preferred_replica_election = _decode_partition_list
