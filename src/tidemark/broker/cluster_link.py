@@ -26,6 +26,7 @@ from tidemark.broker import metrics
 from tidemark.broker.config import validate_topic_configs
 from tidemark.broker.replica_fetcher import ReplicaFetcher
 from tidemark.cluster.zk import isr, preferred_election, session, shutdown, topic_admin, zk_data
+from tidemark.cluster.zk.config_changes import ConfigChangeListener
 from tidemark.cluster.zk.controller import Controller
 from tidemark.cluster.zk.errors import (
     ClusterError,
@@ -67,6 +68,8 @@ class ClusterLink:
         self._view: ZkMetadataView | None = None
         self._registration: BrokerRegistration | None = None
         self._controller: Controller | None = None
+        self._config_changes: ConfigChangeListener | None = None
+        self._config_reloads = asyncio.Lock()
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -100,6 +103,8 @@ class ClusterLink:
         await self._blocking(self._controller.start)
         self._started = True
         self._apply(self._view.snapshot if self._view else self.snapshot)
+        self._config_changes = ConfigChangeListener(self.client, self._config_changed_in_kazoo_thread)
+        await self._blocking(self._config_changes.start)
         try:  # serve once the view shows this broker and a controller (clients ask for both)
             await self.wait_for(lambda s: s.controller_id >= 0 and self.node_id in s.brokers)
         except TimeoutError:
@@ -124,6 +129,8 @@ class ClusterLink:
         self._fetchers.clear()
         if self._view is not None:
             self._view.on_change = None
+        if self._config_changes is not None:
+            self._config_changes.close()
         # The controller first (closing interrupts its retries), while the session still works.
         for part in (self._controller, self._registration):
             if part is not None:
@@ -191,6 +198,25 @@ class ClusterLink:
                 partition.isr, partition.zk_version = isr_now, view.zk_version
         self.changed.set()
         self.changed = asyncio.Event()
+
+    def _config_changed_in_kazoo_thread(self, topic: str) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._spawn, self._reload_topic_configs(topic), f"configs-{topic}")
+
+    async def _reload_topic_configs(self, name: str) -> None:
+        """Another broker changed the topic's configs: take them (produce checks read them from
+        the topic's metadata, the logs get their new config)."""
+        async with self._config_reloads:  # in the notices' order: the newest read is applied last
+            table = self.replicas.metadata
+            try:
+                configs = await self._blocking(table.read_configs, name)
+            except KazooException as exc:
+                log.warning("topic_configs_not_reloaded", topic=name, error=repr(exc))
+                return
+            topic = table.use_configs(name, configs)
+            if topic is not None:
+                self.replicas.apply_topic_configs(topic)
+                log.info("topic_configs_reloaded", topic=name, configs=configs)
 
     def _stop_following(self, partition: Partition) -> None:
         for fetcher in self._fetchers.values():
