@@ -111,7 +111,8 @@ def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(make_broke
     assert producer.flush(WAIT_S) == 0
 
     # A restart of the preferred replica leaves the leadership with another broker.
-    brokers[preferred].stop()
+    brokers[preferred].kill()
+    _until(lambda: _zk_state(zk, chroot, "orders")["leader"] not in (preferred, -1), "another leader")
     brokers[preferred].start()
     _until(lambda: len(_zk_state(zk, chroot, "orders")["isr"]) == 3, "the restarted replica back in sync")
     before = _zk_state(zk, chroot, "orders")
