@@ -99,6 +99,18 @@ def test_a_follower_that_never_fetches_does_not_rejoin_an_empty_partition(tmp_pa
     assert partition.isr_to_expand() == frozenset({1, 2, 3})
 
 
+def test_a_follower_that_stopped_fetching_does_not_rejoin_after_leaving_the_isr(tmp_path):
+    partition = _partition(tmp_path)  # empty: its last fetch offset (0) is the high watermark
+    _lead(partition)
+    partition.flushed_to(0)
+    partition.follower_fetched(2, 0, NOW)
+    partition.follower_fetched(3, 0, NOW)
+    partition.update_isr(frozenset({1, 2}), zk_version=1)  # 3 was lost (the controller took it out)
+    assert partition.isr_to_expand() is None
+    partition.follower_fetched(3, 0, NOW + 1)  # back and fetching
+    assert partition.isr_to_expand() == frozenset({1, 2, 3})
+
+
 def test_a_follower_takes_the_leaders_high_watermark_up_to_its_own_log_end(tmp_path):
     partition = _partition(tmp_path, 3)
     partition.become_follower(2, 1, (1, 2, 3), frozenset({1, 2, 3}), zk_version=0)

@@ -19,14 +19,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker import metrics
 from tidemark.broker.config import validate_topic_configs
 from tidemark.broker.offset_fetch_forwarding import OffsetFetchForwarder
 from tidemark.broker.replica_fetcher import ReplicaFetcher
-from tidemark.cluster.zk import isr, session, shutdown, topic_admin, zk_data
+from tidemark.cluster.zk import isr, preferred_election, session, shutdown, topic_admin, zk_data
+from tidemark.cluster.zk.config_changes import ConfigChangeListener
 from tidemark.cluster.zk.controller import Controller
 from tidemark.cluster.zk.errors import (
     ClusterError,
@@ -72,6 +73,8 @@ class ClusterLink:
         self._view: ZkMetadataView | None = None
         self._registration: BrokerRegistration | None = None
         self._controller: Controller | None = None
+        self._config_changes: ConfigChangeListener | None = None
+        self._config_reloads = asyncio.Lock()
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -108,6 +111,8 @@ class ClusterLink:
         await self._blocking(self._controller.start)
         self._started = True
         self._apply(self._view.snapshot if self._view else self.snapshot)
+        self._config_changes = ConfigChangeListener(self.client, self._config_changed_in_kazoo_thread)
+        await self._blocking(self._config_changes.start)
         try:  # serve once the view shows this broker and a controller (clients ask for both)
             await self.wait_for(lambda s: s.controller_id >= 0 and self.node_id in s.brokers)
         except TimeoutError:
@@ -134,6 +139,8 @@ class ClusterLink:
         self._fetchers.clear()
         if self._view is not None:
             self._view.on_change = None
+        if self._config_changes is not None:
+            self._config_changes.close()
         # The controller first (closing interrupts its retries), while the session still works.
         for part in (self._controller, self._registration):
             if part is not None:
@@ -199,6 +206,25 @@ class ClusterLink:
                 partition.isr, partition.zk_version = isr_now, view.zk_version
         self.changed.set()
         self.changed = asyncio.Event()
+
+    def _config_changed_in_kazoo_thread(self, topic: str) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._spawn, self._reload_topic_configs(topic), f"configs-{topic}")
+
+    async def _reload_topic_configs(self, name: str) -> None:
+        """Another broker changed the topic's configs: take them (produce checks read them from
+        the topic's metadata, the logs get their new config)."""
+        async with self._config_reloads:  # in the notices' order: the newest read is applied last
+            table = self.replicas.metadata
+            try:
+                configs = await self._blocking(table.read_configs, name)
+            except KazooException as exc:
+                log.warning("topic_configs_not_reloaded", topic=name, error=repr(exc))
+                return
+            topic = table.use_configs(name, configs)
+            if topic is not None:
+                self.replicas.apply_topic_configs(topic)
+                log.info("topic_configs_reloaded", topic=name, configs=configs)
 
     def _stop_following(self, partition: Partition) -> None:
         for fetcher in self._fetchers.values():
@@ -279,12 +305,57 @@ class ClusterLink:
         await self._blocking(topic_admin.delete_topic, self.client, name)
         await self.wait_for(lambda s: name not in s.topics)
 
-    async def wait_for(self, condition: Callable[[ClusterSnapshot], bool]) -> None:
-        """Until the applied view satisfies `condition` (the caller bounds the wait)."""
-        timeout_s = self.config["request.timeout.ms"] / 1000
+    async def wait_for(self, condition: Callable[[ClusterSnapshot], bool], timeout_s: float | None = None) -> None:
+        """Until the applied view satisfies `condition`, at most timeout_s (request.timeout.ms
+        by default): TimeoutError."""
+        if timeout_s is None:
+            timeout_s = self.config["request.timeout.ms"] / 1000
         async with asyncio.timeout(timeout_s):
             while not condition(self.snapshot):
                 await self.changed.wait()
+
+    async def elect_preferred_leaders(self, partitions: list[tuple[str, int]],
+                                      timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
+        """ElectLeaders (PREFERRED): the controller moves each partition's leadership to its
+        preferred replica where it is alive and in the ISR. Answers Kafka's error per partition,
+        once this broker's view shows the new leaders (REQUEST_TIMED_OUT after timeout_s)."""
+        assert self.client is not None
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        results: dict[tuple[str, int], ErrorCode] = {}
+        wanted = []
+        for key in partitions:
+            view = self.snapshot.partitions.get(key)
+            if view is None or view.state is None:
+                results[key] = ErrorCode.unknown_topic_or_partition
+            elif view.leader == view.replicas[0]:
+                results[key] = ErrorCode.election_not_needed
+            else:
+                wanted.append(key)
+        if not wanted:
+            return results
+        handled = await self._blocking(preferred_election.request_preferred_election, self.client, wanted, timeout_s)
+        if not handled:
+            return {**results, **{key: ErrorCode.request_timed_out for key in wanted}}
+        # The controller wrote the states before it deleted the request: read them, as the
+        # outcome, from ZooKeeper (this broker's view may not have them yet).
+        states = await self._blocking(lambda: {key: _read_state(self.client, *key) for key in wanted})
+        elected = {}
+        for key, state in states.items():
+            view = self.snapshot.partitions.get(key)
+            if state is None or view is None:
+                results[key] = ErrorCode.unknown_topic_or_partition
+            elif state.leader == view.replicas[0]:
+                results[key] = ErrorCode.none
+                elected[key] = state.leader_epoch
+            else:
+                results[key] = ErrorCode.preferred_leader_not_available
+        try:
+            await self.wait_for(lambda s: all((v := s.partitions.get(key)) is None or v.leader_epoch >= epoch
+                                              for key, epoch in elected.items()),
+                                max(0.0, deadline - asyncio.get_running_loop().time()))
+        except TimeoutError:
+            return {**results, **{key: ErrorCode.request_timed_out for key in elected}}
+        return results
 
     def live_brokers(self) -> list[zk_data.BrokerInfo]:
         return [self.snapshot.brokers[b] for b in sorted(self.snapshot.brokers)]
@@ -320,6 +391,14 @@ def _has_states(snapshot: ClusterSnapshot, topic: str, partitions: int) -> bool:
     """Whether the controller has created the state of each of the topic's first partitions."""
     return all((view := snapshot.partitions.get((topic, p))) is not None and view.state is not None
                for p in range(partitions))
+
+
+def _read_state(client: KazooClient, topic: str, partition: int) -> zk_data.PartitionState | None:
+    try:
+        data, stat = client.get(zk_data.partition_state_path(topic, partition))
+    except NoNodeError:
+        return None
+    return zk_data.decode_partition_state(data, stat.version)
 
 
 def cluster_error_code(exc: BaseException) -> ErrorCode:

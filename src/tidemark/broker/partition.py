@@ -29,6 +29,9 @@ class FollowerState:
     # it was caught up then (Kafka's lastFetchLeaderLogEndOffset).
     leader_end_at_last_fetch: int = 0
     last_fetch_ms: int = 0
+    # Only a follower that fetched since it left the ISR may rejoin it (Kafka expands the ISR
+    # on a follower's fetch): a dead one's last fetch must not bring it back.
+    fetched_out_of_isr: bool = False
 
 
 class Partition:
@@ -89,6 +92,9 @@ class Partition:
 
     def update_isr(self, isr: frozenset[int], zk_version: int) -> None:
         """The ISR as now stored (by this leader's own write, or read back)."""
+        for replica, state in self.followers.items():
+            if replica not in isr:
+                state.fetched_out_of_isr = False
         self.isr = isr
         self.zk_version = zk_version
         self._maybe_advance_high_watermark()
@@ -108,13 +114,15 @@ class Partition:
         state.log_end_offset = fetch_offset
         state.leader_end_at_last_fetch = leader_end
         state.last_fetch_ms = now_ms
+        state.fetched_out_of_isr = replica_id not in self.isr
         self._maybe_advance_high_watermark()
 
     def isr_to_expand(self) -> frozenset[int] | None:
-        """The ISR with every follower that caught up to the high watermark added (Kafka's
-        maybeExpandIsr), or None when nobody rejoins."""
+        """The ISR with every follower that caught up to the high watermark, by a fetch made
+        while out of the ISR, added (Kafka's maybeExpandIsr), or None when nobody rejoins."""
         joining = {replica for replica, state in self.followers.items()
-                   if replica not in self.isr and state.log_end_offset >= self.high_watermark
+                   if replica not in self.isr and state.fetched_out_of_isr
+                   and state.log_end_offset >= self.high_watermark
                    and state.log_end_offset >= self.leader_epoch_start_offset}
         return self.isr | joining if joining else None
 

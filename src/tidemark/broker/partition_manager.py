@@ -112,13 +112,17 @@ class PartitionManager:
     def set_topic_configs(self, name: str, configs: dict[str, Any]) -> TopicMetadata:
         """Replace a topic's overrides: persisted first, then applied to its live logs at once."""
         topic = self.metadata.set_topic_configs(name, configs)
-        config = self.config.log_config(topic.configs)
-        for index in range(topic.partitions):
-            partition = self.partitions.get((name, index))
-            if partition is not None:
-                partition.log.config = config
+        self.apply_topic_configs(topic)
         log.info("topic_configs_altered", topic=name, configs=configs)
         return topic
+
+    def apply_topic_configs(self, topic: TopicMetadata) -> None:
+        """A topic's overrides as the metadata now holds them, applied to its live logs."""
+        config = self.config.log_config(topic.configs)
+        for index in range(topic.partitions):
+            partition = self.partitions.get((topic.name, index))
+            if partition is not None:
+                partition.log.config = config
 
     def delete_records(self, partition: Partition, offset: int) -> int:
         """DeleteRecords: move the log start offset up to `offset` and checkpoint it before the

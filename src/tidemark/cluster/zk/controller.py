@@ -68,6 +68,7 @@ class Controller:
         ChildrenWatch(self.client, zk_data.DELETE_TOPICS, self._event(self._deletions_requested))
         ChildrenWatch(self.client, zk_data.ISR_CHANGE_NOTIFICATION, self._event(self._isr_changes_noticed))
         ChildrenWatch(self.client, zk_data.CONTROLLED_SHUTDOWN, self._event(self._shutdowns_requested))
+        DataWatch(self.client, zk_data.PREFERRED_REPLICA_ELECTION, self._event(self._preferred_election_requested))
 
     def close(self) -> None:
         """Stop taking part; the /controller znode goes with the client's session."""
@@ -246,6 +247,7 @@ class Controller:
         self._deletions_requested(self.client.get_children(zk_data.DELETE_TOPICS))
         self._isr_changes_noticed(self.client.get_children(zk_data.ISR_CHANGE_NOTIFICATION))
         self._shutdowns_requested(self.client.get_children(zk_data.CONTROLLED_SHUTDOWN))
+        self._preferred_election_requested()
 
     def _read_live_brokers(self) -> dict[int, int]:
         live = {}
@@ -385,6 +387,29 @@ class Controller:
         if fence is None or not children:
             return
         fence.commit(lambda t: [t.delete(f"{zk_data.ISR_CHANGE_NOTIFICATION}/{c}") for c in children])
+
+    # -- preferred replica election (ElectLeaders) -------------------------------------------
+
+    def _preferred_election_requested(self, *_watched: Any) -> None:
+        """Move each listed partition's leadership to its preferred replica where it can lead,
+        then delete the request: whoever asked reads the outcome from the state znodes.
+        Partitions unknown here are skipped (the asker answers UNKNOWN_TOPIC_OR_PARTITION)."""
+        fence = self._fence
+        if fence is None:
+            return
+        try:
+            data, stat = self.client.get(zk_data.PREFERRED_REPLICA_ELECTION)
+        except NoNodeError:
+            return
+        for topic, partition in zk_data.decode_preferred_replica_election(data):
+            replicas = self._topics.get(topic, zk_data.TopicAssignment({})).partitions.get(partition)
+            if replicas:
+                self._update_state(topic, partition, lambda state, replicas=replicas: leader_election.elect_preferred(
+                    replicas, state, self._live, fence.epoch, not_leader=self._shutting_down))
+        failure = first_failure(fence.commit(
+            lambda t: t.delete(zk_data.PREFERRED_REPLICA_ELECTION, version=stat.version)))
+        if failure is not None and not isinstance(failure, NoNodeError):
+            raise failure
 
     # -- controlled shutdown --------------------------------------------------------------------
 

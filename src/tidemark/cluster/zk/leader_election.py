@@ -62,3 +62,13 @@ def elect_for_controlled_shutdown(replicas: Sequence[int], state: PartitionState
     if not remaining_isr:
         return None
     return _changed(state, state.leader, remaining_isr, controller_epoch)
+
+
+def elect_preferred(replicas: Sequence[int], state: PartitionState, live: Collection[int],
+                    controller_epoch: int, not_leader: Collection[int] = ()) -> PartitionState | None:
+    """Kafka's PreferredReplicaPartitionLeaderElection: the first replica of the assignment
+    leads, if it is alive (and not shutting down) and in the ISR; the ISR stays as it is."""
+    preferred = replicas[0]
+    if preferred == state.leader or preferred not in live or preferred in not_leader or preferred not in state.isr:
+        return None
+    return _changed(state, preferred, state.isr, controller_epoch)

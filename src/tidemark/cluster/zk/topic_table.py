@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from tidemark.cluster.embedded import INTERNAL_TOPICS, TopicMetadata, cluster_id_from_uuid
-from tidemark.cluster.zk import producer_ids, zk_data
+from tidemark.cluster.zk import config_changes, producer_ids, zk_data
 
 CLUSTER_ID_PATH = "/cluster/id"
 
@@ -76,9 +76,21 @@ class ZkTopicTable:
         return self.parse_configs(zk_data.decode_topic_config(data))
 
     def set_topic_configs(self, name: str, configs: dict[str, Any]) -> TopicMetadata:
-        """Replace a topic's overrides in /config/topics/T (AlterConfigs). The other brokers read
-        them when they next learn of the topic (Kafka's /config/changes notices are not built)."""
-        self.client.set(zk_data.topic_config_path(name), zk_data.encode_topic_config(configs))
+        """Replace a topic's overrides in /config/topics/T (AlterConfigs) with a
+        /config/changes notice: every other broker reloads them (reload_configs)."""
+        config_changes.set_topic_config(self.client, name, configs)
+        return self._with_configs(name, configs)
+
+    def read_configs(self, name: str) -> dict[str, Any]:
+        """A topic's overrides as ZooKeeper holds them now (another broker may have changed
+        them). Blocking: call it off the event loop, then hand them to use_configs on it."""
+        return self._configs(name)
+
+    def use_configs(self, name: str, configs: dict[str, Any]) -> TopicMetadata | None:
+        """None when this broker does not know the topic (any more)."""
+        return self._with_configs(name, configs) if name in self.topics else None
+
+    def _with_configs(self, name: str, configs: dict[str, Any]) -> TopicMetadata:
         topic = dataclasses.replace(self.topics[name], configs=dict(configs))
         self.topics[name] = topic
         self._by_id[topic.topic_id] = topic

@@ -24,6 +24,10 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+# Kafka's ConfigEntityChangeNotificationZNode: a sequential config_change_NNNNNNNNNN per change
+# of an entity's config, which every broker watches (topic configs are not read otherwise).
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
@@ -32,9 +36,12 @@ ISR_CHANGE_PREFIX = "isr_change_"
 # message definitions and so kio no longer have): a broker creates /admin/controlled_shutdown/N
 # (ephemeral), the controller moves N's leaderships away and deletes the znode.
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+# Kafka's PreferredReplicaElectionZNode: the partitions whose preferred replica should lead; the
+# controller acts on it and deletes it (one request at a time).
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 
 # The persistent parents a Kafka cluster has (KafkaZkClient.createTopLevelPaths).
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, CONTROLLED_SHUTDOWN)
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_CHANGES, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, CONTROLLED_SHUTDOWN)
 
 NO_LEADER = -1  # Kafka's LeaderAndIsr.NoLeader
 INITIAL_LEADER_EPOCH = 0
@@ -63,6 +70,11 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def config_change_path(sequence: str = "") -> str:
+    """Without a sequence: the prefix a sequential create completes."""
+    return f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}{sequence}"
 
 
 def delete_topic_path(topic: str) -> str:
@@ -257,12 +269,43 @@ def decode_topic_config(data: bytes | None) -> dict[str, str]:
     return {k: str(v) for k, v in (_loads(data).get("config") or {}).items()}
 
 
+# /config/changes/config_change_<seq> -----------------------------------------------------------
+
+CONFIG_CHANGE_VERSION = 2  # Kafka 2.0+: {"version":2,"entity_path":"topics/T"}
+
+
+def encode_topic_config_change(topic: str) -> bytes:
+    return _dumps({"version": CONFIG_CHANGE_VERSION, "entity_path": f"topics/{topic}"})
+
+
+def decode_config_change(data: bytes) -> tuple[str, str]:
+    """(entity type, entity name), e.g. ("topics", "orders"), from version 1 or 2 notices."""
+    value = _loads(data)
+    if int(value.get("version", 1)) == 1:
+        return str(value["entity_type"]), str(value["entity_name"])
+    entity_type, _, name = str(value["entity_path"]).partition("/")
+    return entity_type, name
+
+
 # /isr_change_notification/isr_change_<seq> ----------------------------------------------------
 
 
-def encode_isr_change(partitions: Sequence[tuple[str, int]]) -> bytes:
+def _encode_partition_list(partitions: Sequence[tuple[str, int]]) -> bytes:
+    """{"version":1,"partitions":[{"topic":T,"partition":P},...]}: ISR change notices and
+    preferred replica elections alike."""
     return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
 
 
-def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
+def _decode_partition_list(data: bytes) -> list[tuple[str, int]]:
     return [(item["topic"], int(item["partition"])) for item in _loads(data)["partitions"]]
+
+
+encode_isr_change = _encode_partition_list
+decode_isr_change = _decode_partition_list
+
+
+# /admin/preferred_replica_election ------------------------------------------------------------
+
+
+encode_preferred_replica_election = _encode_partition_list
+decode_preferred_replica_election = _decode_partition_list
