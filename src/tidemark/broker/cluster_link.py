@@ -80,6 +80,7 @@ class ClusterLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.changed = asyncio.Event()  # set at every applied view change (handlers wait on it)
         self._started = False  # the partition manager is open: view changes can be applied
+        self._stopping = False  # leaderships handed away: no new fetcher, no role change any more
         # OffsetFetch forwarding to the group's coordinator (offsets.fetch.forward.enable).
         self.offset_fetch_forwarder = OffsetFetchForwarder(self._address, config["request.timeout.ms"]) \
             if config["offsets.fetch.forward.enable"] else None
@@ -130,6 +131,7 @@ class ClusterLink:
                 log.warning("controlled_shutdown_failed", broker=self.node_id, error=repr(exc))
                 handled = False
             log.info("controlled_shutdown", broker=self.node_id, handled=handled)
+        self._stopping = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -168,7 +170,7 @@ class ClusterLink:
         if self._view is not None and snapshot is not self._view.snapshot:
             snapshot = self._view.snapshot  # a later change is queued: apply the newest once
         self.snapshot = snapshot
-        if not self._started:
+        if not self._started or self._stopping:
             return
         table = self.replicas.metadata
         changed, gone = table.update(snapshot.topics)

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 MAX_STATE_WRITE_ATTEMPTS = 20  # compare-and-set retries against concurrent leader ISR writes
 # An event interrupted by a connection loss runs again once connected: every handler decides from
 # what it reads, so a write that did land before the loss is found done, not made twice.
+CLOSE_WAIT_S = 5.0
 EVENT_RETRY = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=60.0)
 TopicPartition = tuple[str, int]
 
@@ -71,11 +72,18 @@ class Controller:
         DataWatch(self.client, zk_data.PREFERRED_REPLICA_ELECTION, self._event(self._preferred_election_requested))
 
     def close(self) -> None:
-        """Stop taking part; the /controller znode goes with the client's session."""
+        """Stop taking part; the /controller znode goes with the client's session. Waits for the
+        resignation at most CLOSE_WAIT_S: an event still running (a long retry, a slow
+        ZooKeeper) ends at its next ZooKeeper call once the session closes, and its writes are
+        fenced, so a stopping broker does not wait for it."""
         self._closed = True
         self.client.remove_listener(self._session_state)
-        self._thread.submit(self._resign)
-        self._thread.shutdown(wait=True)
+        resigned = self._thread.submit(self._resign)
+        self._thread.shutdown(wait=False)
+        try:
+            resigned.result(CLOSE_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            log.warning("broker %d: controller still busy at close", self.broker_id)
 
     @property
     def is_active(self) -> bool:
