@@ -17,7 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState, TransactionRequest
@@ -29,13 +29,14 @@ from tidemark.cluster.zk import leader_election, zk_data
 from tidemark.cluster.zk.errors import ClusterError, ControllerMovedError
 from tidemark.cluster.zk.fencing import ControllerFence, first_failure
 from tidemark.cluster.zk.registration import ensure_persistent_paths
+from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
 MAX_STATE_WRITE_ATTEMPTS = 20  # compare-and-set retries against concurrent leader ISR writes
+CLOSE_WAIT_S = 5.0  # how long close() waits for the controller thread to resign
 # An event interrupted by a connection loss runs again once connected: every handler decides from
 # what it reads, so a write that did land before the loss is found done, not made twice.
-CLOSE_WAIT_S = 5.0
 EVENT_RETRY = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=60.0)
 TopicPartition = tuple[str, int]
 
@@ -289,20 +290,38 @@ class Controller:
         """Give each partition of `topics` a state: create the missing ones, elect where the
         leader is not live, drop lost brokers from ISRs."""
         live = set(self._live) if live is None else set(live)
-        for topic, assignment in topics.items():
-            self._create_missing_states(topic, assignment, live)
+        for topic, assignment in _offsets_topic_first(topics):
+            known = self._read_states([(topic, p) for p in assignment.partitions])
+            self._create_missing_states(topic, {p: r for p, r in assignment.partitions.items()
+                                                if known[topic, p] is None}, live)
             for partition, replicas in assignment.partitions.items():
+                if known[topic, partition] is None:
+                    continue  # just created, or waiting for a live replica
                 self._update_state(topic, partition, lambda state, replicas=replicas: leader_election.elect_after_change(
-                    replicas, state, live, self._require_fence().epoch, not_leader=self._shutting_down))
+                    replicas, state, live, self._require_fence().epoch, not_leader=self._shutting_down),
+                    known=known[topic, partition])
 
-    def _create_missing_states(self, topic: str, assignment: zk_data.TopicAssignment, live: Collection[int]) -> None:
+    def _read_states(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, tuple[bytes, Any] | None]:
+        """The state znodes (data, stat) of many partitions, read in one pipelined round (None:
+        no state yet): a controller settling thousands of partitions must not pay a round trip
+        for each."""
+        pending = {key: self.client.get_async(zk_data.partition_state_path(*key)) for key in partitions}
+        states: dict[TopicPartition, tuple[bytes, Any] | None] = {}
+        for key, answer in pending.items():
+            try:
+                states[key] = answer.get()
+            except NoNodeError:
+                states[key] = None
+        return states
+
+    def _create_missing_states(self, topic: str, missing_replicas: Mapping[int, Sequence[int]],
+                               live: Collection[int]) -> None:
         fence = self._require_fence()
         missing = {}
-        for partition, replicas in assignment.partitions.items():
-            if self.client.exists(zk_data.partition_state_path(topic, partition)) is None:
-                state = leader_election.initial_state(replicas, live, fence.epoch)
-                if state is not None:  # no live replica: wait for one (Kafka's NewPartition)
-                    missing[partition] = state
+        for partition, replicas in missing_replicas.items():
+            state = leader_election.initial_state(replicas, live, fence.epoch)
+            if state is not None:  # no live replica: wait for one (Kafka's NewPartition)
+                missing[partition] = state
         if not missing:
             return
         parents = [zk_data.partitions_path(topic)] + [zk_data.partition_path(topic, p) for p in missing]
@@ -322,17 +341,21 @@ class Controller:
             raise failure
 
     def _update_state(self, topic: str, partition: int,
-                      decide: Callable[[zk_data.PartitionState], zk_data.PartitionState | None]
-                      ) -> zk_data.PartitionState | None:
-        """Compare-and-set the state znode with what `decide` makes of its current content;
+                      decide: Callable[[zk_data.PartitionState], zk_data.PartitionState | None],
+                      known: tuple[bytes, Any] | None = None) -> zk_data.PartitionState | None:
+        """Compare-and-set the state znode with what `decide` makes of its current content (first
+        `known`, when the caller read it already: a stale read only costs a refused write);
         answers the state now in ZooKeeper (None when the partition has no state)."""
         path = zk_data.partition_state_path(topic, partition)
         for _ in range(MAX_STATE_WRITE_ATTEMPTS):
             fence = self._require_fence()
-            try:
-                data, stat = self.client.get(path)
-            except NoNodeError:
-                return None
+            if known is not None:
+                (data, stat), known = known, None
+            else:
+                try:
+                    data, stat = self.client.get(path)
+                except NoNodeError:
+                    return None
             current = zk_data.decode_partition_state(data, stat.version)
             wanted = decide(current)
             if wanted is None:
@@ -356,7 +379,9 @@ class Controller:
             return
         assignment = zk_data.decode_topic(data)
         self._topics[topic] = assignment
-        self._create_missing_states(topic, assignment, set(self._live) - self._shutting_down)
+        known = self._read_states([(topic, p) for p in assignment.partitions])
+        self._create_missing_states(topic, {p: r for p, r in assignment.partitions.items() if known[topic, p] is None},
+                                    set(self._live) - self._shutting_down)
 
     def _topic_gone(self, topic: str) -> None:
         self._topics.pop(topic, None)
@@ -438,12 +463,19 @@ class Controller:
         self._shutting_down.add(broker_id)
         live = set(self._live)
         remaining = []
-        for topic, assignment in list(self._topics.items()):
-            for partition, replicas in assignment.partitions.items():
-                if broker_id not in replicas:
-                    continue
-                state = self._update_state(topic, partition, lambda s, replicas=replicas: (
-                    leader_election.elect_for_controlled_shutdown(replicas, s, live, self._shutting_down, fence.epoch)))
-                if state is not None and state.leader == broker_id:
-                    remaining.append((topic, partition))
+        hosted = {(topic, partition): replicas for topic, assignment in _offsets_topic_first(self._topics)
+                  for partition, replicas in assignment.partitions.items() if broker_id in replicas}
+        known = self._read_states(hosted)
+        for (topic, partition), replicas in hosted.items():
+            state = self._update_state(topic, partition, lambda s, replicas=replicas: (
+                leader_election.elect_for_controlled_shutdown(replicas, s, live, self._shutting_down, fence.epoch)),
+                known=known[topic, partition])
+            if state is not None and state.leader == broker_id:
+                remaining.append((topic, partition))
         return remaining
+
+
+def _offsets_topic_first(topics: Mapping[str, zk_data.TopicAssignment]) -> list[tuple[str, zk_data.TopicAssignment]]:
+    """Topics in the order a controller settles them: the offsets topic first, so the group
+    coordinators move before a large topic's partitions are worked through."""
+    return sorted(topics.items(), key=lambda item: item[0] != OFFSETS_TOPIC)
