@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from tests.zk.cluster_nodes import Node, Observer
 from tidemark.zk.local_server import ZooKeeperServer, zookeeper_available
 
 if not zookeeper_available():
@@ -37,3 +38,21 @@ def chroot(zookeeper: ZooKeeperServer, zk: KazooClient) -> str:
     path = f"/cluster-{uuid.uuid4().hex[:8]}"
     zk.create(path)
     return zookeeper.connect + path
+
+
+@pytest.fixture
+def observer(chroot: str) -> Iterator[Observer]:
+    """A client that watches the cluster's metadata, for controller-level tests."""
+    o = Observer(chroot)
+    yield o
+    o.close()
+
+
+@pytest.fixture
+def cluster(chroot: str, observer: Observer) -> Iterator[dict[int, Node]]:
+    """Three controller-level cluster nodes (sessions, registrations, controllers; no broker)."""
+    nodes = {b: Node(chroot, b) for b in (1, 2, 3)}
+    observer.wait(lambda s: len(s.brokers) == 3 and s.controller_id in nodes, "three brokers and a controller")
+    yield nodes
+    for node in nodes.values():
+        node.stop()

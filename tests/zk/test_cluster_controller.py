@@ -29,22 +29,6 @@ from tidemark.cluster.zk.session import connect
 from tidemark.cluster.zk.shutdown import request_controlled_shutdown
 
 
-@pytest.fixture
-def observer(chroot: str) -> Iterator[Observer]:
-    o = Observer(chroot)
-    yield o
-    o.close()
-
-
-@pytest.fixture
-def cluster(chroot: str, observer: Observer) -> Iterator[dict[int, Node]]:
-    nodes = {b: Node(chroot, b) for b in (1, 2, 3)}
-    observer.wait(lambda s: len(s.brokers) == 3 and s.controller_id in nodes, "three brokers and a controller")
-    yield nodes
-    for node in nodes.values():
-        node.stop()
-
-
 def state(observer: Observer, topic: str, partition: int) -> zk_data.PartitionState | None:
     return observer.view.snapshot.partitions[topic, partition].state if (topic, partition) in observer.view.snapshot.partitions else None
 
@@ -237,6 +221,8 @@ def test_controlled_shutdown_moves_leadership_away(observer: Observer, cluster) 
     observer.wait(lambda s: s.partitions["moving", 2].isr == (leaving,), "partition 2 in sync on one broker")
 
     assert request_controlled_shutdown(cluster[leaving].client, leaving, 30)
+    # The observer's view follows ZooKeeper's watches: wait until it shows both moves.
+    observer.wait(lambda s: all(s.partitions["moving", p].leader_epoch == 1 for p in (0, 1)), "both moves seen")
     snap = observer.view.snapshot
     p0, p1, p2 = (snap.partitions["moving", p] for p in range(3))
     assert (p0.leader, p0.leader_epoch, p0.isr) == (others[0], 1, (others[0], others[1]))

@@ -21,42 +21,26 @@ from tidemark.cluster.zk.isr import alter_isr
 from tidemark.cluster.zk.preferred_election import request_preferred_election
 
 
-@pytest.fixture
-def observer(chroot: str) -> Iterator[Observer]:
-    o = Observer(chroot)
-    yield o
-    o.close()
-
-
-@pytest.fixture
-def nodes(chroot: str, observer: Observer) -> Iterator[dict[int, Node]]:
-    cluster = {b: Node(chroot, b) for b in (1, 2, 3)}
-    observer.wait(lambda s: len(s.brokers) == 3 and s.controller_id in cluster, "three brokers and a controller")
-    yield cluster
-    for node in cluster.values():
-        node.stop()
-
-
 def test_the_controller_elects_the_preferred_replica_only_when_alive_and_in_sync(
-        chroot: str, observer: Observer, nodes: dict[int, Node]) -> None:
+        chroot: str, observer: Observer, cluster: dict[int, Node]) -> None:
     controller = observer.view.snapshot.controller_id
     preferred, second, third = [b for b in (1, 2, 3) if b != controller] + [controller]
-    topic_admin.create_topic(nodes[second].client, "elect", 1, 3, assignment={0: (preferred, second, third)})
+    topic_admin.create_topic(cluster[second].client, "elect", 1, 3, assignment={0: (preferred, second, third)})
     observer.wait(lambda s: s.partitions.get(("elect", 0)) and s.partitions["elect", 0].leader == preferred, "state")
 
-    nodes.pop(preferred).stop()  # lost: the second replica leads, the preferred leaves the ISR
+    cluster.pop(preferred).stop()  # lost: the second replica leads, the preferred leaves the ISR
     observer.wait(lambda s: s.partitions["elect", 0].leader == second, "the second replica leads")
-    nodes[preferred] = Node(chroot, preferred)  # back, alive but not in sync yet
+    cluster[preferred] = Node(chroot, preferred)  # back, alive but not in sync yet
     observer.wait(lambda s: preferred in s.brokers, "the preferred replica registered again")
     before = observer.view.snapshot.partitions["elect", 0].state
 
-    assert request_preferred_election(nodes[second].client, [("elect", 0), ("absent", 0)], WAIT_S)
+    assert request_preferred_election(cluster[second].client, [("elect", 0), ("absent", 0)], WAIT_S)
     data, stat = observer.client.get(zk_data.partition_state_path("elect", 0))
     assert zk_data.decode_partition_state(data, stat.version) == before  # not in the ISR: unchanged
 
-    written = alter_isr(nodes[second].client, second, "elect", 0, before.leader_epoch, [second, third, preferred],
+    written = alter_isr(cluster[second].client, second, "elect", 0, before.leader_epoch, [second, third, preferred],
                         before.zk_version)
-    assert request_preferred_election(nodes[third].client, [("elect", 0)], WAIT_S)
+    assert request_preferred_election(cluster[third].client, [("elect", 0)], WAIT_S)
     data, stat = observer.client.get(zk_data.partition_state_path("elect", 0))
     after = zk_data.decode_partition_state(data)
     epoch = int(observer.client.get(zk_data.CONTROLLER_EPOCH)[0])

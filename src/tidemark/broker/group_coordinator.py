@@ -586,18 +586,18 @@ class GroupCoordinator:
     def partition_led(self, topic: str, index: int, leader_epoch: int) -> None:
         """This broker became the leader of a partition (of the offsets topic: load it)."""
         if topic == OFFSETS_TOPIC:
-            runtime = self.shards.get(index)
-            if runtime is None:
-                runtime = self.shards[index] = ShardRuntime(self, index)
-            runtime.became_leader(leader_epoch)
+            self._runtime(index).became_leader(leader_epoch)
 
     def partition_followed(self, topic: str, index: int, leader_epoch: int) -> None:
         """This broker follows a partition (of the offsets topic: stand by, or unload)."""
         if topic == OFFSETS_TOPIC:
-            runtime = self.shards.get(index)
-            if runtime is None:
-                runtime = self.shards[index] = ShardRuntime(self, index)
-            runtime.became_follower(leader_epoch)
+            self._runtime(index).became_follower(leader_epoch)
+
+    def _runtime(self, index: int) -> ShardRuntime:
+        runtime = self.shards.get(index)
+        if runtime is None:
+            runtime = self.shards[index] = ShardRuntime(self, index)
+        return runtime
 
     def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` on first use (and again after it was deleted), as Kafka
@@ -615,10 +615,7 @@ class GroupCoordinator:
         count = self.topic.partition_count()
         assert count is not None
         for index in range(count):
-            runtime = self.shards.get(index)
-            if runtime is None:
-                runtime = self.shards[index] = ShardRuntime(self, index)
-            runtime.became_leader(self._leader_epoch)
+            self._runtime(index).became_leader(self._leader_epoch)
 
     def _offsets_topic_deleted(self) -> None:
         """Every shard resigns: its cache goes, and requests get NOT_COORDINATOR until the topic
