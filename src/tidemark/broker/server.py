@@ -95,6 +95,7 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     43: (elect_leaders.handle, 0),
 }
 
+CLUSTER_STOP_GRACE_S = 15  # beyond controlled.shutdown.timeout.ms: closing the controller and the session
 MAX_IN_FLIGHT_PER_CONNECTION = 128
 MAX_UNSENT_BYTES_PER_CONNECTION = 16 * 1024 * 1024
 FETCH = 1
@@ -156,7 +157,13 @@ class Broker:
 
     async def stop(self) -> None:
         if self.cluster is not None:
-            await self.cluster.stop()  # controlled shutdown: leaderships move away first
+            # controlled shutdown: leaderships move away first (bounded: the logs are flushed below
+            # whatever ZooKeeper does)
+            bound_s = self.config["controlled.shutdown.timeout.ms"] / 1000 + CLUSTER_STOP_GRACE_S
+            try:
+                await asyncio.wait_for(self.cluster.stop(), bound_s)
+            except TimeoutError:
+                log.warning("cluster_stop_timed_out", seconds=bound_s)
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import faulthandler
+import os
 import signal
 import socket
 import sys
@@ -56,10 +58,17 @@ def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str
     # request crosses threads a few times (fsync hand-offs), so a short interval keeps commit
     # latency low while the cleaner copies segments.
     sys.setswitchinterval(0.0005)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # `kill -USR2`: every thread's stack on stderr
     try:
         asyncio.run(_serve(config, data_dir, host, port, metrics_port is not None))
     except DataDirLockedError as exc:
         raise click.ClickException(str(exc)) from None
+    # Everything is flushed and closed (broker_stopped is logged). A ZooKeeper client call still
+    # blocked in a helper thread (kazoo retries against a closed session) must not keep the
+    # process alive, so leave without waiting for such threads.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _bind_error(host: str, port: int, option: str, exc: OSError) -> str:
