@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("grpc", reason="Spark Connect needs pyspark's connect extras (pip install 'pyspark[connect]')")
 pytest.importorskip("pandas", reason="Spark Connect needs pyspark's connect extras (pip install 'pyspark[connect]')")
 
-from tests.conftest import GROUP_SETTINGS, BrokerProcess, free_port  # noqa: E402
+from tests.conftest import BrokerProcess, free_port  # noqa: E402
 from tests.spark.standalone import SPARK_HOME, source_root  # noqa: E402
 from tests.spark.test_source import committed, create_topic, expected_offsets, produce  # noqa: E402
 
@@ -27,10 +27,9 @@ QUERY_TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("connect-kafka") / "data", GROUP_SETTINGS).start()
-    yield process
-    process.kill()
+def kafka(group_broker: BrokerProcess) -> BrokerProcess:
+    """The module's broker: tests/conftest.py's, set up for consumer groups."""
+    return group_broker
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.conftest import GROUP_SETTINGS, BrokerProcess
+from tests.conftest import BrokerProcess
 from tests.spark.standalone import StandaloneCluster, source_root
 from tests.spark.test_source import committed, create_topic, expected_offsets, produce
 from tidemark.spark.shipping import HINTS
@@ -27,10 +27,9 @@ PIPELINE = Path(__file__).with_name("cluster_pipeline.py")
 
 
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("cluster-kafka") / "data", GROUP_SETTINGS).start()
-    yield process
-    process.kill()
+def kafka(group_broker: BrokerProcess) -> BrokerProcess:
+    """The module's broker: tests/conftest.py's, set up for consumer groups."""
+    return group_broker
 
 
 @pytest.fixture(scope="module")
