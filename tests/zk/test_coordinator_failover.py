@@ -154,7 +154,10 @@ def _commit(consumer: Consumer, offsets: dict[int, int], ledger: Ledger) -> None
 
 def _offset_fetcher(bootstrap: str, ledger: Ledger, stop: threading.Event) -> None:
     """OffsetFetch in a loop: never below what was acknowledged before the request was sent."""
-    checker = Consumer({"bootstrap.servers": bootstrap, "log_level": 0, "group.id": GROUP, "enable.auto.commit": False})
+    # read_uncommitted: librdkafka then asks without require_stable, so a commit still in flight
+    # (UNSTABLE_OFFSET_COMMIT, retried until the timeout) does not hide the committed offsets.
+    checker = Consumer({"bootstrap.servers": bootstrap, "log_level": 0, "group.id": GROUP, "enable.auto.commit": False,
+                        "isolation.level": "read_uncommitted"})
     partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     try:
         while not stop.wait(0.05):
