@@ -6,6 +6,8 @@ change, bounded."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -252,3 +254,31 @@ def test_kafka_era_tools_read_the_layout(observer: Observer, cluster) -> None:
     controller = json.loads(zk.get("/controller")[0])
     assert controller.keys() == {"version", "brokerid", "timestamp"} and isinstance(controller["timestamp"], str)
     assert zk.get("/controller_epoch")[0].isdigit()
+
+
+def test_a_restarted_broker_waits_for_its_previous_sessions_znode_to_go(chroot: str, observer: Observer) -> None:
+    """A broker back before its previous session expired (a crash, a stop that could not close
+    its session) registers once that session's znode goes, instead of refusing to start."""
+    previous = connect(chroot)
+    BrokerRegistration(previous, zk_data.BrokerInfo(7, "127.0.0.1", 19097)).register()
+    restarted = connect(chroot)
+    try:
+        def end_previous_session_once_waited_for() -> None:
+            # kazoo's record of the watch `register` sets on the znode it waits for
+            deadline = time.monotonic() + 60
+            while not any(path.endswith("/brokers/ids/7") for path in restarted._data_watchers):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            previous.stop()  # its session ends: the znode goes
+            previous.close()
+
+        ending = threading.Thread(target=end_previous_session_once_waited_for)
+        ending.start()
+        registration = BrokerRegistration(restarted, zk_data.BrokerInfo(7, "127.0.0.1", 19098), wait_for_owner_s=60)
+        registration.register()
+        ending.join(60)
+        data, stat = observer.client.get("/brokers/ids/7")
+        assert json.loads(data)["port"] == 19098 and stat.ephemeralOwner == restarted.client_id[0]
+    finally:
+        restarted.stop()
+        restarted.close()

@@ -51,17 +51,28 @@ def create_checked_ephemeral(client: KazooClient, path: str, data: bytes) -> Non
 class BrokerRegistration:
     """Registers `broker` now and again after every session expiry, until close()."""
 
-    def __init__(self, client: KazooClient, broker: zk_data.BrokerInfo) -> None:
+    def __init__(self, client: KazooClient, broker: zk_data.BrokerInfo, wait_for_owner_s: float = 0.0) -> None:
         self.client = client
         self.broker = broker
+        # A znode left by this broker's previous session (a crash, a stop that could not close its
+        # session) goes when that session expires: wait that long for it before refusing.
+        self.wait_for_owner_s = wait_for_owner_s
         self._session_lost = False
         self._closed = False
         self.registered = threading.Event()  # set while the znode is ours (tests, status)
 
     def register(self) -> None:
-        """BrokerIdInUseError when another live broker has this id."""
+        """BrokerIdInUseError when another live broker has this id (still, after wait_for_owner_s)."""
         ensure_persistent_paths(self.client)
-        create_checked_ephemeral(self.client, zk_data.broker_path(self.broker.id), zk_data.encode_broker(self.broker))
+        path, data = zk_data.broker_path(self.broker.id), zk_data.encode_broker(self.broker)
+        try:
+            create_checked_ephemeral(self.client, path, data)
+        except BrokerIdInUseError:
+            gone = threading.Event()
+            if self.client.exists(path, watch=lambda _event: gone.set()) is not None \
+                    and not gone.wait(self.wait_for_owner_s):
+                raise
+            create_checked_ephemeral(self.client, path, data)
         self.registered.set()
         self.client.add_listener(self._state_changed)
 
