@@ -35,6 +35,7 @@ CONNECTIONS_READ_PAUSED = Gauge(
 )
 
 # Replication (a ZooKeeper cluster), after Kafka's ReplicaManager metrics.
+FETCH_SESSIONS = Gauge("tidemark_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker holds for its followers")
 UNDER_REPLICATED_PARTITIONS = Gauge(
     "tidemark_under_replicated_partitions", "Partitions this broker leads with fewer in-sync replicas than replicas")
 ISR_SHRINKS = Counter("tidemark_isr_shrinks_total", "ISR shrinks written by this broker as leader")

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from tidemark.broker import metrics
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.errors import PartitionDeletedError
+from tidemark.broker.fetch_sessions import FetchSessionCache
 from tidemark.broker.flusher import Flusher
 from tidemark.broker.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
@@ -44,6 +45,7 @@ class PartitionManager:
                                producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"])
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.flusher = Flusher()
+        self.fetch_sessions = FetchSessionCache()  # followers' incremental fetches of partitions led here
         self._deleted_listeners: list[Callable[[str], None]] = []
 
     def open(self, metadata: Callable[[], Any] | None = None) -> None:

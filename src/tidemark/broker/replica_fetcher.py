@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker.fetch_sessions import FollowerSession
 from tidemark.log.leader_epoch import UNDEFINED_EPOCH
 from tidemark.wire.client import BrokerConnection
 
@@ -84,6 +85,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         connection: BrokerConnection | None = None
+        session = FollowerSession()
         while True:
             if not self.partitions:
                 self._changed.clear()
@@ -97,9 +99,10 @@ class ReplicaFetcher:
             try:
                 if connection is None:
                     connection = await self._connect()
+                    session = FollowerSession()  # a new connection opens a new fetch session
                 if self._unchecked:
                     await self._truncate(connection)
-                await self._fetch(connection)
+                await self._fetch(connection, session)
             except asyncio.CancelledError:
                 if connection is not None:
                     await connection.close()
@@ -148,18 +151,26 @@ class ReplicaFetcher:
                     local_log.truncate_to(end)
                 self._unchecked.discard(key)
 
-    async def _fetch(self, connection: BrokerConnection) -> None:
+    async def _fetch(self, connection: BrokerConnection, session: FollowerSession) -> None:
         fetching = {key: p for key, p in self.partitions.items() if key not in self._unchecked
                     and key not in self._delayed}
         if not fetching:
             return
+        requested = session.request({key: (p.log.log_end_offset, p.log.log_start_offset, p.leader_epoch)
+                                     for key, p in fetching.items()})
+        session_id, epoch, named, forgotten = requested
         response = await connection.request(FETCH, FETCH_VERSION, {
             "replica_id": self.local_id, "max_wait": self._max_wait_ms, "min_bytes": 1,
-            "max_bytes": self._max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": _by_topic(fetching, lambda p: {
+            "max_bytes": self._max_bytes, "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+            "topics": _by_topic({key: fetching[key] for key in named}, lambda p: {
                 "fetch_offset": p.log.log_end_offset, "log_start_offset": p.log.log_start_offset,
                 "partition_max_bytes": self._max_bytes}),
-            "forgotten_topics_data": [], "rack_id": ""}, self._timeout_s + self._max_wait_ms / 1000)
+            "forgotten_topics_data": _forgotten_by_topic(forgotten), "rack_id": ""},
+            self._timeout_s + self._max_wait_ms / 1000)
+        session.answered(requested, response.error_code, response.session_id)
+        if response.error_code != ErrorCode.none:
+            log.info("fetch_session_reset", leader=self.leader_id, error=ErrorCode(response.error_code).name)
+            return
         for topic in response.responses:
             for answer in topic.partitions:
                 key = (topic.topic, answer.partition_index)
@@ -195,3 +206,10 @@ def _by_topic(partitions: dict[TopicPartition, Partition],
         by_topic.setdefault(topic, []).append(
             {"partition": index, "current_leader_epoch": partition.leader_epoch, **fields(partition)})
     return [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()]
+
+
+def _forgotten_by_topic(forgotten: list[TopicPartition]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in forgotten:
+        by_topic.setdefault(topic, []).append(index)
+    return [{"topic": topic, "partitions": indexes} for topic, indexes in by_topic.items()]

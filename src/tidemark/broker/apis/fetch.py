@@ -8,12 +8,15 @@ watermark. Only the partition's leader answers; others say NOT_LEADER_OR_FOLLOWE
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker import metrics
 from tidemark.broker.errors import error_code_for
+from tidemark.broker.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, FetchPosition, FetchSession,
+                                            PartitionKey)
 from tidemark.broker.partition import Partition
 
 if TYPE_CHECKING:
@@ -44,9 +47,58 @@ def _refusal(partition: Partition, replica_id: int, current_leader_epoch: int) -
     return None
 
 
-def _read_all(ctx: RequestContext, body: Any,
-              replica_id: int) -> tuple[list[dict[str, Any]], int, list[Partition], bool]:
-    """One pass over the requested partitions: (topic responses, bytes read, partitions, any error)."""
+def _requested(body: Any) -> tuple[dict[PartitionKey, FetchPosition], list[PartitionKey]]:
+    """The partitions a request names, and those it forgets (an incremental one's)."""
+    requested: dict[PartitionKey, FetchPosition] = {}
+    for fetch_topic in body.topics:
+        for wanted in fetch_topic.partitions:
+            requested[(_topic_ref(fetch_topic), wanted.partition)] = FetchPosition(
+                wanted.fetch_offset, wanted.partition_max_bytes, getattr(wanted, "current_leader_epoch", -1))
+    forgotten = [(_topic_ref(topic), index)
+                 for topic in getattr(body, "forgotten_topics_data", ()) for index in topic.partitions]
+    return requested, forgotten
+
+
+def _topic_ref(entity: Any) -> str | uuid.UUID:
+    """How a request names a topic: by name, or from v13 by id."""
+    topic_id = getattr(entity, "topic_id", None)
+    return topic_id if topic_id is not None else entity.topic
+
+
+def _session(ctx: RequestContext, body: Any, replica_id: int, requested: dict[PartitionKey, FetchPosition],
+             forgotten: list[PartitionKey]) -> tuple[FetchSession | None, bool] | ErrorCode:
+    """The request's fetch session (None without one) and whether the request is incremental,
+    or the session error it gets (fetch_sessions.py has the rules)."""
+    sessions = ctx.replicas.fetch_sessions
+    session_id = getattr(body, "session_id", NO_SESSION)
+    epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+    if epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
+        session = sessions.incremental(session_id, epoch, requested, forgotten)
+        return session if isinstance(session, ErrorCode) else (session, True)
+    sessions.close(session_id)
+    if epoch == INITIAL_EPOCH and replica_id >= 0 and _follows_any(ctx, replica_id, requested):
+        return sessions.open(replica_id, requested), False
+    return None, False
+
+
+def _follows_any(ctx: RequestContext, replica_id: int, requested: dict[PartitionKey, FetchPosition]) -> bool:
+    for ref, index in requested:
+        topic, _ = _resolve(ctx, ref)
+        partition = ctx.replicas.partition(topic.name, index) if topic is not None else None
+        if partition is not None and replica_id in partition.followers:
+            return True
+    return False
+
+
+def _resolve(ctx: RequestContext, ref: str | uuid.UUID) -> tuple[Any, ErrorCode]:
+    if isinstance(ref, uuid.UUID):
+        return ctx.replicas.resolve_topic(None, ref)
+    return ctx.replicas.resolve_topic(ref, None)
+
+
+def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[PartitionKey, FetchPosition]
+              ) -> tuple[list[tuple[PartitionKey, dict[str, Any]]], int, list[Partition], bool]:
+    """One pass over the partitions fetched: (each one's answer, bytes read, partitions, any error)."""
     replicas = ctx.replicas
     # The broker's fetch.max.bytes bounds every response, whatever the client asks (KIP-74 still
     # lets the first non-empty partition return one whole batch beyond it).
@@ -55,53 +107,62 @@ def _read_all(ctx: RequestContext, body: Any,
     errors = False
     partitions: list[Partition] = []
     aborted = [] if body.isolation_level == READ_COMMITTED else None
-    responses = []
-    for fetch_topic in body.topics:
-        topic_id = getattr(fetch_topic, "topic_id", None)  # v13+ names topics by id
-        topic, missing = replicas.resolve_topic(getattr(fetch_topic, "topic", None), topic_id)
-        partition_responses = []
-        for wanted in fetch_topic.partitions:
-            response: dict[str, Any] = {
-                "partition_index": wanted.partition, "error_code": 0, "high_watermark": -1,
-                "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": aborted,
-                "preferred_read_replica": -1, "records": b"",
-            }
-            partition_responses.append(response)
-            partition = replicas.partition(topic.name, wanted.partition) if topic is not None else None
-            if partition is None:
-                response["error_code"] = missing or replicas.absent_code(topic.name, wanted.partition)
-                errors = True
-                continue
-            refusal = _refusal(partition, replica_id, getattr(wanted, "current_leader_epoch", -1))
-            if refusal is not None:
-                response["error_code"] = refusal
-                errors = True
-                continue
-            partitions.append(partition)
-            log = partition.log
-            if replica_id >= 0:
-                partition.follower_fetched(replica_id, wanted.fetch_offset, ctx.clock.now_ms())
-            high_watermark = partition.high_watermark
-            response["high_watermark"] = high_watermark
-            response["last_stable_offset"] = high_watermark
-            response["log_start_offset"] = log.log_start_offset
-            limit = min(wanted.partition_max_bytes, remaining)
-            try:
-                records = log.read(
-                    wanted.fetch_offset, limit, upper_bound=log.log_end_offset if replica_id >= 0 else high_watermark,
-                    min_one_batch=(total == 0)
-                )
-            except Exception as exc:  # noqa: BLE001 - becomes that partition's error code
-                response["error_code"] = error_code_for(exc)
-                metrics.REQUEST_ERRORS.labels("Fetch", response["error_code"].name).inc()
-                errors = True
-                continue
-            response["records"] = records
-            total += len(records)
-            remaining = max(0, remaining - len(records))
-        responses.append({"topic": getattr(fetch_topic, "topic", None), "topic_id": topic_id,
-                          "partitions": partition_responses})
-    return responses, total, partitions, errors
+    answers = []
+    topics: dict[str | uuid.UUID, tuple[Any, ErrorCode]] = {}
+    for key, wanted in positions.items():
+        ref, index = key
+        response: dict[str, Any] = {
+            "partition_index": index, "error_code": 0, "high_watermark": -1,
+            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": aborted,
+            "preferred_read_replica": -1, "records": b"",
+        }
+        answers.append((key, response))
+        if ref not in topics:
+            topics[ref] = _resolve(ctx, ref)
+        topic, missing = topics[ref]
+        partition = replicas.partition(topic.name, index) if topic is not None else None
+        if partition is None:
+            response["error_code"] = missing or replicas.absent_code(topic.name, index)
+            errors = True
+            continue
+        refusal = _refusal(partition, replica_id, wanted.current_leader_epoch)
+        if refusal is not None:
+            response["error_code"] = refusal
+            errors = True
+            continue
+        partitions.append(partition)
+        log = partition.log
+        if replica_id >= 0:
+            partition.follower_fetched(replica_id, wanted.fetch_offset, ctx.clock.now_ms())
+        high_watermark = partition.high_watermark
+        response["high_watermark"] = high_watermark
+        response["last_stable_offset"] = high_watermark
+        response["log_start_offset"] = log.log_start_offset
+        upper_bound = log.log_end_offset if replica_id >= 0 else high_watermark
+        if wanted.fetch_offset == upper_bound and wanted.fetch_offset >= log.log_start_offset:
+            continue  # caught up: nothing to read (the common case of a session's partitions)
+        try:
+            records = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, remaining),
+                               upper_bound=upper_bound, min_one_batch=(total == 0))
+        except Exception as exc:  # noqa: BLE001 - becomes that partition's error code
+            response["error_code"] = error_code_for(exc)
+            metrics.REQUEST_ERRORS.labels("Fetch", response["error_code"].name).inc()
+            errors = True
+            continue
+        response["records"] = records
+        total += len(records)
+        remaining = max(0, remaining - len(records))
+    return answers, total, partitions, errors
+
+
+def _by_topic(answers: list[tuple[PartitionKey, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Answers grouped per topic, in the order the topics came."""
+    by_topic: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+    for (ref, _), answer in answers:
+        by_topic.setdefault(ref, []).append(answer)
+    return [{"topic": None if isinstance(ref, uuid.UUID) else ref,
+             "topic_id": ref if isinstance(ref, uuid.UUID) else None, "partitions": answers}
+            for ref, answers in by_topic.items()]
 
 
 async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
@@ -109,8 +170,15 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
     replica_id = replica_id_of(body)
+    requested, forgotten = _requested(body)
+    session = _session(ctx, body, replica_id, requested, forgotten)
+    if isinstance(session, ErrorCode):
+        metrics.REQUEST_ERRORS.labels("Fetch", session.name).inc()
+        return {"throttle_time": 0, "error_code": session, "session_id": NO_SESSION, "responses": []}
+    session, incremental = session
+    positions = session.partitions if session is not None else requested
     while True:
-        responses, total, partitions, errors = _read_all(ctx, body, replica_id)
+        answers, total, partitions, errors = _read_all(ctx, body, replica_id, positions)
         remaining = deadline - loop.time()
         if total >= body.min_bytes or errors or remaining <= 0:
             break
@@ -121,5 +189,9 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
             await asyncio.wait(watches, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         else:
             await asyncio.sleep(remaining)
+    if session is not None:
+        news = [(key, answer) for key, answer in answers if positions[key].answer_is_news(answer)]
+        answers = news if incremental else answers
     metrics.BYTES_OUT.inc(total)
-    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    return {"throttle_time": 0, "error_code": 0, "session_id": session.id if session is not None else NO_SESSION,
+            "responses": _by_topic(answers)}

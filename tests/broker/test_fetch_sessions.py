@@ -1,0 +1,178 @@
+"""Incremental fetch sessions (KIP-227) between a follower and its leader: the leader's side over
+the wire, from a raw client speaking as the follower, and the follower's own bookkeeping."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from tests.broker.inprocess import until
+from tests.broker.test_replication import NOW, _produce, _roles, two_brokers
+from tests.integration.raw import AsyncRawClient
+from tidemark.broker.fetch_sessions import FollowerSession
+from tidemark.records import build_batch
+
+FETCH = 1
+FOLLOWER = 2
+
+
+def _fetch_body(session_id: int, epoch: int, named: dict[tuple[str, int], int], forgotten=(), replica_id=FOLLOWER):
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, index), offset in named.items():
+        by_topic.setdefault(topic, []).append({"partition": index, "current_leader_epoch": 1, "fetch_offset": offset,
+                                               "log_start_offset": 0, "partition_max_bytes": 1 << 20})
+    forgotten_by_topic: dict[str, list[int]] = {}
+    for topic, index in forgotten:
+        forgotten_by_topic.setdefault(topic, []).append(index)
+    return {"replica_id": replica_id, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": session_id, "session_epoch": epoch,
+            "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
+            "forgotten_topics_data": [{"topic": t, "partitions": p} for t, p in forgotten_by_topic.items()],
+            "rack_id": ""}
+
+
+def _answered(response) -> dict[tuple[str, int], tuple[int, int, bool]]:
+    """(error code, high watermark, has records) of each partition the answer names."""
+    return {(t.topic, p.partition_index): (p.error_code, p.high_watermark, bool(p.records))
+            for t in response.responses for p in t.partitions}
+
+
+def _lead(leader, follower) -> None:
+    """The leader leads t-0 and u-0..2 at epoch 1, replicated by the follower (no fetcher runs:
+    the test's raw client is the follower)."""
+    leader.replicas.create_topic("u", 3, {})
+    for topic, index in (("t", 0), ("u", 0), ("u", 1), ("u", 2)):
+        partition = leader.replicas.partition(topic, index)
+        partition.become_leader(1, (1, FOLLOWER), frozenset({1, FOLLOWER}), zk_version=0, now_ms=NOW)
+
+
+ALL = {("t", 0): 0, ("u", 0): 0, ("u", 1): 0, ("u", 2): 0}
+
+
+def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetched(tmp_path):
+    async def scenario():
+        async with two_brokers(tmp_path) as (leader, follower):
+            _lead(leader, follower)
+            client = await AsyncRawClient.connect(leader.port)
+            opened = await client.request(FETCH, 12, _fetch_body(0, 0, ALL))
+            assert opened.error_code == ErrorCode.none and opened.session_id != 0
+            assert _answered(opened) == {key: (ErrorCode.none, 0, False) for key in ALL}
+            session = opened.session_id
+            assert len(leader.replicas.fetch_sessions) == 1
+
+            # Nothing changed: an incremental fetch naming nothing gets no partitions ...
+            quiet = await client.request(FETCH, 12, _fetch_body(session, 1, {}))
+            assert (quiet.error_code, quiet.session_id, _answered(quiet)) == (ErrorCode.none, session, {})
+            # ... yet every partition of the session counted as fetched: the idle follower
+            # stays caught up (it would otherwise leave the ISR after replica.lag.time.max.ms).
+            u2 = leader.replicas.partition("u", 2)
+            u2.followers[FOLLOWER].last_caught_up_ms = 0
+            await client.request(FETCH, 12, _fetch_body(session, 2, {}))
+            assert u2.followers[FOLLOWER].last_caught_up_ms > 0
+
+            # A record on u-1: only u-1 is answered, with it.
+            assert (await _produce_to(client, "u", 1)) == ErrorCode.none
+            appended = await client.request(FETCH, 12, _fetch_body(session, 3, {}))
+            assert _answered(appended) == {("u", 1): (ErrorCode.none, 0, True)}
+            # The follower names u-1 at its new end: the high watermark moves, so u-1 is news
+            # once more (without records); the session's position for the others is unchanged.
+            moved = await client.request(FETCH, 12, _fetch_body(session, 4, {("u", 1): 1}))
+            assert _answered(moved) == {("u", 1): (ErrorCode.none, 1, False)}
+            assert leader.replicas.partition("u", 1).high_watermark == 1
+
+            # Forgotten partitions are no longer read nor answered.
+            assert (await _produce_to(client, "u", 0)) == ErrorCode.none
+            forgot = await client.request(FETCH, 12, _fetch_body(session, 5, {}, forgotten=[("u", 0)]))
+            assert _answered(forgot) == {}
+            # A partition that errors is answered with its error every time.
+            leader.replicas.partition("t", 0).become_follower(3, 2, (3, 1), frozenset({3, 1}), zk_version=1)
+            moved_away = await client.request(FETCH, 12, _fetch_body(session, 6, {}))
+            assert _answered(moved_away) == {("t", 0): (ErrorCode.not_leader_or_follower, -1, False)}
+            await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+async def _produce_to(client: AsyncRawClient, topic: str, index: int) -> ErrorCode:
+    response = await client.request(0, 9, {"transactional_id": None, "acks": 1, "timeout": 30_000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": index, "records": build_batch([(None, b"v", (), NOW)])}]}]})
+    return response.responses[0].partition_responses[0].error_code
+
+
+def test_session_errors_and_who_gets_a_session(tmp_path):
+    async def scenario():
+        async with two_brokers(tmp_path) as (leader, follower):
+            _lead(leader, follower)
+            client = await AsyncRawClient.connect(leader.port)
+            session = (await client.request(FETCH, 12, _fetch_body(0, 0, ALL))).session_id
+            # The epoch must be the one the session expects next (1), and the id one it knows.
+            stale = await client.request(FETCH, 12, _fetch_body(session, 7, {}))
+            assert (stale.error_code, stale.session_id, stale.responses) == (
+                ErrorCode.invalid_fetch_session_epoch, 0, ())
+            unknown = await client.request(FETCH, 12, _fetch_body(session + 1, 1, {}))
+            assert unknown.error_code == ErrorCode.fetch_session_id_not_found
+            assert (await client.request(FETCH, 12, _fetch_body(session, 1, {}))).error_code == ErrorCode.none
+
+            # A follower's new session replaces its old one: one per follower.
+            renewed = (await client.request(FETCH, 12, _fetch_body(0, 0, ALL))).session_id
+            assert renewed != session and len(leader.replicas.fetch_sessions) == 1
+            gone = await client.request(FETCH, 12, _fetch_body(session, 2, {}))
+            assert gone.error_code == ErrorCode.fetch_session_id_not_found
+            # Epoch -1 closes it, and the fetch is a full one without a session.
+            closed = await client.request(FETCH, 12, _fetch_body(renewed, -1, ALL))
+            assert (closed.error_code, closed.session_id, len(_answered(closed))) == (ErrorCode.none, 0, 4)
+            assert len(leader.replicas.fetch_sessions) == 0
+
+            # Consumers, and ids that follow nothing here, are declined: session id 0.
+            for replica_id in (-1, 7):
+                declined = await client.request(FETCH, 12, _fetch_body(0, 0, ALL, replica_id=replica_id))
+                assert declined.session_id == 0
+            assert len(leader.replicas.fetch_sessions) == 0
+            await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_the_follower_replicates_through_a_session_and_a_new_connection_opens_a_new_one(tmp_path):
+    async def scenario():
+        async with two_brokers(tmp_path) as (leader, follower):
+            lp, fp, fetcher = _roles(leader, follower, epoch=1)
+            client = await AsyncRawClient.connect(leader.port)
+            for i in range(5):
+                assert await _produce(client, f"v{i}".encode()) == (ErrorCode.none, i)
+            await until(lambda: fp.high_watermark == 5)
+            (first,) = leader.replicas.fetch_sessions._by_id
+            await fetcher.stop()  # its connection closes; a new fetcher connects again
+            fetcher.start()
+            assert await _produce(client, b"after") == (ErrorCode.none, 5)
+            await until(lambda: fp.high_watermark == 6)
+            (second,) = leader.replicas.fetch_sessions._by_id
+            assert second != first
+            await client.close()
+            await fetcher.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_the_followers_half_names_only_changes_and_starts_over_after_an_error():
+    session = FollowerSession()
+    a, b = ("t", 0), ("t", 1)
+    full = session.request({a: (0, 0, 1), b: (0, 0, 1)})
+    assert full == (0, 0, {a: (0, 0, 1), b: (0, 0, 1)}, [])
+    session.answered(full, 0, 42)
+    assert (session.id, session.epoch) == (42, 1)
+
+    moved = session.request({a: (5, 0, 1), b: (0, 0, 1)})
+    assert moved == (42, 1, {a: (5, 0, 1)}, [])
+    session.answered(moved, 0, 42)
+    dropped = session.request({a: (5, 0, 1)})
+    assert dropped == (42, 2, {}, [b])
+    session.answered(dropped, 0, 42)
+    assert session.request({a: (5, 0, 1)}) == (42, 3, {}, [])
+
+    session.answered(session.request({a: (5, 0, 1)}), ErrorCode.invalid_fetch_session_epoch, 0)
+    assert session.request({a: (5, 0, 1)}) == (0, 0, {a: (5, 0, 1)}, [])
+    declined = session.request({a: (5, 0, 1)})
+    session.answered(declined, 0, 0)  # the leader declined: full fetches on
+    assert session.request({a: (6, 0, 1)}) == (0, 0, {a: (6, 0, 1)}, [])
