@@ -167,7 +167,9 @@ class Partition:
             else:
                 still_waiting.append((target, future))
         self._hw_waiters = still_waiting
-        self._wake_fetchers()
+        # Consumers' long polls only: a follower's (min_bytes 1) waits for records, and waking it
+        # on every advance would only make it read again and find none.
+        self._wake_consumers()
 
     def wait_for_high_watermark(self, target: int) -> asyncio.Future[None]:
         """A future done once the high watermark reaches `target` (an exclusive end offset)."""
@@ -197,15 +199,15 @@ class Partition:
         if appended is not None and not appended.done():
             appended.set_result(None)
 
-    def _wake_fetchers(self) -> None:
+    def _wake_consumers(self) -> None:
         advanced, self._advanced = self._advanced, None
         if advanced is not None and not advanced.done():
             advanced.set_result(None)
-        self.appended()
 
     def fail_waiters(self, exc: BaseException) -> None:
         for _, future in self._hw_waiters:
             if not future.done():
                 future.set_exception(exc)
         self._hw_waiters = []
-        self._wake_fetchers()
+        self._wake_consumers()
+        self.appended()

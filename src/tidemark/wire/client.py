@@ -5,16 +5,21 @@ fetching from its leader): encode a request, decode its response, over one async
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio import index
 from kio.serial import entity_reader, entity_writer
 
 from tidemark.wire.build import build
 
 _SIZE = struct.Struct(">i")
+# kio resolves a schema by importing its module by name on every call: a follower asks for the
+# same two (Fetch, its response) thousands of times a second.
+load_request_schema = functools.cache(index.load_request_schema)
+load_response_schema = functools.cache(index.load_response_schema)
 CLOSE_TIMEOUT_S = 1.0
 
 
