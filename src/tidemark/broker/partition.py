@@ -111,11 +111,13 @@ class Partition:
             state.last_caught_up_ms = now_ms
         elif fetch_offset >= state.leader_end_at_last_fetch:
             state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        moved = fetch_offset != state.log_end_offset
         state.log_end_offset = fetch_offset
         state.leader_end_at_last_fetch = leader_end
         state.last_fetch_ms = now_ms
         state.fetched_out_of_isr = replica_id not in self.isr
-        self._maybe_advance_high_watermark()
+        if moved:  # otherwise the high watermark has nothing new to go by (a session's idle partitions)
+            self._maybe_advance_high_watermark()
 
     def isr_to_expand(self) -> frozenset[int] | None:
         """The ISR with every follower that caught up to the high watermark, by a fetch made
