@@ -109,6 +109,7 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
     aborted = [] if body.isolation_level == READ_COMMITTED else None
     answers = []
     topics: dict[str | uuid.UUID, tuple[Any, ErrorCode]] = {}
+    now_ms = ctx.clock.now_ms()
     for key, wanted in positions.items():
         ref, index = key
         response: dict[str, Any] = {
@@ -133,13 +134,13 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
         partitions.append(partition)
         log = partition.log
         if replica_id >= 0:
-            partition.follower_fetched(replica_id, wanted.fetch_offset, ctx.clock.now_ms())
+            partition.follower_fetched(replica_id, wanted.fetch_offset, now_ms)
         high_watermark = partition.high_watermark
         response["high_watermark"] = high_watermark
         response["last_stable_offset"] = high_watermark
-        response["log_start_offset"] = log.log_start_offset
+        log_start_offset = response["log_start_offset"] = log.log_start_offset
         upper_bound = log.log_end_offset if replica_id >= 0 else high_watermark
-        if wanted.fetch_offset == upper_bound and wanted.fetch_offset >= log.log_start_offset:
+        if wanted.fetch_offset == upper_bound and wanted.fetch_offset >= log_start_offset:
             continue  # caught up: nothing to read (the common case of a session's partitions)
         try:
             records = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, remaining),
