@@ -5,7 +5,9 @@ Before a partition's first fetch (and after every leader change) the follower as
 with OffsetForLeaderEpoch, where its own latest epoch ends on the leader and truncates what lies
 past that (KIP-101, KIP-279's answer), so no two replicas keep different records at one offset.
 Each fetch carries the follower's log end (which moves the leader's high watermark) and the
-leader epoch it follows (KIP-320: a leader of another epoch refuses). A partition the leader
+leader epoch it follows (KIP-320: a leader of another epoch refuses). Fetches after a
+connection's first are incremental (KIP-227, `fetch_sessions.py`): they name only partitions
+whose position moved, and the answer only partitions with something new. A partition the leader
 refuses (not its leader yet, or of another epoch) is retried after replica.fetch.backoff.ms;
 the broker hands it over to another fetcher when the cluster's view names another leader.
 """
@@ -85,7 +87,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         connection: BrokerConnection | None = None
-        session = FollowerSession()
+        session = FollowerSession()  # replaced with each new connection
         while True:
             if not self.partitions:
                 self._changed.clear()
@@ -99,7 +101,7 @@ class ReplicaFetcher:
             try:
                 if connection is None:
                     connection = await self._connect()
-                    session = FollowerSession()  # a new connection opens a new fetch session
+                    session = FollowerSession()
                 if self._unchecked:
                     await self._truncate(connection)
                 await self._fetch(connection, session)

@@ -2,7 +2,9 @@
 
 A follower's fetch (a replica id, Kafka's FetchIsolation.LOG_END) reads up to the leader's log
 end instead, and tells the leader how far the follower's log reaches: that moves the high
-watermark. Only the partition's leader answers; others say NOT_LEADER_OR_FOLLOWER.
+watermark. Only the partition's leader answers; others say NOT_LEADER_OR_FOLLOWER. A follower
+fetches in an incremental fetch session (`fetch_sessions.py` has the rules): the partitions read
+are the session's, and the answer keeps only those with something new.
 """
 
 from __future__ import annotations
