@@ -113,6 +113,10 @@ def test_session_errors_and_who_gets_a_session(tmp_path):
                 ErrorCode.invalid_fetch_session_epoch, 0, ())
             unknown = await client.request(FETCH, 12, _fetch_body(session + 1, 1, {}))
             assert unknown.error_code == ErrorCode.fetch_session_id_not_found
+            # Another fetcher (a consumer, another replica id) cannot continue it.
+            for replica_id in (-1, 3):
+                taken = await client.request(FETCH, 12, _fetch_body(session, 1, {}, replica_id=replica_id))
+                assert taken.error_code == ErrorCode.fetch_session_id_not_found
             assert (await client.request(FETCH, 12, _fetch_body(session, 1, {}))).error_code == ErrorCode.none
 
             # A follower's new session replaces its old one: one per follower.

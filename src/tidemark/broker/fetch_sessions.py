@@ -118,11 +118,12 @@ class FetchSessionCache:
             del self._by_replica[session.replica_id]
             metrics.FETCH_SESSIONS.set(len(self._by_id))
 
-    def incremental(self, session_id: int, epoch: int, requested: dict[PartitionKey, FetchPosition],
+    def incremental(self, session_id: int, epoch: int, replica_id: int, requested: dict[PartitionKey, FetchPosition],
                     forgotten: Iterable[PartitionKey]) -> FetchSession | ErrorCode:
-        """The session an incremental request continues, updated by it, or the error it gets."""
+        """The session an incremental request continues, updated by it, or the error it gets
+        (another fetcher's session is as unknown as a closed one)."""
         session = self._by_id.get(session_id)
-        if session is None:
+        if session is None or session.replica_id != replica_id:
             return ErrorCode.fetch_session_id_not_found
         if epoch != session.epoch:
             return ErrorCode.invalid_fetch_session_epoch

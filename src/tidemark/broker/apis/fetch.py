@@ -75,7 +75,7 @@ def _session(ctx: RequestContext, body: Any, replica_id: int, requested: dict[Pa
     session_id = getattr(body, "session_id", NO_SESSION)
     epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
-        session = sessions.incremental(session_id, epoch, requested, forgotten)
+        session = sessions.incremental(session_id, epoch, replica_id, requested, forgotten)
         return session if isinstance(session, ErrorCode) else (session, True)
     sessions.close(session_id)
     if epoch == INITIAL_EPOCH and replica_id >= 0 and _follows_any(ctx, replica_id, requested):
