@@ -170,9 +170,10 @@ def _offset_fetcher(bootstrap: str, ledger: Ledger, stop: threading.Event) -> No
             with ledger.lock:
                 ledger.fetches_checked += 1
                 for tp in answered:
-                    if tp.error is None and tp.offset < before.get(tp.partition, 0):
+                    acknowledged = before.get(tp.partition)  # None: nothing to hold the answer to yet
+                    if tp.error is None and acknowledged is not None and tp.offset < acknowledged:
                         ledger.fetch_violations.append(
-                            f"partition {tp.partition}: fetched {tp.offset} < acknowledged {before[tp.partition]}")
+                            f"partition {tp.partition}: fetched {tp.offset} < acknowledged {acknowledged}")
     finally:
         checker.close()
 
