@@ -11,7 +11,6 @@ from tests.broker.inprocess import until
 from tests.broker.test_replication import NOW, _produce, _roles, two_brokers
 from tests.integration.raw import AsyncRawClient
 from tidemark.broker.fetch_sessions import FollowerSession
-from tidemark.records import build_batch
 
 FETCH = 1
 FOLLOWER = 2
@@ -72,7 +71,7 @@ def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetch
             assert u2.followers[FOLLOWER].last_caught_up_ms > 0
 
             # A record on u-1: only u-1 is answered, with it.
-            assert (await _produce_to(client, "u", 1)) == ErrorCode.none
+            assert (await _produce(client, b"v", acks=1, topic="u", partition=1))[0] == ErrorCode.none
             appended = await client.request(FETCH, 12, _fetch_body(session, 3, {}))
             assert _answered(appended) == {("u", 1): (ErrorCode.none, 0, True)}
             # The follower names u-1 at its new end: the high watermark moves, so u-1 is news
@@ -83,7 +82,7 @@ def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetch
             assert leader.replicas.partition("u", 1).high_watermark == 1
 
             # Forgotten partitions are no longer read nor answered.
-            assert (await _produce_to(client, "u", 0)) == ErrorCode.none
+            assert (await _produce(client, b"v", acks=1, topic="u", partition=0))[0] == ErrorCode.none
             forgot = await client.request(FETCH, 12, _fetch_body(session, 5, {}, forgotten=[("u", 0)]))
             assert _answered(forgot) == {}
             # A partition that errors is answered with its error every time.
@@ -93,12 +92,6 @@ def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetch
             await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
-
-
-async def _produce_to(client: AsyncRawClient, topic: str, index: int) -> ErrorCode:
-    response = await client.request(0, 9, {"transactional_id": None, "acks": 1, "timeout": 30_000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": index, "records": build_batch([(None, b"v", (), NOW)])}]}]})
-    return response.responses[0].partition_responses[0].error_code
 
 
 def test_session_errors_and_who_gets_a_session(tmp_path):

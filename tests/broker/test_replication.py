@@ -49,10 +49,12 @@ def _roles(leader: Broker, follower: Broker, epoch: int, isr=(1, 2)):
     return lp, fp, fetcher
 
 
-async def _produce(client: AsyncRawClient, value: bytes, acks: int = -1, timeout_ms: int = 30_000):
+async def _produce(client: AsyncRawClient, value: bytes, acks: int = -1, timeout_ms: int = 30_000,
+                   topic: str = "t", partition: int = 0):
     response = await client.request(PRODUCE, 9, {"transactional_id": None, "acks": acks, "timeout": timeout_ms,
-                                                 "topic_data": [{"name": "t", "partition_data": [
-                                                     {"index": 0, "records": build_batch([(None, value, (), NOW)])}]}]})
+                                                 "topic_data": [{"name": topic, "partition_data": [
+                                                     {"index": partition,
+                                                      "records": build_batch([(None, value, (), NOW)])}]}]})
     answer = response.responses[0].partition_responses[0]
     return answer.error_code, answer.base_offset
 
