@@ -193,6 +193,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         else:
             await asyncio.sleep(remaining)
     if session is not None:
+        # Every answer is recorded in the session (a full one too); an incremental one keeps the news.
         news = [(key, answer) for key, answer in answers if positions[key].answer_is_news(answer)]
         answers = news if incremental else answers
     metrics.BYTES_OUT.inc(total)
