@@ -36,7 +36,7 @@ def _commit(client, group, topic, partitions, version=8, generation=-1, member="
 def _commit_once_loaded(client, group, topic, partitions):
     """`_commit`, answered again while the group's offsets partition is still loading (a client
     that commits first thing on a fresh broker gets COORDINATOR_LOAD_IN_PROGRESS and retries)."""
-    for _ in range(500):
+    for _ in range(3000):  # at least 30 s: a bound on the wait, not a margin it needs
         result = _commit(client, group, topic, partitions)
         if set(result.values()) != {ErrorCode.coordinator_load_in_progress}:
             return result
