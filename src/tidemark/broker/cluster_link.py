@@ -205,6 +205,7 @@ class ClusterLink:
                 if not partition.is_leader or partition.leader_epoch != view.leader_epoch:
                     self._stop_following(partition)
                     partition.become_leader(view.leader_epoch, replicas, isr_now, view.zk_version, now)
+                    self.replicas.flusher.mark_dirty(partition)  # what it replicated counts once durable
                     log.info("became_leader", topic=topic, partition=index, epoch=view.leader_epoch)
                     metrics.LEADER_ELECTIONS.inc()
                     self.coordinator.partition_led(topic, index, view.leader_epoch)

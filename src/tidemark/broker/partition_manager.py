@@ -44,7 +44,7 @@ class PartitionManager:
                                retention_check_interval_ms=config["log.retention.check.interval.ms"],
                                producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"])
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.flusher = Flusher()
+        self.flusher = Flusher(config["tidemark.replica.flush.interval.ms"])
         self.fetch_sessions = FetchSessionCache()  # followers' incremental fetches of partitions led here
         self._deleted_listeners: list[Callable[[str], None]] = []
 
@@ -173,9 +173,10 @@ class PartitionManager:
         return info
 
     def append_as_follower(self, partition: Partition, records: bytes) -> AppendInfo:
-        """Append a leader's batches as they are (offsets and epochs kept), flushed like any append."""
+        """Append a leader's batches as they are (offsets and epochs kept), flushed within
+        tidemark.replica.flush.interval.ms."""
         info = partition.log.append_as_follower(records, now_ms=now_ms())
-        self.flusher.mark_dirty(partition)
+        self.flusher.mark_replicated(partition)
         return info
 
     def topic(self, name: str) -> TopicMetadata | None:
