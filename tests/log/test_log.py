@@ -302,3 +302,46 @@ def test_failed_fsync_takes_the_log_offline(open_log, monkeypatch):
     with pytest.raises(LogOfflineError):  # a later fsync "succeeding" must not advance anything
         log.flush()
     assert log.recovery_point == 0
+
+
+
+def _read_from_files(log, offset: int, max_bytes: int, bound: int, min_one_batch: bool) -> bytes:
+    """What a read returns by the rules alone, from every segment file's batches."""
+    for seg in log.segments:
+        data = open(seg.log_path, "rb").read()
+        batches = [(pos, h) for pos, h in iter_batches(data) if h.last_offset >= offset]
+        if not batches:
+            continue
+        start = stop = batches[0][0]
+        for pos, h in batches:
+            if h.last_offset >= bound or (pos + h.size - start > max_bytes and not (min_one_batch and stop == start)):
+                break
+            stop = pos + h.size
+        return data[start:stop]
+    return b""
+
+
+def test_reads_at_the_tail_match_reads_from_the_files(open_log):
+    """The last batches appended are found from memory (where followers read); every read must
+    return what the rules give from the files, across a roll and after a follower's truncation."""
+    log = open_log(LogConfig(segment_bytes=6000, index_interval_bytes=200))
+
+    def check() -> None:
+        end = log.log_end_offset
+        for offset in range(max(0, end - 60), end + 1):
+            for max_bytes in (1, 150, 1 << 20):
+                for bound in (end, max(offset, end - 3)):
+                    for min_one in (True, False):
+                        assert log.read(offset, max_bytes, upper_bound=bound, min_one_batch=min_one) == \
+                            _read_from_files(log, offset, max_bytes, bound, min_one), (offset, max_bytes, bound, min_one)
+
+    for i in range(80):
+        log.append(batch(1 + i % 4, size=10 + 7 * (i % 5)), now_ms=NOW)
+        if i % 10 == 9:
+            check()
+    assert len(log.segments) > 1
+    log.truncate_to(log.log_end_offset - 7)  # inside a batch: it goes, and all after it
+    check()
+    for i in range(3):
+        log.append(batch(2), now_ms=NOW)
+        check()

@@ -169,17 +169,17 @@ class LocalLog:
         segments = self._segments  # one snapshot: the cleaner swaps in a new list, never edits it
         i = max(0, bisect_right(segments, offset, key=_base_offset) - 1)
         for seg in segments[i:]:
-            found = seg.find(offset)
-            if found is None:
+            start = stop = -1
+            for pos, last_offset, size in seg.batches_from(offset):
+                if start < 0:
+                    start = stop = pos
+                if last_offset >= bound:
+                    break
+                if pos + size - start > max_bytes and not (min_one_batch and stop == start):
+                    break
+                stop = pos + size
+            if start < 0:
                 continue  # offset lies past this segment's batches (a gap): try the next one
-            start, _ = found
-            stop = start
-            for pos, h in seg.scan(start):
-                if h.base_offset + h.last_offset_delta >= bound:
-                    break
-                if pos + h.size - start > max_bytes and not (min_one_batch and stop == start):
-                    break
-                stop = pos + h.size
             return seg.read(start, stop - start) if stop > start else b""
         return b""
 

@@ -7,6 +7,7 @@ and gets a sparse index entry every index_interval_bytes of batches appended.
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,9 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK = 1 << 20  # reads when validating CRCs
 _READ_AHEAD = 64 * 1024  # reads when walking headers
+# Batches appended last, remembered (position, last offset, size) so that a read at the tail,
+# where followers and caught-up consumers read, finds its batches without reading headers back.
+_RECENT_BATCHES = 16
 
 
 def segment_name(base_offset: int) -> str:
@@ -61,6 +65,8 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self.rolling_time_ms: int | None = None  # when the first batch arrived, for log.roll.ms
         self.bytes_since_last_index_entry = 0
+        # The last batches appended through this object, contiguous to the end of the file.
+        self._recent: list[tuple[int, int, int]] = []
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, next_offset={self.next_offset}, size={self.size})"
@@ -221,12 +227,17 @@ class LogSegment:
             # entry points. (If even this fails, the log is offline and recovery truncates.)
             os.ftruncate(self.fd, self.size)
             raise
+        recent = self._recent
         for rel, h in headers:
             self._track(self.size + rel, h, self.offset_index.append, self.time_index.maybe_append)
+            recent.append((self.size + rel, h.base_offset + h.last_offset_delta, h.size))
+        if len(recent) > 2 * _RECENT_BATCHES:
+            self._recent = recent[-_RECENT_BATCHES:]  # a new list: a reader's snapshot stays whole
         self.size += len(data)
 
     def on_roll(self) -> None:
         """Kafka adds a last time index entry when a segment stops being active."""
+        self._recent = []  # reads move on to the new active segment
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
@@ -249,6 +260,7 @@ class LogSegment:
             return 0
         position, h = found
         removed = self.size - position
+        self._recent = []
         os.ftruncate(self.fd, position)
         self.size = position
         self.flushed_size = -1  # the new length must reach the disk
@@ -265,6 +277,20 @@ class LogSegment:
 
     def read(self, position: int, size: int) -> bytes:
         return pread_exact(self.fd, size, position)
+
+    def batches_from(self, offset: int) -> Iterator[tuple[int, int, int]]:
+        """(position, last offset, size) of each batch from the first whose last offset >= offset
+        to the end of the segment: from memory when offset is among the last batches appended,
+        otherwise by reading headers from the sparse index's entry on."""
+        recent = self._recent
+        if recent and offset >= recent[0][1]:
+            yield from recent[bisect_left(recent, offset, key=_last_offset):]
+            return
+        found = self.find(offset)
+        if found is None:
+            return
+        for pos, h in self.scan(found[0]):
+            yield pos, h.base_offset + h.last_offset_delta, h.size
 
     def find(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset >= offset, via the sparse index."""
@@ -327,3 +353,7 @@ def _increasing(entries: list[tuple[int, int]], size: int | None) -> bool:
             return False
         prev = entry
     return True
+
+
+def _last_offset(batch: tuple[int, int, int]) -> int:
+    return batch[1]
