@@ -31,6 +31,28 @@ def test_offset_commit_response_matches_kio(version, topics, throttle, correlati
     assert encode_fast(request, response) == expected
 
 
+FETCHED_PARTITIONS = st.lists(st.fixed_dictionaries({
+    "partition_index": st.integers(0, 2**31 - 1), "error_code": ERROR_CODES,
+    "high_watermark": st.integers(-1, 2**63 - 1), "last_stable_offset": st.integers(-1, 2**63 - 1),
+    "log_start_offset": st.integers(-1, 2**63 - 1),
+    "aborted_transactions": st.none() | st.lists(st.fixed_dictionaries({
+        "producer_id": st.integers(-1, 2**63 - 1), "first_offset": st.integers(0, 2**63 - 1)}), max_size=3),
+    "preferred_read_replica": st.integers(-1, 2**31 - 1),
+    "records": st.none() | st.binary(max_size=300)}), max_size=20)
+FETCHED_TOPICS = st.lists(st.fixed_dictionaries({"topic": st.text(max_size=60), "topic_id": st.uuids(),
+                                                 "partitions": FETCHED_PARTITIONS}), max_size=4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(version=st.sampled_from(list(FAST_ENCODERS[1][0])), topics=FETCHED_TOPICS,
+       error_code=ERROR_CODES, session_id=st.integers(0, 2**31 - 1), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_fetch_response_matches_kio(version, topics, error_code, session_id, correlation_id):
+    request = Request(1, version, correlation_id, "c", None, False)
+    response = {"throttle_time": 0, "error_code": error_code, "session_id": session_id, "responses": topics}
+    expected = encode_response(request, build(load_response_schema(1, version), response))
+    assert encode_fast(request, response) == expected
+
+
 def test_apis_without_a_fast_encoder_are_left_to_kio():
     assert encode_fast(Request(9, 8, 1, "c", None, False), {"groups": []}) is None
     assert encode_fast(Request(8, 1, 1, "c", None, False), {"topics": []}) is None
