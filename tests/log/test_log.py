@@ -332,8 +332,9 @@ def test_reads_at_the_tail_match_reads_from_the_files(open_log):
             for max_bytes in (1, 150, 1 << 20):
                 for bound in (end, max(offset, end - 3)):
                     for min_one in (True, False):
-                        assert log.read(offset, max_bytes, upper_bound=bound, min_one_batch=min_one) == \
-                            _read_from_files(log, offset, max_bytes, bound, min_one), (offset, max_bytes, bound, min_one)
+                        read = log.read(offset, max_bytes, upper_bound=bound, min_one_batch=min_one)
+                        expected = _read_from_files(log, offset, max_bytes, bound, min_one)
+                        assert read == expected, (offset, max_bytes, bound, min_one)
 
     for i in range(80):
         log.append(batch(1 + i % 4, size=10 + 7 * (i % 5)), now_ms=NOW)

@@ -3,9 +3,9 @@
 kio's writer is pure Python and walks every nested entity: a 100-partition OffsetCommit response
 took ~490 us to build and encode, about a fifth of a batched commit's broker CPU; these take
 ~20 us. Fetch is the other half of a replicated commit: every commit is one fetch answer to each
-follower, and building and encoding them with kio was a tenth of a leader's CPU. Each takes the handler's response dict (Kafka field names, as `wire.build` does) and
-returns exactly the bytes kio would write; tests/wire/test_fast_responses.py holds them to that
-for every version.
+follower, and building and encoding them with kio was a tenth of a leader's CPU. Each takes the
+handler's response dict (Kafka field names, as `wire.build` does) and returns exactly the bytes
+kio would write; tests/wire/test_fast_responses.py holds them to that for every version.
 """
 
 from __future__ import annotations

@@ -1,0 +1,67 @@
+"""The group-commit flusher: a leader's appends are fsynced in the next round; a follower's wait
+for a round up to tidemark.replica.flush.interval.ms, unless its partition becomes leader."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tidemark.broker.flusher import Flusher
+from tidemark.broker.partition import Partition
+from tidemark.log.config import LogConfig
+from tidemark.log.unified_log import UnifiedLog
+from tidemark.records import build_batch
+
+NOW = 1_700_000_000_000
+HOUR_MS = 3_600_000
+BOUND_S = 30  # bounds each wait; nothing here depends on how fast a round runs
+
+
+def _partition(tmp_path, name: str, records: int) -> Partition:
+    log = UnifiedLog.open(tmp_path / f"{name}-0", LogConfig(), now_ms=NOW)
+    for i in range(records):
+        log.append(build_batch([(None, f"v{i}".encode(), (), NOW)]), now_ms=NOW)
+    return Partition(name, 0, log, local_id=1)
+
+
+async def _flushed(partition: Partition, end: int) -> None:
+    while partition.log.local.recovery_point < end:
+        await asyncio.sleep(0.001)
+
+
+def test_a_followers_appends_wait_for_the_replica_round_and_a_new_leaders_do_not(tmp_path):
+    asyncio.run(_waits_for_the_replica_round(tmp_path))
+
+
+def test_a_followers_appends_are_flushed_by_the_replica_round(tmp_path):
+    asyncio.run(_flushed_by_the_replica_round(tmp_path))
+
+
+async def _waits_for_the_replica_round(tmp_path) -> None:
+    flusher = Flusher(replica_flush_interval_ms=HOUR_MS)
+    flusher.start()
+    leader, follower = _partition(tmp_path, "led", 3), _partition(tmp_path, "followed", 3)
+    try:
+        flusher.mark_replicated(follower)
+        flusher.mark_dirty(leader)
+        await asyncio.wait_for(_flushed(leader, 3), BOUND_S)
+        # The round that flushed the leader's appends left the follower's for its own round.
+        assert follower.log.local.recovery_point == 0
+        flusher.mark_dirty(follower)  # it became leader: its own end counts only once durable
+        await asyncio.wait_for(_flushed(follower, 3), BOUND_S)
+        assert follower.flushed_end == 3
+    finally:
+        await flusher.stop()
+        leader.log.close()
+        follower.log.close()
+
+
+async def _flushed_by_the_replica_round(tmp_path) -> None:
+    flusher = Flusher(replica_flush_interval_ms=1)
+    flusher.start()
+    follower = _partition(tmp_path, "followed", 2)
+    try:
+        flusher.mark_replicated(follower)
+        await asyncio.wait_for(_flushed(follower, 2), BOUND_S)
+    finally:
+        await flusher.stop()
+        follower.log.close()
