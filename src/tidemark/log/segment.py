@@ -286,11 +286,11 @@ class LogSegment:
         if recent and offset >= recent[0][1]:
             yield from recent[bisect_left(recent, offset, key=_last_offset):]
             return
-        found = self.find(offset)
-        if found is None:
-            return
-        for pos, h in self.scan(found[0]):
-            yield pos, h.base_offset + h.last_offset_delta, h.size
+        _, start = self.offset_index.lookup(offset)
+        for pos, h in self.scan(start):  # one walk: offsets only grow, so skip until the first
+            last_offset = h.base_offset + h.last_offset_delta
+            if last_offset >= offset:
+                yield pos, last_offset, h.size
 
     def find(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset >= offset, via the sparse index."""
