@@ -1,6 +1,7 @@
 """The leader's view of its followers (Kafka's Partition): the high watermark is the smallest
-durable log end over the ISR, followers leave the ISR after replica.lag.time.max.ms without
-catching up and rejoin once caught up to the high watermark and the leader's epoch start."""
+log end over the ISR (the leader's own once fsynced while it is alone in it), followers leave
+the ISR after replica.lag.time.max.ms without catching up and rejoin once caught up to the high
+watermark and the leader's epoch start."""
 
 from __future__ import annotations
 
@@ -53,13 +54,16 @@ def test_a_follower_outside_the_isr_does_not_hold_the_high_watermark(tmp_path):
     assert partition.high_watermark == 5  # replica 3 is out of sync: not waited for
 
 
-def test_the_leaders_own_end_counts_only_once_fsynced(tmp_path):
+def test_the_leaders_own_end_counts_once_appended_with_a_follower_in_sync_and_once_fsynced_alone(tmp_path):
     partition = _partition(tmp_path, 5)
     _lead(partition, isr=(1, 2))
     partition.follower_fetched(2, 5, NOW)
-    assert partition.high_watermark == 0
-    partition.flushed_to(5)
-    assert partition.high_watermark == 5
+    assert partition.high_watermark == 5  # on two replicas: committed, fsynced or not
+    partition.log.append(build_batch([(None, b"late", (), NOW)]), now_ms=NOW)
+    partition.update_isr(frozenset({1}), zk_version=1)  # the follower dropped out before fetching it
+    assert partition.high_watermark == 5  # on one replica and not on disk: not committed
+    partition.flushed_to(6)
+    assert partition.high_watermark == 6
 
 
 def test_a_follower_not_caught_up_for_the_lag_time_leaves_the_isr(tmp_path):

@@ -19,10 +19,10 @@ from tests.conftest import free_port
 WAIT_S = 60
 
 
-def _cluster(make_broker, chroot: str, count: int = 3) -> dict[int, object]:
+def _cluster(make_broker, chroot: str, count: int = 3, **overrides: str) -> dict[int, object]:
     settings = {"zookeeper.connect": chroot, "zookeeper.session.timeout.ms": "3000",
                 "replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100",
-                "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
+                "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0", **overrides}
     brokers = {}
     for i in range(1, count + 1):
         metrics_port = free_port()
@@ -142,6 +142,43 @@ def test_a_replicated_topic_survives_the_loss_of_its_leader(make_broker, chroot,
         broker.stop()
     logs = {i: _log_bytes(b.data_dir) for i, b in brokers.items()}
     assert logs[1] == logs[2] == logs[3]
+
+
+def test_a_leader_left_alone_in_its_isr_flushes_what_its_follower_never_acknowledged(make_broker, chroot, zk):
+    """While a follower is in sync, the leader's appends count as written and are fsynced in
+    rounds (here: hourly). Records the follower never fetched are acknowledged once the leader is
+    alone in the ISR, and only by its own fsync, which it takes at once rather than at the round."""
+    lag_ms = "10000"  # the paused follower stays in the ISR well past the appends below
+    brokers = _cluster(make_broker, chroot, count=2, **{
+        "tidemark.replica.flush.interval.ms": "3600000", "replica.lag.time.max.ms": lag_ms,
+        "zookeeper.session.timeout.ms": lag_ms})
+    admin = AdminClient({"bootstrap.servers": _bootstrap(brokers)})
+    admin.create_topics([NewTopic("orders", 1, 2)])["orders"].result(WAIT_S)
+    _until(lambda: _zk_isr(zk, chroot, "orders") == {1, 2}, "two in-sync replicas")
+    leader = _leader(admin, "orders")
+    follower = 3 - leader
+    producer = Producer({"bootstrap.servers": brokers[leader].bootstrap, "acks": "all", "linger.ms": 5})
+    acked: dict[int, bytes] = {}
+    _produce(producer, [f"in-sync-{i}".encode() for i in range(100)], acked)  # on both replicas
+
+    brokers[follower].pause()
+    try:
+        def delivered(error, message):
+            assert error is None, error
+            acked[message.offset()] = message.value()
+
+        written = len(_log_bytes(brokers[leader].data_dir))
+        for i in range(100):
+            producer.produce("orders", f"alone-{i}".encode(), partition=0, on_delivery=delivered)
+        producer.poll(0)
+        _until(lambda: len(_log_bytes(brokers[leader].data_dir)) > written, "the leader appended them")
+        assert _zk_isr(zk, chroot, "orders") == {1, 2}, "appended while the follower was still in sync"
+        assert producer.flush(WAIT_S) == 0, "not acknowledged once the leader was alone in the ISR"
+        assert _zk_isr(zk, chroot, "orders") == {leader}
+    finally:
+        brokers[follower].resume()
+    assert sorted(acked) == list(range(200))
+    assert _read_all(brokers[leader].bootstrap, 200) == acked
 
 
 def _leader(admin: AdminClient, topic: str, partition: int = 0) -> int:

@@ -3,10 +3,12 @@
 Producers that arrive while an fsync is running share the next one, so durability costs one
 fsync per round rather than one per request, and throughput is not serialised behind the disk.
 
-A follower's appends wait up to tidemark.replica.flush.interval.ms before their round: the
-leader counts them once appended (durability across brokers is replication, as in Kafka), so
-fsyncing each one bought nothing but CPU and disk time taken from the commits being replicated.
-A follower that becomes leader is flushed at once: its own end counts only once durable.
+Appends to a partition replicated in sync (a follower's, or a leader's while followers are in
+its ISR) wait up to tidemark.replica.flush.interval.ms before their round: the high watermark
+counts them once appended (durability across brokers is replication, as in Kafka), so fsyncing
+each one bought nothing but CPU and disk time taken from the commits being replicated. A leader
+alone in its ISR (just elected, or its followers dropped out) is flushed at once: its own end
+counts only once durable.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ class Flusher:
         self._wakeup.set()
 
     def mark_replicated(self, partition: Partition) -> None:
-        """A follower appended to `partition`: flush it within the replica flush interval."""
+        """`partition` was appended to while replicated in sync: flush it within the replica
+        flush interval."""
         if id(partition) in self._dirty:
             return
         self._replicated[id(partition)] = partition

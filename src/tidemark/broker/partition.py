@@ -1,11 +1,13 @@
 """A partition on this broker: its log, its replicas, its high watermark and who waits on it.
 
-The high watermark is the smallest durable log end offset over the in-sync replicas: this
-broker's own end counts once it is fsynced (the flusher calls `flushed_to`), a follower's once
-its fetch asks for the offset after it (Kafka's Partition.maybeIncrementLeaderHW). On one broker
-the ISR is just this broker, so the high watermark is the durably flushed end of the log. Every
-path that acknowledges a committed write (acks=-1, offset commits) waits on the high watermark,
-never on the write call.
+The high watermark is the smallest log end offset over the in-sync replicas (Kafka's
+Partition.maybeIncrementLeaderHW): a follower's counts once its fetch asks for the offset after
+it. This broker's own end counts as appended while another replica is in sync, as in Kafka
+(durability across brokers is replication; logs are fsynced in rounds), and only once fsynced
+(the flusher calls `flushed_to`) while it is alone in the ISR, so an acknowledged write is always
+on two replicas or on disk. On one broker the ISR is just this broker, so the high watermark is
+the durably flushed end of the log. Every path that acknowledges a committed write (acks=-1,
+offset commits) waits on the high watermark, never on the write call.
 
 A follower's high watermark is what its leader last reported, never past its own log end.
 """
@@ -62,6 +64,11 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_id
+
+    @property
+    def has_in_sync_followers(self) -> bool:
+        """Another replica is in the ISR: this broker's appends count before they are fsynced."""
+        return len(self.isr) > 1
 
     # -- roles ------------------------------------------------------------------------------------
 
@@ -145,7 +152,7 @@ class Partition:
     def _maybe_advance_high_watermark(self) -> None:
         if not self.is_leader:
             return
-        high_watermark = self.flushed_end
+        high_watermark = self.log.log_end_offset if self.has_in_sync_followers else self.flushed_end
         for replica in self.isr:
             if replica != self.local_id:
                 state = self.followers.get(replica)

@@ -163,12 +163,17 @@ class PartitionManager:
         self._deleted_listeners.append(listener)
 
     def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None) -> AppendInfo:
-        """Append to a partition's log and schedule the group-commit flush that commits it."""
+        """Append to a partition's log and schedule its flush: in the next group-commit round
+        while this broker is alone in the ISR (the flush commits it), within
+        tidemark.replica.flush.interval.ms while followers are in sync (their copies commit it)."""
         info = partition.log.append(records, leader_epoch=partition.leader_epoch,
                                     now_ms=now_ms() if timestamp_ms is None else timestamp_ms,
                                     producer_id_end=self.metadata.producer_id_end)
         if not info.duplicate:
-            self.flusher.mark_dirty(partition)
+            if partition.has_in_sync_followers:
+                self.flusher.mark_replicated(partition)
+            else:
+                self.flusher.mark_dirty(partition)
             partition.appended()
         return info
 
