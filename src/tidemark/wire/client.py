@@ -14,6 +14,7 @@ from kio import index
 from kio.serial import entity_reader, entity_writer
 
 from tidemark.wire.build import build
+from tidemark.wire.fast_requests import FAST_REQUEST_ENCODERS
 
 _SIZE = struct.Struct(">i")
 # kio resolves a schema by importing its module by name on every call: a follower asks for the
@@ -26,6 +27,14 @@ CLOSE_TIMEOUT_S = 1.0
 def encode_request(api_key: int, version: int, correlation_id: int, body: dict[str, Any],
                    client_id: str = "tidemark") -> bytes:
     """A request's payload (header and body), without the size prefix."""
+    fast = FAST_REQUEST_ENCODERS.get((api_key, version))
+    if fast is not None:
+        return fast(correlation_id, client_id, body)
+    return encode_request_with_kio(api_key, version, correlation_id, body, client_id)
+
+
+def encode_request_with_kio(api_key: int, version: int, correlation_id: int, body: dict[str, Any],
+                            client_id: str = "tidemark") -> bytes:
     request_cls = load_request_schema(api_key, version)
     header_cls = request_cls.__header_schema__
     header = {"request_api_key": api_key, "request_api_version": version, "correlation_id": correlation_id,

@@ -38,7 +38,7 @@ def _uvarint(n: int) -> bytes:
     return bytes(out)
 
 
-class _Writer:
+class Writer:
     """Kafka's primitive encodings, flexible (compact, tagged) or not."""
 
     def __init__(self, flexible: bool) -> None:
@@ -72,7 +72,7 @@ class _Writer:
 
 
 def encode_offset_commit_response(version: int, response: dict[str, Any]) -> bytes:
-    w = _Writer(flexible=version >= 8)
+    w = Writer(flexible=version >= 8)
     if version >= 3:
         w.out += _I32.pack(response.get("throttle_time", 0))
     topics = response["topics"]
@@ -95,7 +95,7 @@ def encode_offset_commit_response(version: int, response: dict[str, Any]) -> byt
 def encode_fetch_response(version: int, response: dict[str, Any]) -> bytes:
     """The Fetch handler's answers (v4 on): no partition carries the tagged fields
     (diverging_epoch, current_leader, snapshot_id), nor the response node_endpoints."""
-    w = _Writer(flexible=version >= 12)
+    w = Writer(flexible=version >= 12)
     out = w.out
     out += _I32.pack(response.get("throttle_time", 0))
     if version >= 7:
