@@ -1,5 +1,6 @@
-"""The group-commit flusher: a leader's appends are fsynced in the next round; a follower's wait
-for a round up to tidemark.replica.flush.interval.ms, unless its partition becomes leader."""
+"""The group-commit flusher: the appends of a leader alone in its ISR are fsynced in the next
+round; those of a partition replicated in sync (here a follower's) wait for a round up to
+tidemark.replica.flush.interval.ms, unless the partition becomes a leader alone in its ISR."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ async def _flushed(partition: Partition, end: int) -> None:
         await asyncio.sleep(0.001)
 
 
-def test_a_followers_appends_wait_for_the_replica_round_and_a_new_leaders_do_not(tmp_path):
+def test_a_followers_appends_wait_for_the_replica_round_and_a_lone_new_leaders_do_not(tmp_path):
     asyncio.run(_waits_for_the_replica_round(tmp_path))
 
 
@@ -46,7 +47,7 @@ async def _waits_for_the_replica_round(tmp_path) -> None:
         await asyncio.wait_for(_flushed(leader, 3), BOUND_S)
         # The round that flushed the leader's appends left the follower's for its own round.
         assert follower.log.local.recovery_point == 0
-        flusher.mark_dirty(follower)  # it became leader: its own end counts only once durable
+        flusher.mark_dirty(follower)  # it became leader, alone in the ISR: its end counts once durable
         await asyncio.wait_for(_flushed(follower, 3), BOUND_S)
         assert follower.flushed_end == 3
     finally:
