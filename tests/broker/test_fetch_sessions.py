@@ -10,7 +10,8 @@ from kio.schema.errors import ErrorCode
 from tests.broker.inprocess import until
 from tests.broker.test_replication import NOW, _produce, _roles, two_brokers
 from tests.integration.raw import AsyncRawClient
-from tidemark.broker.fetch_sessions import FollowerSession
+from tidemark.broker.coordinator_io import SystemClock
+from tidemark.broker.fetch_sessions import SESSION_SWEEP_MS, FollowerSession
 
 FETCH = 1
 FOLLOWER = 2
@@ -49,10 +50,21 @@ def _lead(leader, follower) -> None:
 ALL = {("t", 0): 0, ("u", 0): 0, ("u", 1): 0, ("u", 2): 0}
 
 
+class SteppedClock(SystemClock):
+    """Stands still but when the test moves it forward: no fetch session sweeps unless told."""
+
+    def __init__(self) -> None:
+        self.at_ms = super().now_ms()
+
+    def now_ms(self) -> int:
+        return self.at_ms
+
+
 def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetched(tmp_path):
     async def scenario():
         async with two_brokers(tmp_path) as (leader, follower):
             _lead(leader, follower)
+            leader.clock = clock = SteppedClock()  # the clock of the connections made from now on
             client = await AsyncRawClient.connect(leader.port)
             opened = await client.request(FETCH, 12, _fetch_body(0, 0, ALL))
             assert opened.error_code == ErrorCode.none and opened.session_id != 0
@@ -60,14 +72,19 @@ def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetch
             session = opened.session_id
             assert len(leader.replicas.fetch_sessions) == 1
 
-            # Nothing changed: an incremental fetch naming nothing gets no partitions ...
-            quiet = await client.request(FETCH, 12, _fetch_body(session, 1, {}))
-            assert (quiet.error_code, quiet.session_id, _answered(quiet)) == (ErrorCode.none, session, {})
-            # ... yet every partition of the session counted as fetched: the idle follower
-            # stays caught up (it would otherwise leave the ISR after replica.lag.time.max.ms).
+            # Nothing changed: an incremental fetch naming nothing gets no partitions, and does
+            # not even read the idle ones ...
             u2 = leader.replicas.partition("u", 2)
             u2.followers[FOLLOWER].last_caught_up_ms = 0
-            await client.request(FETCH, 12, _fetch_body(session, 2, {}))
+            quiet = await client.request(FETCH, 12, _fetch_body(session, 1, {}))
+            assert (quiet.error_code, quiet.session_id, _answered(quiet)) == (ErrorCode.none, session, {})
+            assert u2.followers[FOLLOWER].last_caught_up_ms == 0
+            # ... but once SESSION_SWEEP_MS passed, a fetch reads every partition of the session
+            # and counts it as fetched: the idle follower stays caught up (it would otherwise
+            # leave the ISR after replica.lag.time.max.ms).
+            clock.at_ms += SESSION_SWEEP_MS
+            swept = await client.request(FETCH, 12, _fetch_body(session, 2, {}))
+            assert _answered(swept) == {}
             assert u2.followers[FOLLOWER].last_caught_up_ms > 0
 
             # A record on u-1: only u-1 is answered, with it.
@@ -84,10 +101,57 @@ def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetch
             assert (await _produce(client, b"v", acks=1, topic="u", partition=0))[0] == ErrorCode.none
             forgot = await client.request(FETCH, 12, _fetch_body(session, 5, {}, forgotten=[("u", 0)]))
             assert _answered(forgot) == {}
-            # A partition that errors is answered with its error every time.
+            # A leadership lost is found by the next sweep, and a partition that errors is
+            # answered with its error every time it is read.
             leader.replicas.partition("t", 0).become_follower(3, 2, (3, 1), frozenset({3, 1}), zk_version=1)
+            clock.at_ms += SESSION_SWEEP_MS
             moved_away = await client.request(FETCH, 12, _fetch_body(session, 6, {}))
             assert _answered(moved_away) == {("t", 0): (ErrorCode.not_leader_or_follower, -1, False)}
+            named = await client.request(FETCH, 12, _fetch_body(session, 7, {("t", 0): 0}))
+            assert _answered(named) == {("t", 0): (ErrorCode.not_leader_or_follower, -1, False)}
+            await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_an_append_wakes_a_sessions_parked_fetch_and_is_answered_alone(tmp_path):
+    async def scenario():
+        async with two_brokers(tmp_path) as (leader, follower):
+            _lead(leader, follower)
+            client = await AsyncRawClient.connect(leader.port)
+            session = (await client.request(FETCH, 12, _fetch_body(0, 0, ALL))).session_id
+            producer = await AsyncRawClient.connect(leader.port)
+            # Parked: nothing to read, and it would wait an hour for min_bytes.
+            parked_body = {**_fetch_body(session, 1, {}), "max_wait": 3_600_000, "min_bytes": 1}
+            parked = asyncio.ensure_future(client.request(FETCH, 12, parked_body))
+            await until(lambda: leader.replicas.fetch_sessions.session_of(FOLLOWER).watched)
+            assert (await _produce(producer, b"v", acks=1, topic="u", partition=2))[0] == ErrorCode.none
+            woken = await parked
+            assert _answered(woken) == {("u", 2): (ErrorCode.none, 0, True)}
+            await client.close()
+            await producer.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_a_partition_the_byte_limit_left_behind_is_read_at_the_next_fetch(tmp_path):
+    async def scenario():
+        async with two_brokers(tmp_path) as (leader, follower):
+            _lead(leader, follower)
+            leader.clock = SteppedClock()  # no sweep: only the session's own bookkeeping reads u-1 again
+            client = await AsyncRawClient.connect(leader.port)
+            session = (await client.request(FETCH, 12, _fetch_body(0, 0, ALL))).session_id
+            for index in (0, 1):
+                assert (await _produce(client, b"v", acks=1, topic="u", partition=index))[0] == ErrorCode.none
+            # A 1-byte response limit: the first partition with records gets one batch (KIP-74),
+            # the other nothing.
+            first = await client.request(FETCH, 12, {**_fetch_body(session, 1, {}), "max_bytes": 1})
+            got = {key for key, (_, _, records) in _answered(first).items() if records}
+            assert len(got) == 1
+            (left,) = {("u", 0), ("u", 1)} - got
+            # The follower names only the partition it appended to; the other is read anyway.
+            second = await client.request(FETCH, 12, _fetch_body(session, 2, {next(iter(got)): 1}))
+            assert _answered(second)[left] == (ErrorCode.none, 0, True)
             await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
@@ -125,6 +189,12 @@ def test_session_errors_and_who_gets_a_session(tmp_path):
             for replica_id in (-1, 7):
                 declined = await client.request(FETCH, 12, _fetch_body(0, 0, ALL, replica_id=replica_id))
                 assert declined.session_id == 0
+            # So is a follower naming topics by id (v13+): sessions go by topic name.
+            by_id = _fetch_body(0, 0, {("u", 0): 0})
+            by_id["topics"] = [{**t, "topic_id": leader.replicas.topic("u").topic_id} for t in by_id["topics"]]
+            declined = await client.request(FETCH, 13, by_id)
+            assert (declined.error_code, declined.session_id) == (ErrorCode.none, 0)
+            assert [p.error_code for t in declined.responses for p in t.partitions] == [ErrorCode.none]
             assert len(leader.replicas.fetch_sessions) == 0
             await client.close()
 

@@ -6,9 +6,16 @@ cost more broker CPU than the commits the fetch replicates (BENCHMARKS.md: a clu
 p50 went from 5 ms to 36 ms with 200 idle partitions). In a session the leader keeps each
 partition's fetch position and what its last answer said of it. The follower's next request then
 names only partitions whose position moved (and those added or forgotten), and the answer names
-only partitions with records, a new high watermark or log start, or an error. The leader still
-reads every partition of the session and counts each as fetched: the follower's position moves
-the high watermark, and an idle follower stays in the ISR.
+only partitions with records, a new high watermark or log start, or an error.
+
+Nor does the leader read every partition of a session on every fetch: walking a few hundred idle
+partitions cost more than the commit a fetch replicates (BENCHMARKS.md). A fetch reads the
+partitions the request names (their positions moved: the high watermark moves with them) and
+those appended to or whose high watermark moved since the session last read them (partitions
+tell the cache, `partition_changed`); an append also wakes the session's parked fetch. Every
+SESSION_SWEEP_MS at most, a fetch reads them all, which brings what changes rarely and outside
+appends (a log start moved by retention, a leadership lost, a topic deleted) and counts every
+partition as fetched, so an idle follower stays in the ISR.
 
 A request names its session by (session_id, session_epoch):
   (0, -1)          no session: a full fetch (every version before 7 is one)
@@ -17,7 +24,8 @@ A request names its session by (session_id, session_epoch):
   (id, n > 0)      incremental: FETCH_SESSION_ID_NOT_FOUND for an unknown id,
                    INVALID_FETCH_SESSION_EPOCH unless n is the epoch the session expects next
 A leader may decline a session by answering session id 0 (KIP-227 lets it). tidemark opens one
-only for a follower (a replica id that follows a partition this broker leads), one per follower:
+only for a follower (a replica id that follows a partition this broker leads) naming topics by
+name (tidemark's followers fetch with v12), one per follower:
 its new session replaces its old one. So the cache holds at most one session per broker of the
 cluster, each no larger than one request can name. Consumers' requests for a session are
 declined, and they go on with full fetches.
@@ -25,17 +33,22 @@ declined, and they go on with full fetches.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker import metrics
 
+if TYPE_CHECKING:
+    from tidemark.broker.partition import Partition
+
 NO_SESSION = 0
+SESSION_SWEEP_MS = 100  # a session's fetches read all its partitions at least this often
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 INT32_MAX = 2**31 - 1
@@ -76,6 +89,44 @@ class FetchSession:
     replica_id: int
     epoch: int  # the epoch its next request must carry
     partitions: dict[PartitionKey, FetchPosition]
+    changed: set[PartitionKey] = dataclasses.field(default_factory=set)  # since this session last read them
+    swept_ms: int | None = None  # when a fetch last read every partition of the session
+    _appended: asyncio.Future[None] | None = None  # done at the next append to one of its partitions
+
+    def to_read(self, requested: dict[PartitionKey, FetchPosition], now_ms: int, incremental: bool
+                ) -> dict[PartitionKey, FetchPosition]:
+        """The partitions a fetch reads: those it names and those changed since, or all of them
+        (a full fetch, or once SESSION_SWEEP_MS passed since the last fetch that read them all)."""
+        if not incremental or self.swept_ms is None or now_ms - self.swept_ms >= SESSION_SWEEP_MS:
+            self.swept_ms = now_ms
+            self.changed.clear()
+            return self.partitions
+        reading = {key: self.partitions[key] for key in requested}
+        reading.update(self.take_changed())
+        return reading
+
+    def take_changed(self) -> dict[PartitionKey, FetchPosition]:
+        """The partitions changed since the last call (or sweep), to be read now."""
+        changed, self.changed = self.changed, set()
+        return {key: self.partitions[key] for key in changed if key in self.partitions}
+
+    @property
+    def watched(self) -> bool:
+        """A fetch of this session waits (or waited) for the next append."""
+        return self._appended is not None
+
+    def watch(self) -> asyncio.Future[None]:
+        """A future done at the next append to a partition of the session (never cancel it)."""
+        if self._appended is None:
+            self._appended = asyncio.get_running_loop().create_future()
+        return self._appended
+
+    def partition_changed(self, key: PartitionKey, appended: bool) -> None:
+        self.changed.add(key)
+        if appended and self._appended is not None:
+            if not self._appended.done():
+                self._appended.set_result(None)
+            self._appended = None
 
     def update(self, requested: dict[PartitionKey, FetchPosition], forgotten: Iterable[PartitionKey]) -> None:
         """An incremental request: forget what it forgets, take the positions it names."""
@@ -117,6 +168,21 @@ class FetchSessionCache:
         if session is not None:
             del self._by_replica[session.replica_id]
             metrics.FETCH_SESSIONS.set(len(self._by_id))
+
+    def session_of(self, replica_id: int) -> FetchSession | None:
+        session_id = self._by_replica.get(replica_id)
+        return self._by_id.get(session_id) if session_id is not None else None
+
+    def partition_changed(self, partition: Partition, appended: bool) -> None:
+        """`partition` was appended to (or its high watermark moved): the sessions holding it
+        read it at their next fetch, and an append wakes their parked fetch. (Sessions name
+        topics by name: a fetch naming them by id, v13+, is declined a session.)"""
+        if not self._by_id:
+            return
+        key = (partition.topic, partition.index)
+        for session in self._by_id.values():
+            if key in session.partitions:
+                session.partition_changed(key, appended)
 
     def incremental(self, session_id: int, epoch: int, replica_id: int, requested: dict[PartitionKey, FetchPosition],
                     forgotten: Iterable[PartitionKey]) -> FetchSession | ErrorCode:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 
 from tidemark.log.unified_log import UnifiedLog
 
@@ -56,6 +57,9 @@ class Partition:
         # advance: waiters that time out leave nothing behind.
         self._advanced: asyncio.Future[None] | None = None
         self._appended: asyncio.Future[None] | None = None  # the same, for followers' fetches
+        # Told of every append and high watermark advance (`appended` says which): followers'
+        # fetch sessions visit only the partitions that changed (fetch_sessions.py).
+        self.change_listener: Callable[[Partition, bool], None] | None = None
 
     @property
     def high_watermark(self) -> int:
@@ -179,6 +183,8 @@ class Partition:
         # Consumers' long polls only: a follower's (min_bytes 1) waits for records, and waking it
         # on every advance would only make it read again and find none.
         self._wake_consumers()
+        if self.change_listener is not None:
+            self.change_listener(self, False)
 
     def wait_for_high_watermark(self, target: int) -> asyncio.Future[None]:
         """A future done once the high watermark reaches `target` (an exclusive end offset)."""
@@ -207,6 +213,8 @@ class Partition:
         appended, self._appended = self._appended, None
         if appended is not None and not appended.done():
             appended.set_result(None)
+        if self.change_listener is not None:
+            self.change_listener(self, True)
 
     def _wake_consumers(self) -> None:
         advanced, self._advanced = self._advanced, None

@@ -85,6 +85,7 @@ class PartitionManager:
         """A hosted partition: on one broker its leader; in a cluster without a role until the
         cluster's view names its leader."""
         partition = Partition(topic.name, index, partition_log, local_id=self.config.node_id)
+        partition.change_listener = self.fetch_sessions.partition_changed
         if topic.replica_assignment is not None:
             partition.become_follower(None, -1, topic.replica_assignment[index], frozenset(), -1)
         return partition

@@ -78,7 +78,10 @@ def _session(ctx: RequestContext, body: Any, replica_id: int, requested: dict[Pa
         session = sessions.incremental(session_id, epoch, replica_id, requested, forgotten)
         return session if isinstance(session, ErrorCode) else (session, True)
     sessions.close(session_id)
-    if epoch == INITIAL_EPOCH and replica_id >= 0 and _follows_any(ctx, replica_id, requested):
+    # Sessions key partitions by topic name, as partitions report their changes: a fetch naming
+    # topics by id (v13+) is declined one.
+    if epoch == INITIAL_EPOCH and replica_id >= 0 and all(isinstance(ref, str) for ref, _ in requested) \
+            and _follows_any(ctx, replica_id, requested):
         return sessions.open(replica_id, requested), False
     return None, False
 
@@ -99,8 +102,9 @@ def _resolve(ctx: RequestContext, ref: str | uuid.UUID) -> tuple[Any, ErrorCode]
 
 
 def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[PartitionKey, FetchPosition]
-              ) -> tuple[list[tuple[PartitionKey, dict[str, Any]]], int, list[Partition], bool]:
-    """One pass over the partitions fetched: (each one's answer, bytes read, partitions, any error)."""
+              ) -> tuple[list[tuple[PartitionKey, dict[str, Any]]], int, list[Partition], bool, list[PartitionKey]]:
+    """One pass over the partitions fetched: (each one's answer, bytes read, partitions, any error,
+    partitions left with records to read because the response's byte limit was spent)."""
     replicas = ctx.replicas
     # The broker's fetch.max.bytes bounds every response, whatever the client asks (KIP-74 still
     # lets the first non-empty partition return one whole batch beyond it).
@@ -110,6 +114,7 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
     partitions: list[Partition] = []
     aborted = [] if body.isolation_level == READ_COMMITTED else None
     answers = []
+    unread: list[PartitionKey] = []
     topics: dict[str | uuid.UUID, tuple[Any, ErrorCode]] = {}
     now_ms = ctx.clock.now_ms()
     for key, wanted in positions.items():
@@ -152,10 +157,12 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
             metrics.REQUEST_ERRORS.labels("Fetch", response["error_code"].name).inc()
             errors = True
             continue
+        if not records:
+            unread.append(key)
         response["records"] = records
         total += len(records)
         remaining = max(0, remaining - len(records))
-    return answers, total, partitions, errors
+    return answers, total, partitions, errors, unread
 
 
 def _by_topic(answers: list[tuple[PartitionKey, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -179,20 +186,28 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         metrics.REQUEST_ERRORS.labels("Fetch", session.name).inc()
         return {"throttle_time": 0, "error_code": session, "session_id": NO_SESSION, "responses": []}
     session, incremental = session
-    positions = session.partitions if session is not None else requested
+    positions = requested if session is None else session.to_read(requested, ctx.clock.now_ms(), incremental)
     while True:
-        answers, total, partitions, errors = _read_all(ctx, body, replica_id, positions)
+        answers, total, partitions, errors, unread = _read_all(ctx, body, replica_id, positions)
         remaining = deadline - loop.time()
         if total >= body.min_bytes or errors or remaining <= 0:
             break
         # Long poll: sleep until a fetched partition's high watermark moves (a follower: until its
-        # log grows), or max_wait passes.
-        watches = {partition.watch(appends=replica_id >= 0) for partition in partitions}  # shared: never cancelled
+        # log grows; in a session, one of the session's partitions), or max_wait passes.
+        if session is not None:
+            watches = {session.watch()}
+        else:
+            watches = {partition.watch(appends=replica_id >= 0) for partition in partitions}  # shared: never cancelled
         if watches:
             await asyncio.wait(watches, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         else:
             await asyncio.sleep(remaining)
+        if session is not None:
+            positions = {**positions, **session.take_changed()}
     if session is not None:
+        # The follower names only partitions whose position moved: one the byte limit left
+        # behind is read again at its next fetch rather than at the next sweep.
+        session.changed.update(unread)
         # Every answer is recorded in the session (a full one too); an incremental one keeps the news.
         news = [(key, answer) for key, answer in answers if positions[key].answer_is_news(answer)]
         answers = news if incremental else answers
