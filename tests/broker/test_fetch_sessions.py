@@ -4,6 +4,7 @@ the wire, from a raw client speaking as the follower, and the follower's own boo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from kio.schema.errors import ErrorCode
 
@@ -50,6 +51,20 @@ def _lead(leader, follower) -> None:
 ALL = {("t", 0): 0, ("u", 0): 0, ("u", 1): 0, ("u", 2): 0}
 
 
+@contextlib.asynccontextmanager
+async def _opened(tmp_path, clock: SystemClock | None = None):
+    """(leader, raw client speaking as the follower, the full fetch that opened its session)."""
+    async with two_brokers(tmp_path) as (leader, follower):
+        _lead(leader, follower)
+        if clock is not None:
+            leader.clock = clock  # the clock of the connections made from now on
+        client = await AsyncRawClient.connect(leader.port)
+        try:
+            yield leader, client, await client.request(FETCH, 12, _fetch_body(0, 0, ALL))
+        finally:
+            await client.close()
+
+
 class SteppedClock(SystemClock):
     """Stands still but when the test moves it forward: no fetch session sweeps unless told."""
 
@@ -62,11 +77,8 @@ class SteppedClock(SystemClock):
 
 def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetched(tmp_path):
     async def scenario():
-        async with two_brokers(tmp_path) as (leader, follower):
-            _lead(leader, follower)
-            leader.clock = clock = SteppedClock()  # the clock of the connections made from now on
-            client = await AsyncRawClient.connect(leader.port)
-            opened = await client.request(FETCH, 12, _fetch_body(0, 0, ALL))
+        clock = SteppedClock()
+        async with _opened(tmp_path, clock) as (leader, client, opened):
             assert opened.error_code == ErrorCode.none and opened.session_id != 0
             assert _answered(opened) == {key: (ErrorCode.none, 0, False) for key in ALL}
             session = opened.session_id
@@ -109,17 +121,14 @@ def test_a_session_answers_only_what_changed_and_counts_every_partition_as_fetch
             assert _answered(moved_away) == {("t", 0): (ErrorCode.not_leader_or_follower, -1, False)}
             named = await client.request(FETCH, 12, _fetch_body(session, 7, {("t", 0): 0}))
             assert _answered(named) == {("t", 0): (ErrorCode.not_leader_or_follower, -1, False)}
-            await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
 
 def test_an_append_wakes_a_sessions_parked_fetch_and_is_answered_alone(tmp_path):
     async def scenario():
-        async with two_brokers(tmp_path) as (leader, follower):
-            _lead(leader, follower)
-            client = await AsyncRawClient.connect(leader.port)
-            session = (await client.request(FETCH, 12, _fetch_body(0, 0, ALL))).session_id
+        async with _opened(tmp_path) as (leader, client, opened):
+            session = opened.session_id
             producer = await AsyncRawClient.connect(leader.port)
             # Parked: nothing to read, and it would wait an hour for min_bytes.
             parked_body = {**_fetch_body(session, 1, {}), "max_wait": 3_600_000, "min_bytes": 1}
@@ -128,7 +137,6 @@ def test_an_append_wakes_a_sessions_parked_fetch_and_is_answered_alone(tmp_path)
             assert (await _produce(producer, b"v", acks=1, topic="u", partition=2))[0] == ErrorCode.none
             woken = await parked
             assert _answered(woken) == {("u", 2): (ErrorCode.none, 0, True)}
-            await client.close()
             await producer.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
@@ -136,11 +144,9 @@ def test_an_append_wakes_a_sessions_parked_fetch_and_is_answered_alone(tmp_path)
 
 def test_a_partition_the_byte_limit_left_behind_is_read_at_the_next_fetch(tmp_path):
     async def scenario():
-        async with two_brokers(tmp_path) as (leader, follower):
-            _lead(leader, follower)
-            leader.clock = SteppedClock()  # no sweep: only the session's own bookkeeping reads u-1 again
-            client = await AsyncRawClient.connect(leader.port)
-            session = (await client.request(FETCH, 12, _fetch_body(0, 0, ALL))).session_id
+        # A clock standing still: no sweep, only the session's own bookkeeping reads u-1 again.
+        async with _opened(tmp_path, SteppedClock()) as (leader, client, opened):
+            session = opened.session_id
             for index in (0, 1):
                 assert (await _produce(client, b"v", acks=1, topic="u", partition=index))[0] == ErrorCode.none
             # A 1-byte response limit: the first partition with records gets one batch (KIP-74),
@@ -152,17 +158,14 @@ def test_a_partition_the_byte_limit_left_behind_is_read_at_the_next_fetch(tmp_pa
             # The follower names only the partition it appended to; the other is read anyway.
             second = await client.request(FETCH, 12, _fetch_body(session, 2, {next(iter(got)): 1}))
             assert _answered(second)[left] == (ErrorCode.none, 0, True)
-            await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
 
 def test_session_errors_and_who_gets_a_session(tmp_path):
     async def scenario():
-        async with two_brokers(tmp_path) as (leader, follower):
-            _lead(leader, follower)
-            client = await AsyncRawClient.connect(leader.port)
-            session = (await client.request(FETCH, 12, _fetch_body(0, 0, ALL))).session_id
+        async with _opened(tmp_path) as (leader, client, opened):
+            session = opened.session_id
             # The epoch must be the one the session expects next (1), and the id one it knows.
             stale = await client.request(FETCH, 12, _fetch_body(session, 7, {}))
             assert (stale.error_code, stale.session_id, stale.responses) == (
@@ -196,7 +199,6 @@ def test_session_errors_and_who_gets_a_session(tmp_path):
             assert (declined.error_code, declined.session_id) == (ErrorCode.none, 0)
             assert [p.error_code for t in declined.responses for p in t.partitions] == [ErrorCode.none]
             assert len(leader.replicas.fetch_sessions) == 0
-            await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
