@@ -205,13 +205,13 @@ class ClusterLink:
                 if not partition.is_leader or partition.leader_epoch != view.leader_epoch:
                     self._stop_following(partition)
                     partition.become_leader(view.leader_epoch, replicas, isr_now, view.zk_version, now)
-                    self._flush_if_alone(partition)
+                    self.replicas.schedule_flush(partition)
                     log.info("became_leader", topic=topic, partition=index, epoch=view.leader_epoch)
                     metrics.LEADER_ELECTIONS.inc()
                     self.coordinator.partition_led(topic, index, view.leader_epoch)
                 elif view.zk_version > partition.zk_version:
                     partition.update_isr(isr_now, view.zk_version)  # the controller changed it
-                    self._flush_if_alone(partition)
+                    self.replicas.schedule_flush(partition)
             elif partition.leader_id != view.leader or partition.leader_epoch != view.leader_epoch \
                     or partition.is_leader:
                 self._stop_following(partition)
@@ -287,12 +287,6 @@ class ClusterLink:
             metrics.UNDER_REPLICATED_PARTITIONS.set(under_replicated)
             metrics.REPLICA_MAX_LAG.set(max_lag)
 
-    def _flush_if_alone(self, partition: Partition) -> None:
-        """A leader alone in its ISR counts its own end only once durable: flush now what it
-        appended (or replicated) since the last round, rather than within the replica interval."""
-        if not partition.has_in_sync_followers:
-            self.replicas.flusher.mark_dirty(partition)
-
     async def _write_isr(self, partition: Partition, wanted: frozenset[int]) -> None:
         assert self.client is not None
         epoch, version = partition.leader_epoch, partition.zk_version
@@ -306,7 +300,7 @@ class ClusterLink:
             shrunk = len(written.isr) < len(partition.isr)
             (metrics.ISR_SHRINKS if shrunk else metrics.ISR_EXPANDS).inc()
             partition.update_isr(frozenset(written.isr), written.zk_version)
-            self._flush_if_alone(partition)
+            self.replicas.schedule_flush(partition)
             log.info("isr_shrunk" if shrunk else "isr_expanded", topic=partition.topic, partition=partition.index,
                      isr=list(written.isr))
 

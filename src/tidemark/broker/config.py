@@ -136,9 +136,9 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("replica.lag.time.max.ms", 30000, 1),
         _int("replica.fetch.wait.max.ms", 500, 0),
         _int("replica.fetch.backoff.ms", 1000, 0),
-        # tidemark: a follower's appends are fsynced within this long, not one by one (they count
-        # toward the high watermark once appended, as in Kafka, so this only bounds how much a
-        # crash of the follower's machine makes it re-fetch).
+        # tidemark: appends to a partition replicated in sync (a follower's, or a leader's while a
+        # follower is in its ISR) are fsynced within this long, not one by one: they count toward
+        # the high watermark once appended, as in Kafka (durability across brokers is replication).
         _int("tidemark.replica.flush.interval.ms", 1000, 0),
         Setting("unclean.leader.election.enable", False, _parse_bool),
         _int("controlled.shutdown.timeout.ms", 30000, 0, "how long SIGTERM waits for the controller"),

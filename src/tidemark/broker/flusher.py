@@ -27,7 +27,7 @@ log = structlog.get_logger("tidemark.flusher")
 class Flusher:
     def __init__(self, replica_flush_interval_ms: int = 0) -> None:
         self._dirty: dict[int, Partition] = {}  # flushed in the next round
-        self._replicated: dict[int, Partition] = {}  # followers' appends, flushed within the interval
+        self._replicated: dict[int, Partition] = {}  # replicated in sync: flushed within the interval
         self._replica_flush_interval_s = replica_flush_interval_ms / 1000
         self._replica_timer: asyncio.TimerHandle | None = None
         self._wakeup = asyncio.Event()

@@ -164,19 +164,24 @@ class PartitionManager:
         self._deleted_listeners.append(listener)
 
     def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None) -> AppendInfo:
-        """Append to a partition's log and schedule its flush: in the next group-commit round
-        while this broker is alone in the ISR (the flush commits it), within
-        tidemark.replica.flush.interval.ms while followers are in sync (their copies commit it)."""
+        """Append to a partition's log and schedule its flush (`schedule_flush`)."""
         info = partition.log.append(records, leader_epoch=partition.leader_epoch,
                                     now_ms=now_ms() if timestamp_ms is None else timestamp_ms,
                                     producer_id_end=self.metadata.producer_id_end)
         if not info.duplicate:
-            if partition.has_in_sync_followers:
-                self.flusher.mark_replicated(partition)
-            else:
-                self.flusher.mark_dirty(partition)
+            self.schedule_flush(partition)
             partition.appended()
         return info
+
+    def schedule_flush(self, partition: Partition) -> None:
+        """Flush a leader's partition as its ISR asks: in the next round while it is alone in the
+        ISR (its own end counts only once durable), within tidemark.replica.flush.interval.ms
+        while followers are in sync. Called on every append and whenever the ISR or the
+        leadership changes, so a leader left alone flushes at once what it appended before."""
+        if partition.has_in_sync_followers:
+            self.flusher.mark_replicated(partition)
+        else:
+            self.flusher.mark_dirty(partition)
 
     def append_as_follower(self, partition: Partition, records: bytes) -> AppendInfo:
         """Append a leader's batches as they are (offsets and epochs kept), flushed within
