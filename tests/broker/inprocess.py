@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.flusher import Flusher
-from tidemark.broker.partition import Partition
+from tidemark.replication.flusher import Flusher
+from tidemark.replication.partition import Partition
 from tidemark.broker.server import Broker
 
 

@@ -12,7 +12,7 @@ from tests.broker.inprocess import until
 from tests.broker.test_replication import NOW, _produce, _roles, two_brokers
 from tests.integration.raw import AsyncRawClient
 from tidemark.broker.coordinator_io import SystemClock
-from tidemark.broker.fetch_sessions import SESSION_SWEEP_MS, FollowerSession
+from tidemark.replication.fetch_sessions import SESSION_SWEEP_MS, FollowerSession
 
 FETCH = 1
 FOLLOWER = 2

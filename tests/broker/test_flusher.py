@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tidemark.broker.flusher import Flusher
-from tidemark.broker.partition import Partition
+from tidemark.replication.flusher import Flusher
+from tidemark.replication.partition import Partition
 from tidemark.log.config import LogConfig
 from tidemark.log.unified_log import UnifiedLog
 from tidemark.records import build_batch

@@ -21,7 +21,7 @@ from tidemark.broker.errors import (
 )
 from tidemark.broker.group_coordinator import GroupCoordinator, LoadState
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
-from tidemark.broker.partition_manager import PartitionManager
+from tidemark.replication.partition_manager import PartitionManager
 from tidemark.log.errors import LogOfflineError
 from tidemark.records.errors import RecordListTooLargeError, RecordTooLargeError
 from tidemark.wire.build import build

@@ -3,7 +3,7 @@
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker.apis.offset_for_leader_epoch import end_offset
-from tidemark.broker.partition import Partition
+from tidemark.replication.partition import Partition
 from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import build_batch
 

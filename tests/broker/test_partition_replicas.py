@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tidemark.broker.partition import Partition
+from tidemark.replication.partition import Partition
 from tidemark.log.config import LogConfig
 from tidemark.log.unified_log import UnifiedLog
 from tidemark.records import build_batch

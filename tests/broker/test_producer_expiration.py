@@ -1,5 +1,5 @@
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.partition_manager import PartitionManager
+from tidemark.replication.partition_manager import PartitionManager
 from tidemark.records import build_batch
 
 NOW = 1_700_000_000_000

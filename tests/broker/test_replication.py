@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from tests.broker.inprocess import until
 from tests.integration.raw import AsyncRawClient
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.replica_fetcher import ReplicaFetcher
+from tidemark.replication.replica_fetcher import ReplicaFetcher
 from tidemark.broker.server import Broker
 from tidemark.records import build_batch, iter_batches
 

@@ -23,10 +23,10 @@ import structlog
 from kazoo.exceptions import KazooException, NoNodeError
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker import metrics
+from tidemark import metrics
 from tidemark.broker.config import validate_topic_configs
 from tidemark.broker.offset_fetch_forwarding import OffsetFetchForwarder
-from tidemark.broker.replica_fetcher import ReplicaFetcher
+from tidemark.replication.replica_fetcher import ReplicaFetcher
 from tidemark.cluster.zk import isr, preferred_election, session, shutdown, topic_admin, zk_data
 from tidemark.cluster.zk.config_changes import ConfigChangeListener
 from tidemark.cluster.zk.controller import Controller
@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
     from tidemark.broker.config import BrokerConfig
     from tidemark.broker.group_coordinator import GroupCoordinator
-    from tidemark.broker.partition import Partition
-    from tidemark.broker.partition_manager import PartitionManager
+    from tidemark.replication.partition import Partition
+    from tidemark.replication.partition_manager import PartitionManager
     from tidemark.broker.coordinator_io import Clock
 
 log = structlog.get_logger("tidemark.cluster")

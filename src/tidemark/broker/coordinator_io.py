@@ -21,8 +21,8 @@ from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.partition import Partition
-    from tidemark.broker.partition_manager import PartitionManager
+    from tidemark.replication.partition import Partition
+    from tidemark.replication.partition_manager import PartitionManager
 
 
 # (log offset, key, value) of one record read back for loading

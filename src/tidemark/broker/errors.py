@@ -7,23 +7,15 @@ from kio.schema.errors import ErrorCode
 from tidemark.cluster.embedded import InvalidTopicError
 from tidemark.log import errors as log_errors
 from tidemark.records import errors as records_errors
+from tidemark.replication.errors import (
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    PartitionDeletedError,
+)
 
-
-class PartitionDeletedError(Exception):
-    """The partition was deleted while a request waited on it."""
-
-
-# Raised by the replication layer (and by test doubles of it), mapped like Kafka's.
-class NotLeaderOrFollowerError(Exception):
-    """This broker no longer leads the partition."""
-
-
-class NotEnoughReplicasError(Exception):
-    """Fewer in-sync replicas than min.insync.replicas: refused before appending."""
-
-
-class NotEnoughReplicasAfterAppendError(Exception):
-    """Appended, but the in-sync replicas shrank below min.insync.replicas meanwhile."""
+__all__ = ["NotEnoughReplicasAfterAppendError", "NotEnoughReplicasError", "NotLeaderOrFollowerError",
+           "PartitionDeletedError", "error_code_for"]
 
 
 _MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (

@@ -40,7 +40,7 @@ from tidemark.hold import hold_async
 
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.partition_manager import PartitionManager
+    from tidemark.replication.partition_manager import PartitionManager
 
 log = structlog.get_logger("tidemark.group_coordinator")
 

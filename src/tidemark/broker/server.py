@@ -26,7 +26,8 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 
-from tidemark.broker import metrics, zk_offsets
+from tidemark import metrics
+from tidemark.broker import zk_offsets
 from tidemark.broker.apis import (
     api_versions,
     configs,
@@ -47,7 +48,7 @@ from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.coordinator_io import Clock, SystemClock
 from tidemark.broker.cluster_link import ClusterLink
 from tidemark.broker.group_coordinator import GroupCoordinator
-from tidemark.broker.partition_manager import PartitionManager
+from tidemark.replication.partition_manager import PartitionManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
     CODEC_API_RANGES,

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker import metrics
+from tidemark import metrics
 from tidemark.broker.errors import error_code_for
-from tidemark.broker.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, FetchPosition, FetchSession,
+from tidemark.replication.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, FetchPosition, FetchSession,
                                             PartitionKey)
-from tidemark.broker.partition import Partition
+from tidemark.replication.partition import Partition
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext

@@ -10,7 +10,7 @@ from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, ListOffsetsV0Res
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
-    from tidemark.broker.partition import Partition
+    from tidemark.replication.partition import Partition
     from tidemark.wire.codec import Request
 
 LATEST = -1

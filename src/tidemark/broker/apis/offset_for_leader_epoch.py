@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
-    from tidemark.broker.partition import Partition
+    from tidemark.replication.partition import Partition
     from tidemark.wire.codec import Request
 
 NO_PARTITION_LEADER_EPOCH = -1  # current_leader_epoch: the caller does not know it

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker import metrics
+from tidemark import metrics
 from tidemark.broker.errors import error_code_for
 from tidemark.broker.validator import validate_produce
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker.fetch_sessions import FollowerSession
+from tidemark.replication.fetch_sessions import FollowerSession
 from tidemark.log.leader_epoch import UNDEFINED_EPOCH
 from tidemark.wire.client import BrokerConnection
 
 if TYPE_CHECKING:
-    from tidemark.broker.partition import Partition
+    from tidemark.replication.partition import Partition
 
 log = structlog.get_logger("tidemark.replica_fetcher")
 

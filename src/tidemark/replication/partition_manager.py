@@ -17,12 +17,12 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker import metrics
+from tidemark import metrics
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.errors import PartitionDeletedError
-from tidemark.broker.fetch_sessions import FetchSessionCache
-from tidemark.broker.flusher import Flusher
-from tidemark.broker.partition import Partition
+from tidemark.replication.errors import PartitionDeletedError
+from tidemark.replication.fetch_sessions import FetchSessionCache
+from tidemark.replication.flusher import Flusher
+from tidemark.replication.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
 from tidemark.log.config import LogConfig
 from tidemark.log.unified_log import AppendInfo, UnifiedLog

@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker import metrics
+from tidemark import metrics
 
 if TYPE_CHECKING:
-    from tidemark.broker.partition import Partition
+    from tidemark.replication.partition import Partition
 
 NO_SESSION = 0
 SESSION_SWEEP_MS = 100  # a session's fetches read all its partitions at least this often

@@ -18,8 +18,8 @@ import time
 
 import structlog
 
-from tidemark.broker import metrics
-from tidemark.broker.partition import Partition
+from tidemark import metrics
+from tidemark.replication.partition import Partition
 
 log = structlog.get_logger("tidemark.flusher")
 
