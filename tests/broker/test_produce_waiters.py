@@ -168,8 +168,8 @@ def test_a_commit_waiting_when_the_leader_epoch_changes_is_not_acknowledged_and_
             commit = asyncio.ensure_future(commit_offset(coordinator, 7))
             await until(lambda: flusher.held)  # appended, waiting for its fsync
             partition = broker.replicas.partition(OFFSETS_TOPIC, 0)
-            assert partition.become_leader(partition.leader_epoch + 1, (broker.config.node_id,),
-                                           frozenset({broker.config.node_id}), zk_version=1, now_ms=NOW)
+            partition.become_leader(partition.leader_epoch + 1, (broker.config.node_id,),
+                                    frozenset({broker.config.node_id}), zk_version=1, now_ms=NOW)
             flusher.release()  # the record becomes durable: the high watermark passes it
             await until(lambda: partition.high_watermark == partition.log.log_end_offset)
             assert await commit == ErrorCode.not_coordinator
