@@ -176,3 +176,29 @@ def test_a_commit_waiting_when_the_leader_epoch_changes_is_not_acknowledged_and_
             assert await commit_offset(coordinator, 8) == ErrorCode.none
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_a_lone_leader_whose_log_was_truncated_counts_only_what_was_fsynced_since(tmp_path):
+    """The log's recovery point is the one record of what is durable: a truncation lowers it,
+    and a leader alone in its ISR acknowledges nothing above it (it used to keep its own
+    "flushed end" from before the truncation, and acknowledged appends never fsynced)."""
+    async def scenario():
+        partition = _partition(tmp_path, 5)
+        partition.become_leader(1, (1, 2), frozenset({1}), zk_version=0, now_ms=NOW)
+        partition.flushed_to(partition.log.flush())
+        assert partition.high_watermark == 5
+        # Deposed, it follows a leader whose log diverged at offset 2 and takes its records.
+        partition.become_follower(2, 2, (1, 2), frozenset({2}), zk_version=1)
+        partition.log.truncate_to(2)
+        assert partition.log.recovery_point == 2
+        for i in range(3):
+            partition.log.append(build_batch([(None, f"new{i}".encode(), (), NOW)]), leader_epoch=2, now_ms=NOW)
+        # Elected again, alone in the ISR: offsets 2-4 are in its log but not on its disk.
+        partition.become_leader(3, (1, 2), frozenset({1}), zk_version=2, now_ms=NOW)
+        committed = partition.wait_for_high_watermark(5)
+        assert partition.high_watermark == 2
+        partition.flushed_to(partition.log.flush())
+        await committed
+        assert partition.high_watermark == 5
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))

@@ -3,8 +3,9 @@
 The high watermark is the smallest log end offset over the in-sync replicas (Kafka's
 Partition.maybeIncrementLeaderHW): a follower's counts once its fetch asks for the offset after
 it. This broker's own end counts as appended while another replica is in sync, as in Kafka
-(durability across brokers is replication; logs are fsynced in rounds), and only once fsynced
-(the flusher calls `flushed_to`) while it is alone in the ISR, so an acknowledged write is always
+(durability across brokers is replication; logs are fsynced in rounds), and only up to its log's
+recovery point (what is fsynced: the one record of it, lowered by truncation; the flusher calls
+`flushed_to` after each fsync) while it is alone in the ISR, so an acknowledged write is always
 on two replicas or on disk. On one broker the ISR is just this broker, so the high watermark is
 the durably flushed end of the log. Every path that acknowledges a committed write (acks=-1,
 offset commits) waits on the high watermark, never on the write call.
@@ -62,7 +63,6 @@ class Partition:
         self.zk_version = 0
         self.leader_epoch_start_offset = 0
         self.followers: dict[int, FollowerState] = {}
-        self.flushed_end = log.high_watermark  # this replica's durable log end
         # Each waiter's target offset and the leader epoch it is tied to (None: any leader's
         # high watermark will do, as for a replica replaying committed records). A waiter leaves
         # as soon as it is done, cancelled included.
@@ -188,14 +188,15 @@ class Partition:
     # -- high watermark ---------------------------------------------------------------------------
 
     def flushed_to(self, end: int) -> None:
-        """This replica's log is durable up to `end` (the flusher's fsync)."""
-        self.flushed_end = max(self.flushed_end, end)
+        """The flusher fsynced this replica's log (up to `end` then): a leader alone in its ISR
+        counts its own end up to the log's recovery point, which a truncation since may have
+        lowered below `end`."""
         self._maybe_advance_high_watermark()
 
     def _maybe_advance_high_watermark(self) -> None:
         if not self.is_leader:
             return
-        high_watermark = self.log.log_end_offset if self.has_in_sync_followers else self.flushed_end
+        high_watermark = self.log.log_end_offset if self.has_in_sync_followers else self.log.recovery_point
         for replica in self.isr:
             if replica != self.local_id:
                 state = self.followers.get(replica)
