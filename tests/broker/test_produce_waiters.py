@@ -202,3 +202,37 @@ def test_a_lone_leader_whose_log_was_truncated_counts_only_what_was_fsynced_sinc
         assert partition.high_watermark == 5
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_acks_all_produces_that_timed_out_leave_no_waiter_behind(tmp_path):
+    """While the high watermark is frozen (fsyncs held), every timed-out acks=all produce takes
+    its waiter with it (they used to pile up until the high watermark moved)."""
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            broker.replicas.create_topic("t", 1, {})
+            partition = broker.replicas.partition("t", 0)
+            broker.replicas.flusher.holding = True
+            client = await AsyncRawClient.connect(broker.port)
+            for i in range(50):
+                assert await _produce(client, b"held", timeout_ms=1) == (ErrorCode.request_timed_out, i)
+            await asyncio.sleep(0)  # the last cancellation's callback
+            assert partition.waiter_count == 0
+            assert partition.high_watermark == 0
+            await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_a_cancelled_wait_leaves_at_once(tmp_path):
+    async def scenario():
+        partition = _partition(tmp_path, 3)
+        partition.become_leader(1, (1,), frozenset({1}), zk_version=0, now_ms=NOW)
+        waits = [partition.wait_for_high_watermark(3) for _ in range(1000)]
+        watches = [partition.watch_high_watermark(3) for _ in range(1000)]
+        assert partition.waiter_count == 2000
+        for future in waits + watches:
+            future.cancel()
+        await asyncio.sleep(0)
+        assert partition.waiter_count == 0
+
+    asyncio.run(scenario())
