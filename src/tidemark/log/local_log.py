@@ -242,7 +242,9 @@ class LocalLog:
 
         A cut segment that was not the active one is reopened as a new LogSegment, so a
         cleaner pass that picked up the old one can never swap its old content back in (the
-        swap requires the very segments it cleaned)."""
+        swap requires the very segments it cleaned). The old one's descriptors close at once:
+        the cleaner reads through its own duplicates, and reads on the event loop never span
+        a truncation."""
         with self.lock:
             if self._closed:
                 raise LogOfflineError(f"{self.directory.name} is closed")
@@ -261,7 +263,7 @@ class LocalLog:
                 if not fresh.open_from_indexes(active=True):
                     fresh.recover(validate=False, active=True, truncate=False)
                 keep[-1] = fresh
-                self._retired.append((time.monotonic(), cut))
+                cut.close()
             self._segments = keep
             self._bases = [seg.base_offset for seg in keep]
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
