@@ -61,6 +61,9 @@ class LocalLog:
         # Called with the new segment's base offset when the log rolls (UnifiedLog snapshots
         # producer state there), under the lock.
         self.on_roll: Callable[[int], None] | None = None
+        # Called by flush() (outside the lock, before the segments are fsynced) to fsync the
+        # files the recovery point may not get ahead of (UnifiedLog: the epochs, the snapshots).
+        self.before_sync: Callable[[], None] | None = None
         self._retired: list[tuple[float, LogSegment]] = []  # (when, segment) replaced by the cleaner
         # Bumped by each truncation: a flush that began before one must not move the recovery
         # point (or a segment's flushed size) to what it synced of the removed tail.
@@ -211,6 +214,8 @@ class LocalLog:
             dir_fd = os.open(self.directory, os.O_RDONLY) if self.dir_dirty else -1
             self.dir_dirty = False
         try:
+            if self.before_sync is not None:
+                self.before_sync()
             for _, _, fd in targets:
                 os.fsync(fd)
             for _, fd in index_fds:
