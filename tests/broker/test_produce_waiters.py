@@ -1,7 +1,8 @@
 """A write waiting for replication belongs to the leadership that appended it (Kafka's
-DelayedProduce): when this broker stops leading at that epoch (it follows, leads at another
-epoch, the partition is deleted, the broker stops) the wait ends NOT_LEADER_OR_FOLLOWER, never
-SUCCESS off another leader's high watermark; a partition takes only leaderships at higher
+DelayedProduce): when this broker stops leading (it follows, the partition is deleted, the
+broker stops) the wait ends NOT_LEADER_OR_FOLLOWER, never SUCCESS off another leader's high
+watermark, nor off a later leadership of this broker; a new epoch of an unbroken leadership
+(the controller's ISR changes bump it) keeps it; a partition takes only leaderships at higher
 epochs; a cancelled wait leaves nothing behind."""
 
 from __future__ import annotations
@@ -68,17 +69,35 @@ def test_acks_all_waiting_on_a_deposed_leader_is_not_leader_even_once_the_new_le
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
 
-def test_a_new_epoch_of_the_same_leader_fails_the_waits_of_the_old_one(tmp_path):
+def test_a_leadership_regained_after_following_does_not_answer_the_waits_of_the_earlier_one(tmp_path):
+    """As a follower in between, this broker may have truncated what it had appended."""
     async def scenario():
         partition = _partition(tmp_path, 2)
         assert partition.become_leader(1, (1, 2), frozenset({1, 2}), zk_version=0, now_ms=NOW)
         waiting = partition.wait_for_high_watermark(2)
-        assert partition.become_leader(2, (1, 2), frozenset({1, 2}), zk_version=1, now_ms=NOW)
+        assert partition.become_follower(2, 2, (1, 2), frozenset({1, 2}), zk_version=1)
+        assert partition.become_leader(3, (1, 2), frozenset({1, 2}), zk_version=2, now_ms=NOW)
         partition.follower_fetched(2, 2, NOW)
         assert partition.high_watermark == 2
         with pytest.raises(NotLeaderOrFollowerError):
             await waiting
         assert partition.waiter_count == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_new_epoch_of_an_unbroken_leadership_keeps_its_waits(tmp_path):
+    """The controller bumps the epoch at every ISR change it makes (a follower lost, or shut
+    down for a rolling restart): the leader's log is the same, and so are its waits (Kafka's
+    DelayedProduce fails only once the broker no longer leads)."""
+    async def scenario():
+        partition = _partition(tmp_path, 2)
+        assert partition.become_leader(1, (1, 2, 3), frozenset({1, 2, 3}), zk_version=0, now_ms=NOW)
+        waiting = partition.wait_for_high_watermark(2)
+        assert partition.become_leader(2, (1, 2, 3), frozenset({1, 2}), zk_version=1, now_ms=NOW)  # 3 was lost
+        partition.follower_fetched(2, 2, NOW)
+        await waiting
+        assert partition.high_watermark == 2
 
     asyncio.run(scenario())
 
@@ -153,10 +172,11 @@ def test_deletion_and_broker_stop_answer_waiting_writes_not_leader(tmp_path):
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
 
-def test_a_commit_waiting_when_the_leader_epoch_changes_is_not_acknowledged_and_the_shard_serves_on(tmp_path):
-    """The coordinator's appends are tied to their epoch too: a new epoch (here of the same
-    leader, told to the partition only) fails the commit waiting under the old one, even though
-    the high watermark then passes it; the shard keeps serving at the new epoch."""
+def test_a_commit_waiting_when_the_leadership_changes_is_not_acknowledged_and_the_shard_serves_on(tmp_path):
+    """The coordinator's appends are tied to their leadership too: the partition follows, then
+    leads again at a later epoch (told to the partition only, as if the coordinator had missed
+    the notices), and the high watermark then passes the commit: it is not acknowledged; the
+    shard keeps replaying and serves the new leadership."""
     async def scenario():
         async with running_broker(tmp_path, {"offsets.topic.num.partitions": "1"}) as broker:
             broker.replicas.create_topic("t", 1, {})
@@ -168,8 +188,9 @@ def test_a_commit_waiting_when_the_leader_epoch_changes_is_not_acknowledged_and_
             commit = asyncio.ensure_future(commit_offset(coordinator, 7))
             await until(lambda: flusher.held)  # appended, waiting for its fsync
             partition = broker.replicas.partition(OFFSETS_TOPIC, 0)
-            partition.become_leader(partition.leader_epoch + 1, (broker.config.node_id,),
-                                    frozenset({broker.config.node_id}), zk_version=1, now_ms=NOW)
+            node = broker.config.node_id
+            partition.become_follower(None, partition.leader_epoch + 1, (node,), frozenset({node}), zk_version=1)
+            partition.become_leader(partition.leader_epoch + 1, (node,), frozenset({node}), zk_version=2, now_ms=NOW)
             flusher.release()  # the record becomes durable: the high watermark passes it
             await until(lambda: partition.high_watermark == partition.log.log_end_offset)
             assert await commit == ErrorCode.not_coordinator

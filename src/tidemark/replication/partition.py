@@ -13,10 +13,13 @@ offset commits) waits on the high watermark, never on the write call.
 A follower's high watermark is what its leader last reported, never past its own log end.
 
 A write waiting to be acknowledged is tied to the leadership that appended it (Kafka's
-DelayedProduce): when this broker stops leading at that epoch (it follows, leads at another
-epoch, the partition is deleted or the broker stops) the wait fails with NOT_LEADER_OR_FOLLOWER,
-since another leader's high watermark says nothing of records this one appended. Leadership
-only moves to higher epochs: an older or conflicting view is ignored.
+DelayedProduce): once this broker stops leading (it follows, has no leader, the partition is
+deleted or the broker stops) the wait fails with NOT_LEADER_OR_FOLLOWER, since another leader's
+high watermark says nothing of records this one appended, and a later leadership of this broker
+may have truncated them as a follower in between. A higher epoch with this broker still leading
+(the controller bumps the epoch at every ISR change it makes) continues the same leadership:
+its log was never truncated, so its waits go on, as Kafka's do. Leadership only moves to higher
+epochs: an older or conflicting view is ignored.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ class Partition:
         # Who leads and who replicates (on one broker: this broker alone, at epoch 0).
         self.leader_id: int | None = local_id
         self.leader_epoch = leader_epoch
+        # The epoch this broker's current leadership began at (None: not leading): waits tied to
+        # an epoch from there to leader_epoch are this leadership's.
+        self._led_since: int | None = leader_epoch
         self.replicas: tuple[int, ...] = (local_id,)
         self.isr: frozenset[int] = frozenset({local_id})
         self.zk_version = 0
@@ -95,11 +101,13 @@ class Partition:
         """Lead at `leader_epoch`: followers start as caught up now (they get
         replica.lag.time.max.ms to show they are), at an unknown log end (Kafka's -1: on an empty
         partition a log end of 0 would put a follower that never fetches back into the ISR).
-        Writes waiting under the previous leadership fail. False, with nothing changed, for an
-        epoch not above the current one (see `_takes`)."""
+        Already leading (a new epoch for an ISR change), its waiting writes go on. False, with
+        nothing changed, for an epoch not above the current one (see `_takes`)."""
         if not self._takes(self.local_id, leader_epoch):
             return False
-        self._fail_tied_waiters(leader_epoch)
+        if not self.is_leader:
+            self._fail_tied_waiters(leader_epoch)  # none: a follower has none
+            self._led_since = leader_epoch
         self.leader_id = self.local_id
         self.leader_epoch = leader_epoch
         self.leader_epoch_start_offset = self.log.log_end_offset  # a follower rejoins only past it
@@ -120,6 +128,7 @@ class Partition:
         if not self._takes(leader_id, leader_epoch):
             return False
         self._fail_tied_waiters(leader_epoch)
+        self._led_since = None
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.replicas = replicas
@@ -224,12 +233,12 @@ class Partition:
 
     def wait_for_high_watermark(self, target: int, leader_epoch: int | None = None) -> asyncio.Future[None]:
         """A future done once the high watermark reaches `target` (an exclusive end offset),
-        under the leadership that appended the records: this broker leading at `leader_epoch`
-        (by default the epoch it leads at now). It fails with NotLeaderOrFollowerError if this
-        broker does not lead at that epoch, now or before the target is reached."""
+        under the leadership that appended the records: this broker's, led without a break
+        since `leader_epoch` (by default the epoch it leads at now). It fails with
+        NotLeaderOrFollowerError if that leadership is over, now or before the target is reached."""
         epoch = self.leader_epoch if leader_epoch is None else leader_epoch
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if not self.is_leader or epoch != self.leader_epoch:
+        if self._led_since is None or not self._led_since <= epoch <= self.leader_epoch:
             future.set_exception(self._not_leader(epoch))
         elif self.log.high_watermark >= target:
             future.set_result(None)
@@ -265,8 +274,8 @@ class Partition:
             f"epoch {self.leader_epoch})")
 
     def _fail_tied_waiters(self, new_epoch: int) -> None:
-        """The leadership changes: every write waiting under this broker's leadership fails
-        (Kafka completes its DelayedProduce with NOT_LEADER_OR_FOLLOWER)."""
+        """This broker's leadership ends: every write waiting under it fails (Kafka completes
+        its DelayedProduce with NOT_LEADER_OR_FOLLOWER)."""
         tied = [(future, epoch) for future, (_, epoch) in self._hw_waiters.items() if epoch is not None]
         for future, epoch in tied:
             del self._hw_waiters[future]
