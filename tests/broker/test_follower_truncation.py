@@ -10,6 +10,7 @@ import contextlib
 from kio.schema.errors import ErrorCode
 
 from tests.broker.inprocess import until
+from tests.integration.raw import AsyncRawClient
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.server import Broker
 from tidemark.records import build_batch, decode_records, iter_batches
@@ -173,5 +174,27 @@ def test_no_truncation_by_an_answer_to_a_leadership_that_moved_meanwhile(tmp_pat
             assert fp.log.log_end_offset == 6  # untouched by the stale answer
             assert [epoch for _, epoch, _ in _records(fp)] == [0, 0, 2, 2, 2, 2]
             await fetcher.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_only_the_leader_answers_offset_for_leader_epoch(tmp_path):
+    """A follower's log may lag or diverge: asked where an epoch ends, it refuses, as in Kafka
+    (only a debugging replica id may read a follower's answer)."""
+    async def scenario():
+        async with leader_and_follower(tmp_path) as (leader, follower):
+            _write(leader.replicas.partition("t", 0), [(0, 2)], "both")
+            _write(follower.replicas.partition("t", 0), [(0, 2)], "both")
+            _roles(leader, follower, epoch=1)
+            for broker, replica_id, expected in [(leader, FOLLOWER, (ErrorCode.none, 0, 2)),
+                                                 (follower, LEADER, (ErrorCode.not_leader_or_follower, -1, -1)),
+                                                 (follower, -1, (ErrorCode.not_leader_or_follower, -1, -1)),
+                                                 (follower, -2, (ErrorCode.none, 0, 2))]:
+                client = await AsyncRawClient.connect(broker.port)
+                response = await client.request(OFFSET_FOR_LEADER_EPOCH, 3, {"replica_id": replica_id, "topics": [
+                    {"topic": "t", "partitions": [{"partition": 0, "current_leader_epoch": 1, "leader_epoch": 0}]}]})
+                answer = response.topics[0].partitions[0]
+                assert (answer.error_code, answer.leader_epoch, answer.end_offset) == expected
+                await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
