@@ -198,3 +198,29 @@ def test_only_the_leader_answers_offset_for_leader_epoch(tmp_path):
                 await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_a_follower_whose_log_ends_below_the_leaders_log_start_starts_afresh_there(tmp_path):
+    """While the follower was away the leader deleted records below 5 (DeleteRecords). The
+    follower's fetch from 2 is out of range: it asks the leader's log start (ListOffsets
+    earliest, Kafka's fetchOffsetAndTruncate), starts its log there and fetches on, instead of
+    fetching from 2 again and again."""
+    async def scenario():
+        async with leader_and_follower(tmp_path) as (leader, follower):
+            lp, fp = leader.replicas.partition("t", 0), follower.replicas.partition("t", 0)
+            _write(lp, [(0, 2)], "both")
+            _write(fp, [(0, 2)], "both")
+            _write(lp, [(0, 5)], "leader")
+            lp, fp = _roles(leader, follower, epoch=1)
+            lp.log.flush()
+            lp.flushed_to(lp.log.log_end_offset)  # the leader alone in its ISR: committed once durable
+            assert leader.replicas.delete_records(lp, 5) == 5
+            fetcher = _fetcher(leader, follower)
+            fetcher.add(fp)
+            fetcher.start()
+            await until(lambda: lp.followers[FOLLOWER].log_end_offset == 7)
+            assert fp.log.log_start_offset == 5
+            assert _records(fp) == _records(lp) == [(5, 0, b"leader5"), (6, 0, b"leader6")]
+            await fetcher.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))

@@ -46,8 +46,11 @@ if TYPE_CHECKING:
 log = structlog.get_logger("tidemark.replica_fetcher")
 
 FETCH = 1
+LIST_OFFSETS = 2
 OFFSET_FOR_LEADER_EPOCH = 23
 FETCH_VERSION = 12  # replica_id in the body, current_leader_epoch per partition
+LIST_OFFSETS_VERSION = 4  # current_leader_epoch per partition
+EARLIEST_TIMESTAMP = -2
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3  # replica_id in the body
 STOP_RECANCEL_S = 1.0  # stop() cancels the loop again after this long if it is still running
 
@@ -70,6 +73,7 @@ class ReplicaFetcher:
         self._timeout_s = request_timeout_ms / 1000
         self.partitions: dict[TopicPartition, Partition] = {}
         self._truncating: set[TopicPartition] = set()  # to truncate against the leader before fetching
+        self._out_of_range: set[TopicPartition] = set()  # truncating after an OFFSET_OUT_OF_RANGE fetch
         self._delayed: dict[TopicPartition, float] = {}  # refused: not fetched again before (loop time)
         self.failed: set[TopicPartition] = set()  # append or truncation failed: not fetched until added again
         self._changed = asyncio.Event()
@@ -84,6 +88,7 @@ class ReplicaFetcher:
         self._forget_failure(key)
         self.partitions[key] = partition
         self._truncating.add(key)
+        self._out_of_range.discard(key)
         self._delayed.pop(key, None)
         self._changed.set()
 
@@ -91,6 +96,7 @@ class ReplicaFetcher:
         key = (partition.topic, partition.index)
         self.partitions.pop(key, None)
         self._truncating.discard(key)
+        self._out_of_range.discard(key)
         self._delayed.pop(key, None)
         self._forget_failure(key)
 
@@ -155,6 +161,8 @@ class ReplicaFetcher:
         """One round of Kafka's maybeTruncate: partitions without epochs truncate to their high
         watermark; the others ask where their latest epoch ends on the leader and truncate by
         its answer, staying "truncating" while the answer is not final."""
+        if self._out_of_range & self._truncating:
+            await self._start_past_leader_log_start(connection)
         wanted = {key: self.partitions[key] for key in self._truncating
                   if key in self.partitions and key not in self._delayed}
         asked: dict[TopicPartition, tuple[Partition, int, int]] = {}  # (partition, leader epoch, latest epoch)
@@ -186,6 +194,41 @@ class ReplicaFetcher:
                                      None if own[1] == UNDEFINED_EPOCH_OFFSET else own,
                                      partition.log.log_end_offset, partition.high_watermark)
             self._apply(key, partition, state, answered=(answer.leader_epoch, answer.end_offset))
+
+    async def _start_past_leader_log_start(self, connection: BrokerConnection) -> None:
+        """A fetch out of range (Kafka's fetchOffsetAndTruncate): a follower whose log ends below
+        the leader's log start (records deleted there while it was away) starts its log afresh
+        at the leader's log start; any other goes through the epoch comparison."""
+        wanted = {key: self.partitions[key] for key in self._out_of_range & self._truncating
+                  if key in self.partitions and key not in self._delayed}
+        if not wanted:
+            return
+        asked = {key: p.leader_epoch for key, p in wanted.items()}
+        response = await connection.request(LIST_OFFSETS, LIST_OFFSETS_VERSION, {
+            "replica_id": self.local_id, "isolation_level": 0, "topics": [
+                {"name": topic, "partitions": [{"partition_index": index, "current_leader_epoch": asked[(topic, index)],
+                                                "timestamp": EARLIEST_TIMESTAMP} for t, index in asked if t == topic]}
+                for topic in {topic for topic, _ in asked}]}, self._timeout_s)
+        answers = {(topic.name, answer.partition_index): answer
+                   for topic in response.topics for answer in topic.partitions}
+        for key, partition in wanted.items():
+            if not self._still_truncating(key, partition, asked[key]):
+                continue
+            answer = answers.get(key)
+            code = ErrorCode(answer.error_code) if answer is not None else ErrorCode.unknown_server_error
+            if code != ErrorCode.none:
+                self._paused(partition, code)  # asked again after the back-off
+                continue
+            self._out_of_range.discard(key)
+            if answer.offset > partition.log.log_end_offset:
+                log.warning("follower_log_restarted", topic=key[0], partition=key[1], leader=self.leader_id,
+                            log_end_offset=partition.log.log_end_offset, leader_log_start_offset=answer.offset)
+                try:
+                    partition.log.truncate_fully_and_start_at(answer.offset)
+                except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
+                    self._failed(key, "truncate", exc)
+                    continue
+                self._truncating.discard(key)
 
     def _still_truncating(self, key: TopicPartition, partition: Partition, leader_epoch: int) -> bool:
         """Whether `partition` is still followed from this leader at `leader_epoch`, and truncating."""
@@ -241,7 +284,8 @@ class ReplicaFetcher:
                     continue  # handed over, re-added or truncated meanwhile: the answer is stale
                 code = ErrorCode(answer.error_code)
                 if code == ErrorCode.offset_out_of_range:
-                    self._truncating.add(key)  # compare epochs again before fetching on
+                    self._truncating.add(key)  # compare epochs again (and log starts) before fetching on
+                    self._out_of_range.add(key)
                     continue
                 if code != ErrorCode.none:
                     self._paused(partition, code)
@@ -283,6 +327,7 @@ class ReplicaFetcher:
                   error=repr(exc))
         self.partitions.pop(key, None)
         self._truncating.discard(key)
+        self._out_of_range.discard(key)
         self._delayed.pop(key, None)
         if key not in self.failed:
             self.failed.add(key)
