@@ -11,10 +11,10 @@ import contextlib
 
 import pytest
 from kio.schema.errors import ErrorCode
+from prometheus_client import REGISTRY
 
 from tests.broker.inprocess import until
 from tests.integration.raw import AsyncRawClient
-from tidemark import metrics
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.server import Broker
 from tidemark.records import build_batch
@@ -61,7 +61,7 @@ async def _produce(client: AsyncRawClient, partition: int, value: bytes, acks: i
 
 
 def _failed_gauge() -> float:
-    return metrics.REPLICA_FAILED_PARTITIONS._value.get()
+    return REGISTRY.get_sample_value("tidemark_replica_failed_partitions")
 
 
 @pytest.mark.parametrize("stage", ["truncate", "append"])

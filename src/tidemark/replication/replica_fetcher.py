@@ -8,7 +8,8 @@ answers an epoch the follower never saw (fast leader changes) the follower cuts 
 of its own largest epoch below it and asks again, now with that lower epoch, until both name an
 epoch they share; only then does the partition fetch. A follower with no epochs at all asks
 nothing and truncates to its high watermark. An answer that comes back after the partition's
-leadership moved is ignored.
+leadership moved is ignored. A fetch out of range truncates again, first asking the leader's log
+start (ListOffsets): a log ending below it (records deleted there meanwhile) starts afresh there.
 
 Each fetch carries the follower's log end (which moves the leader's high watermark) and the
 leader epoch it follows (KIP-320: a leader of another epoch refuses). Fetches after a
