@@ -18,6 +18,7 @@ from tests.integration.raw import AsyncRawClient
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.server import Broker
 from tidemark.records import build_batch
+from tidemark.records.errors import CorruptRecordError
 from tidemark.replication.replica_fetcher import ReplicaFetcher
 
 NOW = 1_700_000_000_000
@@ -103,6 +104,34 @@ def test_a_partition_whose_log_fails_stops_alone_and_the_others_replicate(tmp_pa
             assert fetcher.failed == set() and _failed_gauge() == before
             await until(lambda: bad.log.log_end_offset == 1)
             assert fetcher.connections == 1
+            await client.close()
+            await fetcher.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=90))
+
+
+def test_a_corrupt_batch_delays_its_partition_and_is_fetched_again(tmp_path):
+    """As in Kafka, a batch that fails its check (maybe a torn read) is no reason to give the
+    partition up: it is fetched again after the back-off, and replicates."""
+    async def scenario():
+        async with two_partitions(tmp_path) as (leader, follower):
+            partition = follower.replicas.partition("t", 0)
+            client = await AsyncRawClient.connect(leader.port)
+            assert await _produce(client, 0, b"v0", acks=1) == (ErrorCode.none, 0)
+            corrupt = [CorruptRecordError("CRC mismatch")]
+
+            def append(p, records):
+                if corrupt:
+                    raise corrupt.pop()
+                return follower.replicas.append_as_follower(p, records)
+
+            fetcher = CountingFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", leader.port), append=append,
+                                      max_wait_ms=100, backoff_ms=10)
+            fetcher.add(partition)
+            fetcher.start()
+            assert await _produce(client, 0, b"v1", acks=-1) == (ErrorCode.none, 1)
+            assert partition.log.log_end_offset == 2 and not corrupt
+            assert fetcher.failed == set() and fetcher.connections == 1
             await client.close()
             await fetcher.stop()
 
