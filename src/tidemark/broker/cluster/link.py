@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from kazoo.exceptions import KazooException
@@ -30,7 +30,7 @@ from tidemark.broker.cluster.roles import ReplicaRoles
 from tidemark.broker.cluster.tasks import BackgroundTasks, halt
 from tidemark.broker.config import validate_topic_configs
 from tidemark.broker.offset_fetch_forwarding import OffsetFetchForwarder
-from tidemark.cluster.zk import shutdown, zk_data
+from tidemark.cluster.zk import config_changes, producer_ids, shutdown, zk_data
 from tidemark.cluster.zk.config_changes import ConfigChangeListener
 from tidemark.cluster.zk.controller import Controller
 from tidemark.cluster.zk.metadata_view import ClusterSnapshot, ZkMetadataView
@@ -81,6 +81,7 @@ class ClusterLink:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False  # the partition manager is open: view changes can be applied
         self._stopping = False  # leaderships handed away: no new fetcher, no role change any more
+        self._producer_id_blocks = asyncio.Lock()  # one block claimed at a time
         self.partitions_visited = 0  # by view changes applied so far (tests: the cost of a change)
         # OffsetFetch forwarding to the group's coordinator (offsets.fetch.forward.enable).
         self.offset_fetch_forwarder = OffsetFetchForwarder(self._address, config["request.timeout.ms"]) \
@@ -107,7 +108,7 @@ class ClusterLink:
         self.view.publish(self._metadata.snapshot)
         table = await self.session.call(ZkTopicTable, self.client, self.node_id, validate_topic_configs,
                                         timeout_s=STARTUP_CALL_TIMEOUT_S)
-        table.update(self.snapshot.topics)
+        table.update(self.snapshot.topics, self.snapshot.topic_configs)
         return table
 
     async def start(self, host: str, port: int) -> None:
@@ -231,3 +232,22 @@ class ClusterLink:
 
     async def ensure_offsets_topic(self) -> ErrorCode | None:
         return await self.admin.ensure_offsets_topic()
+
+    async def set_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
+        """AlterConfigs: /config/topics/T and its change notice written off the event loop (the
+        other brokers reload them), then applied here at once."""
+        await self.session.call(config_changes.set_topic_config, self.client, name, configs)
+        topic = self.replicas.metadata.use_configs(name, configs)
+        if topic is not None:
+            self.replicas.apply_topic_configs(topic)
+            log.info("topic_configs_altered", topic=name, configs=configs)
+
+    async def next_producer_id(self) -> int:
+        """InitProducerId's id: from this broker's block, a new block claimed in ZooKeeper off
+        the event loop when it is used up (ZkCallTimeoutError when ZooKeeper does not answer)."""
+        table = self.replicas.metadata
+        async with self._producer_id_blocks:
+            if not table.has_producer_id():
+                start, end = await self.session.call(producer_ids.allocate_block, self.client, self.node_id)
+                table.use_producer_id_block(start, end)
+            return table.next_producer_id()

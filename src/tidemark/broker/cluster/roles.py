@@ -63,7 +63,7 @@ class ReplicaRoles:
         return visited
 
     def _apply_topics(self, snapshot: ClusterSnapshot) -> None:
-        changed, gone = self.replicas.metadata.update(snapshot.topics)
+        changed, gone = self.replicas.metadata.update(snapshot.topics, snapshot.topic_configs)
         for topic in changed:
             self.replicas.host(topic)
         for name in gone:

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from tidemark.cluster.zk import zk_data
@@ -61,6 +62,9 @@ class ClusterSnapshot:
     controller_id: int  # -1 while there is none
     topics: Mapping[str, zk_data.TopicAssignment]
     partitions: Mapping[TopicPartition, PartitionView]
+    # Each topic's config overrides as read when the view first saw the topic (later changes
+    # come as /config/changes notices): a broker hosting a new topic needs no read of its own.
+    topic_configs: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     def offline_replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         """Metadata's offline_replicas: assigned replicas whose broker is not live."""
@@ -91,6 +95,7 @@ class ZkMetadataView:
         self._brokers: dict[int, zk_data.BrokerInfo] = {}
         self._controller = -1
         self._topics: dict[str, zk_data.TopicAssignment] = {}
+        self._topic_configs: dict[str, Mapping[str, str]] = {}
         self._states: dict[TopicPartition, zk_data.PartitionState] = {}
         self._partitions: dict[TopicPartition, PartitionView] = {}
         self._changed: set[TopicPartition] = set()  # since the last take_changes()
@@ -170,9 +175,15 @@ class ZkMetadataView:
         path = zk_data.topic_path(topic)
 
         def watcher(data: bytes | None, _stat: Any) -> bool | None:
+            assignment = zk_data.decode_topic(data) if data is not None else None
+            known = self._topics.get(topic)
+            configs = None  # read here, in kazoo's thread, not by the broker on its event loop
+            if assignment is not None and (known is None or known.topic_id != assignment.topic_id):
+                configs = self._read_topic_configs(topic)
             with self._lock:
-                if data is None:
+                if assignment is None:
                     self._watched.discard(path)
+                    self._topic_configs.pop(topic, None)
                     gone = self._topics.pop(topic, None)
                     for partition in gone.partitions if gone is not None else ():
                         self._states.pop((topic, partition), None)
@@ -180,8 +191,9 @@ class ZkMetadataView:
                     self._topics_changed = True
                     self._publish()
                     return False
-                assignment = zk_data.decode_topic(data)
                 self._topics[topic] = assignment
+                if configs is not None:
+                    self._topic_configs[topic] = configs
                 for partition, replicas in assignment.partitions.items():
                     self._set_partition(topic, partition, replicas)
                 self._topics_changed = True
@@ -214,6 +226,17 @@ class ZkMetadataView:
             return False if self._closed else None
         return watcher
 
+    def _read_topic_configs(self, topic: str) -> Mapping[str, str] | None:
+        """/config/topics/T ({} when absent); None when ZooKeeper did not answer (the broker
+        then reads them itself)."""
+        try:
+            data, _ = self.client.get(zk_data.topic_config_path(topic))
+        except NoNodeError:
+            return MappingProxyType({})
+        except KazooException:
+            return None
+        return MappingProxyType(zk_data.decode_topic_config(data))
+
     def _set_partition(self, topic: str, partition: int, replicas: tuple[int, ...] | None) -> None:
         """One partition's view anew (None: it is gone), marked changed. Under self._lock."""
         key = (topic, partition)
@@ -227,6 +250,7 @@ class ZkMetadataView:
         # The maps are copied whole (C speed); the per-partition work happened in _set_partition.
         self.snapshot = ClusterSnapshot(
             brokers=MappingProxyType(dict(self._brokers)), controller_id=self._controller,
-            topics=MappingProxyType(dict(self._topics)), partitions=MappingProxyType(dict(self._partitions)))
+            topics=MappingProxyType(dict(self._topics)), partitions=MappingProxyType(dict(self._partitions)),
+            topic_configs=MappingProxyType(dict(self._topic_configs)))
         if self.on_change is not None:
             self.on_change(self.snapshot)
