@@ -178,7 +178,16 @@ class ClusterLink:
     def _changed_in_kazoo_thread(self, _snapshot: ClusterSnapshot) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._apply)
+            loop.call_soon_threadsafe(self._apply_or_halt)
+
+    def _apply_or_halt(self) -> None:
+        """A view change that cannot be applied leaves this broker acting on a stale view for
+        good: as a dead task, it takes the broker down loudly."""
+        try:
+            self._apply()
+        except Exception as exc:
+            log.critical("cluster_view_not_applied", error=repr(exc), exc_info=exc)
+            self.tasks.on_fatal(exc)
 
     def _apply(self, everything: bool = False) -> None:
         """Apply what changed in the view since the last application (on the event loop). Several
