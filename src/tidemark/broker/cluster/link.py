@@ -82,7 +82,7 @@ class ClusterLink:
         self._started = False  # the partition manager is open: view changes can be applied
         self._stopping = False  # leaderships handed away: no new fetcher, no role change any more
         self._producer_id_blocks = asyncio.Lock()  # one block claimed at a time
-        self.partitions_visited = 0  # by view changes applied so far (tests: the cost of a change)
+        self.partitions_visited = 0  # by the view changes applied so far: what they cost
         # OffsetFetch forwarding to the group's coordinator (offsets.fetch.forward.enable).
         self.offset_fetch_forwarder = OffsetFetchForwarder(self._address, config["request.timeout.ms"]) \
             if config["offsets.fetch.forward.enable"] else None
