@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
     from tidemark.broker.coordinator_io import Clock
     from tidemark.replication.partition_manager import PartitionManager
-    from tidemark.broker.cluster_link import ClusterLink
+    from tidemark.broker.cluster import ClusterLink
     from tidemark.coordinator.result import Result
     from tidemark.coordinator.shard import CoordinatorShard
     from tidemark.wire.codec import Request

@@ -153,6 +153,14 @@ class ShardRuntime:
             self._unload()
         self._start_load()
 
+    def leader_epoch_bumped(self, epoch: int) -> None:
+        """This broker still leads the partition, at a higher epoch (an ISR change by the
+        controller, a follower's restart): the shard serves on, at the new epoch, unreloaded."""
+        if not self.leading or epoch <= self.epoch:
+            self.became_leader(epoch)  # not leading here yet: as any new leadership
+            return
+        self.epoch = epoch
+
     def became_follower(self, epoch: int) -> None:
         """This broker follows the partition at `epoch` (a leader, if it was one, resigned):
         keep or start the standby (offsets.standby.replay.enable), else unload."""
@@ -594,6 +602,11 @@ class GroupCoordinator:
         """This broker became the leader of a partition (of the offsets topic: load it)."""
         if topic == OFFSETS_TOPIC:
             self._runtime(index).became_leader(leader_epoch)
+
+    def partition_leader_epoch(self, topic: str, index: int, leader_epoch: int) -> None:
+        """This broker leads the partition on, at a higher leader epoch (nothing to load)."""
+        if topic == OFFSETS_TOPIC:
+            self._runtime(index).leader_epoch_bumped(leader_epoch)
 
     def partition_followed(self, topic: str, index: int, leader_epoch: int) -> None:
         """This broker follows a partition (of the offsets topic: stand by, or unload)."""

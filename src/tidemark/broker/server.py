@@ -46,8 +46,9 @@ from tidemark.broker.apis import (
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.coordinator_io import Clock, SystemClock
-from tidemark.broker.cluster_link import ClusterLink
+from tidemark.broker.cluster import ClusterLink
 from tidemark.broker.group_coordinator import GroupCoordinator
+from tidemark.cluster.zk.session import ZkSession
 from tidemark.replication.partition_manager import PartitionManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
@@ -120,9 +121,12 @@ class Broker:
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
         self.replicas = PartitionManager(config, data_dir)
         self.coordinator = GroupCoordinator(config, self.replicas, clock=self.clock)
-        # A ZooKeeper cluster's member when zookeeper.connect is set; else the embedded single node.
-        self.cluster = ClusterLink(config, self.replicas, self.coordinator, self.clock) \
+        # A ZooKeeper cluster's member when zookeeper.connect is set (on one ZooKeeper session,
+        # shared with the ZooKeeper offset store); else the embedded single node.
+        self.zookeeper = ZkSession(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"]) \
             if config["zookeeper.connect"] else None
+        self.cluster = ClusterLink(config, self.replicas, self.coordinator, self.clock, self.zookeeper) \
+            if self.zookeeper is not None else None
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()
         self._connections_per_ip: collections.Counter[str] = collections.Counter()
@@ -170,7 +174,6 @@ class Broker:
         for connection in list(self.connections):
             connection.close()
         await self.coordinator.stop()
-        await zk_offsets.close_store(self.config)
         await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=True)
 

@@ -7,14 +7,12 @@ request commits is one ZooKeeper transaction; ZooKeeper not answering within
 offsets.commit.timeout.ms fails the request with COORDINATOR_NOT_AVAILABLE (retriable), never
 with a partial commit reported as done.
 
-One ZookeeperOffsetManager per broker (per BrokerConfig), connected on first use and closed with
-the broker (close_store).
+The store is the cluster link's (ClusterLink.offset_store), on the broker's one ZooKeeper
+session: opened and closed with it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,19 +21,18 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.wire import error_responses
 from tidemark.wire.codec import HAND_WRITTEN_RANGES
-from tidemark.zk.offset_store import ZookeeperOffsetManager, ZookeeperUnavailable, sorted_partitions
+from tidemark.zk.offset_store import ZookeeperUnavailable, sorted_partitions
 
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
     from tidemark.broker.context import RequestContext
+    from tidemark.zk.offset_store import ZookeeperOffsetManager
 
 log = structlog.get_logger("tidemark.zk")
 
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 # The versions Kafka always served from ZooKeeper, whatever the storage setting.
 ZOOKEEPER_ONLY_BELOW = {OFFSET_COMMIT: 1, OFFSET_FETCH: 1}
-
-_STORES: weakref.WeakKeyDictionary[BrokerConfig, ZookeeperOffsetManager] = weakref.WeakKeyDictionary()
 
 
 def served_versions(supported: dict[int, tuple[int, int]], config: BrokerConfig) -> dict[int, tuple[int, int]]:
@@ -55,20 +52,10 @@ def serves(ctx: RequestContext, api_key: int) -> bool:
     return ctx.api_version < ZOOKEEPER_ONLY_BELOW[api_key] or ctx.config["offsets.storage"] == "zookeeper"
 
 
-def store_for(config: BrokerConfig) -> ZookeeperOffsetManager:
-    store = _STORES.get(config)
-    if store is None:
-        store = ZookeeperOffsetManager(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"])
-        store.start()
-        _STORES[config] = store
-        log.info("zookeeper_offset_store_started", zookeeper_connect=config["zookeeper.connect"])
-    return store
-
-
-async def close_store(config: BrokerConfig) -> None:
-    store = _STORES.pop(config, None)
-    if store is not None:
-        await asyncio.to_thread(store.close)  # joins kazoo's threads
+def store_for(ctx: RequestContext) -> ZookeeperOffsetManager:
+    """The broker's store (zookeeper.connect is set whenever a request is served from it)."""
+    assert ctx.cluster is not None, "offsets in ZooKeeper need zookeeper.connect"
+    return ctx.cluster.offset_store
 
 
 def _timeout_s(ctx: RequestContext) -> float:
@@ -98,7 +85,7 @@ async def commit(ctx: RequestContext, body: Any, topic_name: Callable[[Any], str
             partitions.append(response)
         topics.append({"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions})
     try:
-        await store_for(ctx.config).commit(body.group_id, offsets, _timeout_s(ctx))
+        await store_for(ctx).commit(body.group_id, offsets, _timeout_s(ctx))
     except ZookeeperUnavailable as exc:
         log.warning("zookeeper_commit_failed", group_id=body.group_id, partitions=len(offsets), error=str(exc))
         for response in accepted:
@@ -109,7 +96,7 @@ async def commit(ctx: RequestContext, body: Any, topic_name: Callable[[Any], str
 async def fetch_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None) -> dict[str, Any]:
     """One group's part of an OffsetFetch response, read from ZooKeeper."""
     try:
-        offsets = await store_for(ctx.config).fetch(group_id, wanted, _timeout_s(ctx))
+        offsets = await store_for(ctx).fetch(group_id, wanted, _timeout_s(ctx))
     except ZookeeperUnavailable as exc:
         log.warning("zookeeper_fetch_failed", group_id=group_id, error=str(exc))
         return error_responses.offset_fetch_group(group_id, ErrorCode.coordinator_not_available)

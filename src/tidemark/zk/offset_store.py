@@ -34,10 +34,13 @@ class ZookeeperOffsetManager:
     """Reads and writes /consumers/[group]/offsets/[topic]/[partition]. Metadata is not kept
     (Kafka's ZooKeeper storage kept only the offset)."""
 
-    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+    def __init__(self, connect: str, session_timeout_ms: int, client: KazooClient | None = None) -> None:
         self.connect = connect
-        # Reconnect forever in the background; requests meanwhile fail at their own timeout.
-        self.client = KazooClient(
+        # The broker hands its own session's client (started and closed by its owner); the CLI
+        # has the store open one of its own. Either reconnects forever in the background;
+        # requests meanwhile fail at their own timeout.
+        self._owns_client = client is None
+        self.client = client if client is not None else KazooClient(
             hosts=connect, timeout=session_timeout_ms / 1000,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
         )
@@ -52,12 +55,19 @@ class ZookeeperOffsetManager:
         self._loop = asyncio.get_running_loop()
         self._connected = asyncio.Event()
         self.client.add_listener(self._state_changed)
+        if not self._owns_client:
+            if self.client.connected:
+                self._connected.set()
+            return
         self.client.start_async()
 
     def close(self) -> None:
+        """Blocking when the store owns its client (joins kazoo's threads); a shared session is
+        left to its owner."""
         self.client.remove_listener(self._state_changed)
-        self.client.stop()
-        self.client.close()
+        if self._owns_client:
+            self.client.stop()
+            self.client.close()
 
     def _state_changed(self, state: str) -> None:  # kazoo's thread
         loop, connected = self._loop, self._connected

@@ -101,7 +101,7 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
 NewOverrides = Callable[["RequestContext", TopicMetadata, Any], dict[str, str]]
 
 
-def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, new_overrides: NewOverrides) -> None:
+async def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, new_overrides: NewOverrides) -> None:
     names = [config.name for config in resource.configs]
     if len(set(names)) != len(names):
         raise Refused(ErrorCode.invalid_request, "Error due to duplicate config keys")
@@ -111,7 +111,9 @@ def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, new_over
             configs = validate_topic_configs(new_overrides(ctx, topic, resource.configs))
         except ConfigError as exc:
             raise Refused(ErrorCode.invalid_config, str(exc)) from None
-        if not validate_only:
+        if not validate_only and ctx.cluster is not None:  # a ZooKeeper write, off the event loop
+            await ctx.cluster.set_topic_configs(topic.name, configs)
+        elif not validate_only:
             ctx.replicas.set_topic_configs(topic.name, configs)
     elif resource.resource_type == BROKER:
         _check_broker(ctx, resource.resource_name)
@@ -122,7 +124,7 @@ def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, new_over
         raise _unsupported(resource.resource_type)
 
 
-def _alter(ctx: RequestContext, request: Request, new_overrides: NewOverrides) -> dict[str, Any]:
+async def _alter(ctx: RequestContext, request: Request, new_overrides: NewOverrides) -> dict[str, Any]:
     body = request.body
     keys = [(r.resource_type, r.resource_name) for r in body.resources]
     duplicated = {key for key in keys if keys.count(key) > 1}
@@ -132,7 +134,7 @@ def _alter(ctx: RequestContext, request: Request, new_overrides: NewOverrides) -
         try:
             if key in duplicated:  # Kafka refuses every copy of a resource named twice
                 raise Refused(ErrorCode.invalid_request, "Each resource must appear at most once.")
-            _alter_one(ctx, resource, body.validate_only, new_overrides)
+            await _alter_one(ctx, resource, body.validate_only, new_overrides)
         except Refused as refused:
             code, message = refused.code, refused.message
         responses.append({"error_code": code, "error_message": message, "resource_type": resource.resource_type,
@@ -182,8 +184,8 @@ def _incremental(ctx: RequestContext, topic: TopicMetadata, configs: Any) -> dic
 
 
 async def handle_alter(ctx: RequestContext, request: Request) -> dict[str, Any]:
-    return _alter(ctx, request, _replace)
+    return await _alter(ctx, request, _replace)
 
 
 async def handle_incremental_alter(ctx: RequestContext, request: Request) -> dict[str, Any]:
-    return _alter(ctx, request, _incremental)
+    return await _alter(ctx, request, _incremental)

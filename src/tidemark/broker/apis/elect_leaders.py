@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tidemark.broker.cluster_link import ClusterLink
+    from tidemark.broker.cluster import ClusterLink
     from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 

@@ -21,9 +21,12 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     # Without a transactional id Kafka always hands out a fresh producer id at epoch 0, even
     # when the client names its current id and epoch (KIP-360): bumping a named id would let
     # any client fence another producer.
+    # In a cluster a new block of ids is claimed in ZooKeeper, off the event loop.
+    producer_id = await ctx.cluster.next_producer_id() if ctx.cluster is not None \
+        else ctx.replicas.metadata.next_producer_id()
     return {
         "throttle_time": 0,
         "error_code": 0,
-        "producer_id": ctx.replicas.metadata.next_producer_id(),
+        "producer_id": producer_id,
         "producer_epoch": 0,
     }

@@ -13,7 +13,7 @@ from tidemark.cluster.embedded import (
     validate_topic_name,
 )
 
-from tidemark.broker.cluster_link import cluster_error_code
+from tidemark.broker.cluster import cluster_error_code
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext

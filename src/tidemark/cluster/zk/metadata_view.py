@@ -9,6 +9,10 @@ Threading: watches fire in kazoo's threads. Each change replaces the snapshot (a
 ClusterSnapshot, read without locking from any thread) and then calls `on_change(snapshot)` in
 that kazoo thread, one call at a time, in the order of the changes. The callback must not block:
 an asyncio broker hops onto its loop with loop.call_soon_threadsafe.
+
+What changed: the view keeps, until `take_changes()`, the partitions whose assignment or state
+changed (and whether any topic did), so that a broker applying changes visits only those: the
+cost of a change is O(partitions changed), whatever the cluster's size.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from tidemark.cluster.zk import zk_data
@@ -57,6 +62,9 @@ class ClusterSnapshot:
     controller_id: int  # -1 while there is none
     topics: Mapping[str, zk_data.TopicAssignment]
     partitions: Mapping[TopicPartition, PartitionView]
+    # Each topic's config overrides as read when the view first saw the topic (later changes
+    # come as /config/changes notices): a broker hosting a new topic needs no read of its own.
+    topic_configs: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     def offline_replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         """Metadata's offline_replicas: assigned replicas whose broker is not live."""
@@ -69,6 +77,15 @@ class ClusterSnapshot:
 EMPTY = ClusterSnapshot(MappingProxyType({}), -1, MappingProxyType({}), MappingProxyType({}))
 
 
+@dataclasses.dataclass(frozen=True)
+class MetadataDelta:
+    """The view now, and what changed since the previous take_changes()."""
+
+    snapshot: ClusterSnapshot
+    partitions: frozenset[TopicPartition]  # assignment or state changed, created or deleted
+    topics_changed: bool  # a topic was created, deleted or reassigned
+
+
 class ZkMetadataView:
     def __init__(self, client: KazooClient, on_change: Callable[[ClusterSnapshot], None] | None = None) -> None:
         self.client = client
@@ -78,7 +95,11 @@ class ZkMetadataView:
         self._brokers: dict[int, zk_data.BrokerInfo] = {}
         self._controller = -1
         self._topics: dict[str, zk_data.TopicAssignment] = {}
+        self._topic_configs: dict[str, Mapping[str, str]] = {}
         self._states: dict[TopicPartition, zk_data.PartitionState] = {}
+        self._partitions: dict[TopicPartition, PartitionView] = {}
+        self._changed: set[TopicPartition] = set()  # since the last take_changes()
+        self._topics_changed = False
         self._watched: set[str] = set()  # znode paths with a live DataWatch of ours
         self._closed = False
 
@@ -93,6 +114,14 @@ class ZkMetadataView:
 
     def close(self) -> None:
         self._closed = True  # each watch stops at its next event
+
+    def take_changes(self) -> MetadataDelta:
+        """The current snapshot with what changed since the last call (any thread)."""
+        with self._lock:
+            delta = MetadataDelta(self.snapshot, frozenset(self._changed), self._topics_changed)
+            self._changed.clear()
+            self._topics_changed = False
+        return delta
 
     # -- watch callbacks (kazoo's threads) ---------------------------------------------------
 
@@ -146,16 +175,28 @@ class ZkMetadataView:
         path = zk_data.topic_path(topic)
 
         def watcher(data: bytes | None, _stat: Any) -> bool | None:
+            assignment = zk_data.decode_topic(data) if data is not None else None
+            known = self._topics.get(topic)
+            configs = None  # read here, in kazoo's thread, not by the broker on its event loop
+            if assignment is not None and (known is None or known.topic_id != assignment.topic_id):
+                configs = self._read_topic_configs(topic)
             with self._lock:
-                if data is None:
+                if assignment is None:
                     self._watched.discard(path)
-                    self._topics.pop(topic, None)
-                    for key in [k for k in self._states if k[0] == topic]:
-                        del self._states[key]
+                    self._topic_configs.pop(topic, None)
+                    gone = self._topics.pop(topic, None)
+                    for partition in gone.partitions if gone is not None else ():
+                        self._states.pop((topic, partition), None)
+                        self._set_partition(topic, partition, None)
+                    self._topics_changed = True
                     self._publish()
                     return False
-                assignment = zk_data.decode_topic(data)
                 self._topics[topic] = assignment
+                if configs is not None:
+                    self._topic_configs[topic] = configs
+                for partition, replicas in assignment.partitions.items():
+                    self._set_partition(topic, partition, replicas)
+                self._topics_changed = True
                 self._publish()
             for partition in assignment.partitions:
                 self._watch(zk_data.partition_state_path(topic, partition), self._state_watcher(topic, partition))
@@ -178,18 +219,38 @@ class ZkMetadataView:
                     self._states[topic, partition] = zk_data.decode_partition_state(data, stat.version)
                     changed = True
                 if changed:
+                    assignment = self._topics.get(topic)
+                    self._set_partition(topic, partition,
+                                        assignment.partitions.get(partition) if assignment is not None else None)
                     self._publish()
             return False if self._closed else None
         return watcher
 
+    def _read_topic_configs(self, topic: str) -> Mapping[str, str] | None:
+        """/config/topics/T ({} when absent); None when ZooKeeper did not answer (the broker
+        then reads them itself)."""
+        try:
+            data, _ = self.client.get(zk_data.topic_config_path(topic))
+        except NoNodeError:
+            return MappingProxyType({})
+        except KazooException:
+            return None
+        return MappingProxyType(zk_data.decode_topic_config(data))
+
+    def _set_partition(self, topic: str, partition: int, replicas: tuple[int, ...] | None) -> None:
+        """One partition's view anew (None: it is gone), marked changed. Under self._lock."""
+        key = (topic, partition)
+        if replicas is None:
+            self._partitions.pop(key, None)
+        else:
+            self._partitions[key] = PartitionView(topic, partition, replicas, self._states.get(key))
+        self._changed.add(key)
+
     def _publish(self) -> None:  # under self._lock
-        partitions = {}
-        for topic, assignment in self._topics.items():
-            for partition, replicas in assignment.partitions.items():
-                partitions[topic, partition] = PartitionView(topic, partition, replicas,
-                                                             self._states.get((topic, partition)))
+        # The maps are copied whole (C speed); the per-partition work happened in _set_partition.
         self.snapshot = ClusterSnapshot(
             brokers=MappingProxyType(dict(self._brokers)), controller_id=self._controller,
-            topics=MappingProxyType(dict(self._topics)), partitions=MappingProxyType(partitions))
+            topics=MappingProxyType(dict(self._topics)), partitions=MappingProxyType(dict(self._partitions)),
+            topic_configs=MappingProxyType(dict(self._topic_configs)))
         if self.on_change is not None:
             self.on_change(self.snapshot)

@@ -47,15 +47,22 @@ class ZkTopicTable:
         self._cluster_producer_id_end = 0
         self._watch_producer_id_blocks()
 
-    def update(self, assignments: Mapping[str, zk_data.TopicAssignment]) -> tuple[list[TopicMetadata], list[str]]:
-        """Take the view's topics: (topics new or grown, names gone)."""
+    def update(self, assignments: Mapping[str, zk_data.TopicAssignment],
+               read_configs: Mapping[str, Mapping[str, str]] | None = None) -> tuple[list[TopicMetadata], list[str]]:
+        """Take the view's topics: (topics new or grown, names gone). A new topic's configs come
+        from `read_configs` (the view read them) or, missing there, from ZooKeeper (blocking)."""
         changed = []
         for name, assignment in assignments.items():
             old = self.topics.get(name)
             if old is not None and old.partitions == len(assignment.partitions) \
                     and old.topic_id == assignment.topic_id:
                 continue
-            configs = old.configs if old is not None and old.topic_id == assignment.topic_id else self._configs(name)
+            if old is not None and old.topic_id == assignment.topic_id:
+                configs = old.configs
+            elif read_configs is not None and name in read_configs:
+                configs = self.parse_configs(read_configs[name])
+            else:
+                configs = self._configs(name)
             topic = TopicMetadata(name, assignment.topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name),
                                   len(assignment.partitions), configs, name in INTERNAL_TOPICS,
                                   replica_assignment=tuple(assignment.partitions[p]
@@ -115,11 +122,18 @@ class ZkTopicTable:
 
         self.client.DataWatch(producer_ids.LATEST_PRODUCER_ID_BLOCK, changed)
 
+    def has_producer_id(self) -> bool:
+        """Whether next_producer_id has one without claiming a block (a blocking write)."""
+        return self._next_producer_id < self._producer_id_limit
+
+    def use_producer_id_block(self, start: int, end: int) -> None:
+        """A block this broker claimed (producer_ids.allocate_block): hand out its ids next."""
+        self._next_producer_id, self._producer_id_limit = start, end + 1
+        self._cluster_producer_id_end = max(self._cluster_producer_id_end, end + 1)
+
     def next_producer_id(self) -> int:
-        if self._next_producer_id >= self._producer_id_limit:
-            start, end = producer_ids.allocate_block(self.client, self.broker_id)
-            self._next_producer_id, self._producer_id_limit = start, end + 1
-            self._cluster_producer_id_end = max(self._cluster_producer_id_end, end + 1)
+        if not self.has_producer_id():  # blocking: the broker claims blocks off its loop first
+            self.use_producer_id_block(*producer_ids.allocate_block(self.client, self.broker_id))
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         return producer_id
