@@ -29,14 +29,20 @@ class FakePartition:
         self.failed: list[BaseException] = []
 
     def become_leader(self, epoch: int, replicas: tuple[int, ...], isr: frozenset[int], zk_version: int,
-                      _now: int) -> None:
+                      _now: int) -> bool:
+        if epoch <= self.leader_epoch:
+            return False  # as Partition: only a higher epoch is taken
         self.calls.append(("leader", epoch))
         self.is_leader, self.leader_id, self.leader_epoch, self.isr, self.zk_version = True, NODE, epoch, isr, zk_version
+        return True
 
     def become_follower(self, leader: int | None, epoch: int, replicas: tuple[int, ...], isr: frozenset[int],
-                        zk_version: int) -> None:
+                        zk_version: int) -> bool:
+        if epoch < self.leader_epoch:
+            return False
         self.calls.append(("follower", epoch))
         self.is_leader, self.leader_id, self.leader_epoch, self.isr, self.zk_version = False, leader, epoch, isr, zk_version
+        return True
 
     def update_isr(self, isr: frozenset[int], zk_version: int) -> None:
         self.isr, self.zk_version = isr, zk_version
@@ -120,6 +126,19 @@ def test_the_same_leader_at_a_higher_epoch_keeps_the_offsets_shard() -> None:
     roles.apply(_snapshot({key: (NODE, 1, (1,), 1)}), {key}, topics_changed=False)  # the controller's ISR change
     assert shard.calls == [("leader", 0), ("leader", 1)]  # the partition serves the new epoch
     assert coordinator.calls == [("led", 0, 0), ("epoch", 0, 1)]  # loaded once, never again
+
+
+def test_a_stale_view_changes_no_role() -> None:
+    """A view older than what the partition took (a slow watch) neither moves its role nor
+    tells the coordinator anything: leadership only moves to higher epochs."""
+    shard = FakePartition(OFFSETS, 0)
+    roles, _, coordinator = _roles([shard])
+    key = (OFFSETS, 0)
+    roles.apply(_snapshot({key: (NODE, 3, (1, 2), 0)}), None, topics_changed=False)
+    roles.apply(_snapshot({key: (NODE, 2, (1, 2), 0)}), {key}, topics_changed=False)
+    roles.apply(_snapshot({key: (-1, 2, (2,), 0)}), {key}, topics_changed=False)
+    assert shard.calls == [("leader", 3)] and shard.is_leader and shard.leader_epoch == 3
+    assert coordinator.calls == [("led", 0, 3)]
 
 
 def test_a_lost_session_answers_the_waiters_of_led_partitions() -> None:

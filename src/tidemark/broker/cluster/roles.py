@@ -77,8 +77,9 @@ class ReplicaRoles:
         if view.leader == self.node_id:
             if not partition.is_leader or partition.leader_epoch < view.leader_epoch:
                 newly_leading = not partition.is_leader
+                if not partition.become_leader(view.leader_epoch, replicas, isr_now, view.zk_version, now):
+                    return  # a stale view (an epoch not above the partition's): nothing changes
                 self.stop_following(partition)
-                partition.become_leader(view.leader_epoch, replicas, isr_now, view.zk_version, now)
                 self.replicas.schedule_flush(partition)
                 log.info("became_leader", topic=topic, partition=index, epoch=view.leader_epoch)
                 if newly_leading:
@@ -90,9 +91,10 @@ class ReplicaRoles:
                 partition.update_isr(isr_now, view.zk_version)  # the controller changed it
                 self.replicas.schedule_flush(partition)
         elif partition.leader_id != view.leader or partition.leader_epoch != view.leader_epoch or partition.is_leader:
+            if not partition.become_follower(view.leader if view.leader >= 0 else None, view.leader_epoch, replicas,
+                                             isr_now, view.zk_version):
+                return  # a stale or conflicting view: the partition keeps the leadership it has
             self.stop_following(partition)
-            partition.become_follower(view.leader if view.leader >= 0 else None, view.leader_epoch, replicas,
-                                      isr_now, view.zk_version)
             self.coordinator.partition_followed(topic, index, view.leader_epoch)
             if view.leader >= 0:
                 self._fetcher(view.leader).add(partition)
