@@ -58,6 +58,11 @@ class PartitionWriter(Protocol):
         """One chunk of records from `position` below `upper_bound`, and the position after it."""
         ...
 
+    def on_truncation(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """Call `listener` after every truncation of the log with the first offset whose record
+        left it; returns what stops the calls."""
+        ...
+
 
 class Cancellable(Protocol):
     def cancel(self) -> None: ...
@@ -142,6 +147,15 @@ class LogPartitionWriter:
 
     def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
         return self.partition.wait_for_high_watermark(offset)
+
+    def on_truncation(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        listeners = self.partition.log.truncation_listeners
+        listeners.append(listener)
+
+        def stop() -> None:
+            if listener in listeners:
+                listeners.remove(listener)
+        return stop
 
     def read(self, position: int, upper_bound: int) -> tuple[list[LogRecord], int]:
         data = self.partition.log.read(position, self.load_buffer_size, upper_bound=upper_bound)
