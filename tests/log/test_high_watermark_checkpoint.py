@@ -177,3 +177,36 @@ def test_a_segment_rolled_after_a_truncation_waits_for_the_lowered_recovery_poin
     assert events.index("roll") > events.index("written recovery-point-offset-checkpoint")
     gate.set()
     m.close()
+
+
+def test_a_run_of_truncations_is_checkpointed_once_and_a_roll_right_after_does_not_wait_for_the_loop(
+        tmp_path, monkeypatch):
+    """A view change truncates many logs in one go: one write covers them all, after the run.
+    A log rolling in the same run makes that write happen at once (and waits for it)."""
+    written: list[dict] = []
+    real = manager.write_checkpoint
+    monkeypatch.setattr(manager, "write_checkpoint",
+                        lambda path, entries: (written.append((path.name, dict(entries))), real(path, entries)))
+
+    async def main() -> None:
+        m = LogManager(tmp_path, LogConfig(segment_bytes=200), replicated=True)
+        m.open()
+        logs = [_fill(m, "t", p, 6, 6) for p in range(3)]
+        m.checkpoints_written()
+        written.clear()
+        for log in logs:
+            log.truncate_to(2)
+        m.checkpoints_written()  # forces the scheduled write, as the loop would right after
+        assert [name for name, _ in written].count("recovery-point-offset-checkpoint") == 1
+        assert written[-1] == ("replication-offset-checkpoint", {("t", 0): 2, ("t", 1): 2, ("t", 2): 2})
+        written.clear()
+        logs[0].truncate_to(1)
+        segments = len(logs[0].segments)
+        while len(logs[0].segments) == segments:  # rolls before the loop ran the scheduled write
+            logs[0].append(batch(1, size=60), now_ms=NOW)
+        assert ("replication-offset-checkpoint", {("t", 0): 1, ("t", 1): 2, ("t", 2): 2}) in written
+        await asyncio.sleep(0)  # the scheduled write finds nothing left to do
+        assert [name for name, _ in written].count("recovery-point-offset-checkpoint") == 1
+        m.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

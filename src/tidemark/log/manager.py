@@ -70,6 +70,8 @@ class LogManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._dir_lock = DirLock(self.data_dir)
         self._disk: concurrent.futures.ThreadPoolExecutor | None = None  # the checkpoints' thread
+        self._truncation_write_due = False  # truncations happened: a checkpoint write is scheduled
+        self._truncation_written: concurrent.futures.Future[None] | None = None
 
     def lock(self) -> None:
         """Take the data directory's lock (open() does) before anything reads or writes in it;
@@ -184,15 +186,34 @@ class LogManager:
         await asyncio.wrap_future(self._write(self._high_watermark_checkpoint()))
 
     def _truncated(self, log: UnifiedLog, cut_from: int) -> None:
-        """After a truncation (Kafka's LogManager.truncateTo checkpoints too): the offsets as
-        they are now, taken at once, written before anything asked later, and durable before
-        the log rolls a segment past the cut (a stale, higher recovery point would have a
-        restart trust it unchecked). The high watermark went down with the log end: a stale,
-        higher one must not outlive a crash either."""
-        log.roll_barrier = self._write(self._offset_checkpoints() + self._high_watermark_checkpoint())
+        """After a truncation (Kafka's LogManager.truncateTo checkpoints too): the recovery
+        points, log start offsets and high watermarks, which went down, are written once the
+        current run of truncations is done (a view change truncates many logs at once: one
+        write for them all), and are durable before the log rolls a segment past the cut (a
+        stale, higher recovery point would have a restart trust it unchecked)."""
+        log.roll_barrier = self._truncation_checkpoint_durable
+        if self._truncation_write_due:
+            return
+        self._truncation_write_due = True
+        try:
+            asyncio.get_running_loop().call_soon(self._write_after_truncations)
+        except RuntimeError:  # no event loop (tools, tests): at once
+            self._write_after_truncations()
+
+    def _write_after_truncations(self) -> None:
+        if not self._truncation_write_due:
+            return  # a roll or a wait forced it already
+        self._truncation_write_due = False
+        self._truncation_written = self._write(self._offset_checkpoints() + self._high_watermark_checkpoint())
+
+    def _truncation_checkpoint_durable(self) -> None:
+        self._write_after_truncations()
+        if self._truncation_written is not None:
+            concurrent.futures.wait([self._truncation_written])  # a failed write is reported by _write
 
     def checkpoints_written(self) -> None:
-        """Wait until every checkpoint write asked so far is done."""
+        """Wait until every checkpoint write asked so far (a truncation's too) is done."""
+        self._write_after_truncations()
         if self._disk is not None:
             self._disk.submit(lambda: None).result()
 
@@ -253,6 +274,7 @@ class LogManager:
 
     def close(self) -> None:
         """Flush and close every log, checkpoint, then mark the shutdown clean."""
+        self._truncation_write_due = False  # the write below covers them
         for log in self._logs.values():
             log.close()
         self._write(self._offset_checkpoints() + self._high_watermark_checkpoint()).result()

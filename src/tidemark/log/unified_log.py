@@ -8,7 +8,6 @@ ListOffsets by time and OffsetForLeaderEpoch.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import time
 from pathlib import Path
@@ -61,10 +60,10 @@ class UnifiedLog:
         # LogManager checkpoints the lowered recovery point at once (a stale, higher one would
         # have a restart trust unflushed segments); a reader that replayed past it starts over.
         self.truncation_listeners: list[Callable[[int], None]] = []
-        # A checkpoint write (the LogManager's, after a truncation) that must be durable before
-        # the log rolls: a segment rolled past a truncation is trusted at restart if a stale,
-        # higher recovery point still covers it.
-        self.roll_barrier: concurrent.futures.Future[None] | None = None
+        # Makes a checkpoint durable (the LogManager's, after a truncation) before the log rolls:
+        # a segment rolled past a truncation is trusted at restart if a stale, higher recovery
+        # point still covers it.
+        self.roll_barrier: Callable[[], None] | None = None
         local.on_roll = self._rolling
         # Moved by update_high_watermark only; open() starts it from the replication-offset-checkpoint.
         self._high_watermark = local.log_end_offset
@@ -95,7 +94,7 @@ class UnifiedLog:
     def _rolling(self, base_offset: int) -> None:
         barrier, self.roll_barrier = self.roll_barrier, None
         if barrier is not None:
-            concurrent.futures.wait([barrier])  # a failed write is reported by its writer
+            barrier()
         # Kafka snapshots producer state at every roll: a restart walks only the newest segment.
         self.producer_state.take_snapshot(base_offset, self.log_start_offset)
 
