@@ -149,14 +149,21 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int, met
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
-    def stop_signalled() -> None:
-        if not stop.is_set():
-            stop.set()
+    signalled_once = False
+
+    def stop_signalled(signum: int, frame: object) -> None:
+        # A plain signal handler, not loop.add_signal_handler: it runs between two bytecodes
+        # even while the loop is busy in synchronous work (loading logs), so the deadline is
+        # armed at the signal, whatever the loop is doing.
+        nonlocal signalled_once
+        if not signalled_once:
+            signalled_once = True
             # The bound a stop signal promises, counted from the signal (Broker.stop fits in it).
             _arm_deadline(config["controlled.shutdown.timeout.ms"] / 1000 + STOP_DEADLINE_BEYOND_S)
+            loop.call_soon_threadsafe(stop.set)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop_signalled)
+        signal.signal(sig, stop_signalled)
     # A stop signal during the start is acted on at once: the start is cancelled where it
     # waits, and the broker stops with what it has (its logs, if open, closed cleanly).
     starting = loop.create_task(broker.start(), name="broker-start")
