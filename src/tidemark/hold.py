@@ -5,7 +5,8 @@ With TIDEMARK_HOLD_AT=<point> in its environment, a broker that reaches that poi
 for ever without one (the test SIGKILLs it). Tests wait for the line instead of guessing how
 long a step takes. Unset, a hold point costs one environment lookup.
 
-Points: `offsets_load` (an offsets partition has read and replayed its log, before it becomes active),
+Points: `broker_start` (Broker.start with its logs open, before it listens and joins its
+cluster), `offsets_load` (an offsets partition has read and replayed its log, before it becomes active),
 `cleaner_write` (a cleaned segment is partly written), `swap_<step>` (each step of swapping a
 cleaned segment in: cleaned, swap, deleted, renamed).
 """

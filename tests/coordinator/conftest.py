@@ -75,10 +75,15 @@ class InMemoryPartitionWriter:
         self.reads = 0
         self.on_read: Callable[[InMemoryPartitionWriter], None] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._truncation_listeners: list[Callable[[int], None]] = []
 
     @property
     def log_end_offset(self) -> int:
         return len(self.records)
+
+    def on_truncation(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        self._truncation_listeners.append(listener)
+        return lambda: self._truncation_listeners.remove(listener)
 
     def append(self, records: list[OffsetsRecord], now_ms: int) -> int:
         if self.fail_appends:

@@ -274,8 +274,9 @@ def test_a_crash_after_truncation_and_new_appends_recovers_them(tmp_path):
     manager.checkpoint()
     assert read_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT)[("t", 0)] == 10
     log.truncate_to(4, now_ms=NOW)
-    # The recovery point went down: it is checkpointed at once, or a restart would trust
-    # segments written after the truncation as flushed.
+    # The recovery point went down: it is checkpointed at once (on the disk thread, before the
+    # log rolls), or a restart would trust segments written after the truncation as flushed.
+    manager.checkpoints_written()
     assert read_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT)[("t", 0)] == 4
     for seq in range(4, 9):
         log.append(batch(1, size=60, producer_id=3, producer_epoch=0, base_sequence=seq), leader_epoch=2,

@@ -211,6 +211,8 @@ def test_zookeeper_not_answering_is_coordinator_not_available(zookeeper, zk_brok
     create_topic(zk_broker.bootstrap, "zk-down", 1)
     with RawClient(zk_broker.bootstrap) as raw:
         assert commit_v8(raw, "down-group", "zk-down", {0: 1}) == [(0, ErrorCode.none)]
+        # Returns once every ZooKeeper thread has stopped: a thread not stopped yet when kill()
+        # returned once answered the commit below (stored, and acknowledged rightly).
         zookeeper.pause()
         try:
             # Bounded by offsets.commit.timeout.ms (2 s), well inside the client's 15 s.

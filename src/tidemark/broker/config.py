@@ -136,6 +136,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("replica.lag.time.max.ms", 30000, 1),
         _int("replica.fetch.wait.max.ms", 500, 0),
         _int("replica.fetch.backoff.ms", 1000, 0),
+        _int("replica.high.watermark.checkpoint.interval.ms", 5000, 1),
         # tidemark: appends to a partition replicated in sync (a follower's, or a leader's while a
         # follower is in its ISR) are fsynced within this long, not one by one: they count toward
         # the high watermark once appended, as in Kafka (durability across brokers is replication).

@@ -60,6 +60,11 @@ class PartitionWriter(Protocol):
         """One chunk of records from `position` below `upper_bound`, and the position after it."""
         ...
 
+    def on_truncation(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """Call `listener` after every truncation of the log with the first offset whose record
+        left it; returns what stops the calls."""
+        ...
+
 
 class Cancellable(Protocol):
     def cancel(self) -> None: ...
@@ -186,6 +191,15 @@ class LogPartitionWriter:
         waiting.add_done_callback(lambda _: watched.cancel())  # a cancelled replay leaves no waiter behind
         self._waiting = waiting
         return waiting
+
+    def on_truncation(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        listeners = self.partition.log.truncation_listeners
+        listeners.append(listener)
+
+        def stop() -> None:
+            if listener in listeners:
+                listeners.remove(listener)
+        return stop
 
     def read(self, position: int, upper_bound: int) -> tuple[list[LogRecord], int]:
         data = self.partition.log.read(position, self.load_buffer_size, upper_bound=upper_bound)

@@ -20,6 +20,7 @@ import asyncio
 import collections
 import dataclasses
 import enum
+import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -112,7 +113,8 @@ class ShardRuntime:
         self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Result], bool]] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()  # load, event loop, high watermark follower
         self._pending: collections.deque[_PendingWrite] = collections.deque()  # in log order
-        self._replayed_to = 0  # the shard holds every committed record below this offset
+        self._replayed_to = 0  # the shard holds every committed record below this offset (read, while loading)
+        self._stop_watching: Callable[[], None] | None = None  # ends the log's truncation calls
         self._loaded = False  # the first replay to the high watermark is done
         # A leadership serves (runs events, answers reads) once every record its log held when
         # it began is committed and replayed: whatever an earlier leader acknowledged is among them.
@@ -193,7 +195,24 @@ class ShardRuntime:
         self.writer = self.runtime.topic.writer(self.index)
         self.shard = CoordinatorShard(self.index, self.runtime.shard_config, self.runtime.topic.partition_exists)
         self._loaded = False
+        if self._stop_watching is not None:  # a failed load's
+            self._stop_watching()
+            self._stop_watching = None
+        if self.writer is not None:
+            self._replayed_to = self.writer.log_start_offset
+            self._stop_watching = self.writer.on_truncation(functools.partial(self._truncated, self.shard))
         self._spawn(self._load(self.shard), f"coordinator-load-{self.index}")
+
+    def _truncated(self, shard: CoordinatorShard, cut_from: int) -> None:
+        """The log lost records from `cut_from` on (a follower's truncation; below the high
+        watermark only when it was unclean): if this state holds any of them, replay afresh.
+        Comparing log ends later would miss a truncation refetched past the old end."""
+        if self.shard is not shard or cut_from >= self._replayed_to:
+            return
+        log.warning("offsets_standby_reset", partition=self.index, truncated_to=cut_from,
+                    replayed_to=self._replayed_to)
+        self._unload()
+        self._start_load()
 
     def _promote(self) -> None:
         """A standby's broker became leader: its shard serves at once, or, while its first
@@ -214,6 +233,9 @@ class ShardRuntime:
         """Stop everything of this leadership and answer whoever waits with NOT_COORDINATOR."""
         for task in list(self._tasks):
             task.cancel()
+        if self._stop_watching is not None:
+            self._stop_watching()
+            self._stop_watching = None
         for handle in (self._wakeup, self._retry):
             if handle is not None:
                 handle.cancel()
@@ -333,7 +355,7 @@ class ShardRuntime:
                         latest.pop(key, None)
                         latest[key] = (offset, value)
                         records += 1
-                position = after
+                position = self._replayed_to = after
                 if time.perf_counter() >= next_yield:  # loaded partitions keep serving meanwhile
                     await asyncio.sleep(0)
                     next_yield = time.perf_counter() + LOAD_SLICE_S

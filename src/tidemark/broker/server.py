@@ -49,6 +49,7 @@ from tidemark.broker.coordinator_io import Clock, SystemClock
 from tidemark.broker.cluster import ClusterLink
 from tidemark.broker.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
+from tidemark.hold import hold_async
 from tidemark.replication.partition_manager import PartitionManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
@@ -97,7 +98,10 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     43: (elect_leaders.handle, 0),
 }
 
-CLUSTER_STOP_GRACE_S = 15  # beyond controlled.shutdown.timeout.ms: closing the controller and the session
+# The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process
+# then, whatever is left): beyond the controlled shutdown, this long to close the controller, the
+# ZooKeeper offset store and the session, then the logs.
+CLUSTER_STOP_GRACE_S = 1.5
 MAX_IN_FLIGHT_PER_CONNECTION = 128
 MAX_UNSENT_BYTES_PER_CONNECTION = 16 * 1024 * 1024
 FETCH = 1
@@ -128,6 +132,7 @@ class Broker:
         self.cluster = ClusterLink(config, self.replicas, self.coordinator, self.clock, self.zookeeper) \
             if self.zookeeper is not None else None
         self._server: asyncio.base_events.Server | None = None
+        self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
         self._connections_per_ip: collections.Counter[str] = collections.Counter()
         self._ip_limits = {_resolve(host): count for host, count in config["max.connections.per.ip.overrides"].items()}
@@ -139,8 +144,10 @@ class Broker:
             self.replicas.open(metadata=lambda: table)
         else:
             self.replicas.open()
+        self._opened = True
         self.replicas.start()
         self.coordinator.start()
+        await hold_async("broker_start")  # a test can hold the start here (logs open, not serving)
         loop = asyncio.get_running_loop()
         # Bound first (the port is known), serving only once this broker has joined its
         # cluster: its first answers already name the controller and the leaders.
@@ -161,6 +168,9 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        """Stop whatever start() got to (it may have been cancelled): leave the cluster, then
+        close connections, the coordinator and the logs, within controlled.shutdown.timeout.ms
+        plus a few seconds; nothing here waits on a thread that ZooKeeper holds."""
         if self.cluster is not None:
             # controlled shutdown: leaderships move away first (bounded: the logs are flushed below
             # whatever ZooKeeper does)
@@ -174,8 +184,9 @@ class Broker:
         for connection in list(self.connections):
             connection.close()
         await self.coordinator.stop()
-        await self.replicas.close()
-        log.info("broker_stopped", clean_shutdown=True)
+        if self._opened:
+            await self.replicas.close()
+        log.info("broker_stopped", clean_shutdown=self._opened)
 
     def admit(self, host: str) -> str | None:
         """Count a new connection from host; or name the limit it would exceed (not counted)."""

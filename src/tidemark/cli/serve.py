@@ -9,13 +9,22 @@ import os
 import signal
 import socket
 import sys
+import threading
+import traceback
 from pathlib import Path
 
 import click
+import structlog
 
 from tidemark import logging as tidemark_logging
 from tidemark.broker.config import BrokerConfig, ConfigError
 from tidemark.log.errors import DataDirLockedError
+
+
+# A stop signal ends the process within controlled.shutdown.timeout.ms + 5 s: the clean stop
+# (Broker.stop) fits well inside this; a stuck one is cut here.
+STOP_DEADLINE_BEYOND_S = 4.0
+LOOP_CLOSE_S = 0.5  # for tasks left after the broker stopped to end once cancelled
 
 
 def _parse_listen(value: str) -> tuple[str, int]:
@@ -59,16 +68,55 @@ def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str
     # latency low while the cleaner copies segments.
     sys.setswitchinterval(0.0005)
     faulthandler.register(signal.SIGUSR2, all_threads=True)  # `kill -USR2`: every thread's stack on stderr
+    # Not asyncio.run: it joins the default executor's threads at the end, and one blocked on a
+    # ZooKeeper that does not answer would keep the process alive for ever.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    code = 0
     try:
-        asyncio.run(_serve(config, data_dir, host, port, metrics_port is not None))
+        loop.run_until_complete(_serve(config, data_dir, host, port, metrics_port is not None))
     except DataDirLockedError as exc:
-        raise click.ClickException(str(exc)) from None
+        click.ClickException(str(exc)).show()
+        code = 1
+    except BaseException:  # noqa: BLE001 - shown, then the same exit as every other path
+        traceback.print_exc()
+        code = 1
+    finally:
+        _close_loop(loop)
     # Everything is flushed and closed (broker_stopped is logged). A ZooKeeper client call still
     # blocked in a helper thread (kazoo retries against a closed session) must not keep the
     # process alive, so leave without waiting for such threads.
+    _exit(code)
+
+
+def _exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left, give it a moment to end, and close the loop without joining the
+    executor's threads (close() shuts it down with wait=False)."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=LOOP_CLOSE_S))
+    loop.close()
+
+
+def _arm_deadline(seconds: float) -> None:
+    """After a stop signal: end the process in `seconds` whatever it is doing (a thread stuck on
+    ZooKeeper or a disk, a step that hangs). A daemon thread, so a stuck event loop cannot stop it."""
+    def expire() -> None:
+        print(f"tidemark: shutdown did not finish within {seconds:.1f}s of the stop signal; exiting",
+              file=sys.stderr, flush=True)
+        _exit(1)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def _bind_error(host: str, port: int, option: str, exc: OSError) -> str:
@@ -100,12 +148,42 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int, met
     broker = Broker(config, data_dir, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    signalled_once = False
+
+    def stop_signalled(signum: int, frame: object) -> None:
+        # A plain signal handler, not loop.add_signal_handler: it runs between two bytecodes
+        # even while the loop is busy in synchronous work (loading logs), so the deadline is
+        # armed at the signal, whatever the loop is doing.
+        nonlocal signalled_once
+        if not signalled_once:
+            signalled_once = True
+            # The bound a stop signal promises, counted from the signal (Broker.stop fits in it).
+            _arm_deadline(config["controlled.shutdown.timeout.ms"] / 1000 + STOP_DEADLINE_BEYOND_S)
+            loop.call_soon_threadsafe(stop.set)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await broker.start()
-    lag_collector = lag_metrics.install(broker) if metrics else None
-    # A line tests and scripts can wait for, with the real port when 0 was asked for.
-    print(f"tidemark listening on {broker.host}:{broker.port}", file=sys.stderr, flush=True)
-    await stop.wait()
+        signal.signal(sig, stop_signalled)
+    # A stop signal during the start is acted on at once: the start is cancelled where it
+    # waits, and the broker stops with what it has (its logs, if open, closed cleanly).
+    starting = loop.create_task(broker.start(), name="broker-start")
+    signalled = loop.create_task(stop.wait(), name="stop-signal")
+    await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    lag_collector = None
+    if starting.done():
+        starting.result()  # a failed start raises here, as it always did
+        lag_collector = lag_metrics.install(broker) if metrics else None
+        # A line tests and scripts can wait for, with the real port when 0 was asked for.
+        print(f"tidemark listening on {broker.host}:{broker.port}", file=sys.stderr, flush=True)
+        await signalled
+    else:
+        starting.cancel()
+        try:
+            await starting
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - it failed as it was cancelled: stop what it opened
+            structlog.get_logger("tidemark.cli").exception("broker_start_failed_while_stopping")
+        structlog.get_logger("tidemark.cli").info("broker_start_cancelled")
     lag_metrics.uninstall(lag_collector)
     await broker.stop()

@@ -1,10 +1,15 @@
 """All partition logs under one data directory, with Kafka's checkpoint files, and (like
-Kafka's LogManager) the background work on them: retention, the recovery-point and log-start
-checkpoints, and the log cleaner."""
+Kafka's LogManager) the background work on them: retention, the recovery-point, log-start and
+replication-offset (high watermark) checkpoints, and the log cleaner.
+
+Checkpoint files are written on a disk thread of their own, one write at a time in the order
+asked (each write takes its offsets when asked), never fsyncing on the event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import os
 import shutil
 import time
@@ -23,10 +28,14 @@ from .unified_log import UnifiedLog
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+# Kafka's high watermark checkpoint (ReplicaManager's, in each log directory).
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_SUFFIX = "-delete"
 # Kafka's log.flush.offset.checkpoint.interval.ms and log.flush.start.offset.checkpoint.interval.ms.
 CHECKPOINT_INTERVAL_MS = 60000
+# Kafka's replica.high.watermark.checkpoint.interval.ms.
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5000
 
 _logger = structlog.get_logger("tidemark.log.manager")
 
@@ -43,18 +52,26 @@ class LogManager:
     def __init__(self, data_dir: Path, default_config: LogConfig | None = None, *,
                  cleaner_config: CleanerConfig | None = None, retention_check_interval_ms: int = 300000,
                  checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
-                 producer_id_expiration_check_interval_ms: int = 600000):
+                 high_watermark_checkpoint_interval_ms: int = HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS,
+                 producer_id_expiration_check_interval_ms: int = 600000, replicated: bool = False):
+        """`replicated`: the logs are replicas of a cluster's partitions (their high watermarks
+        start from the replication-offset-checkpoint); else this broker alone holds them."""
         self.data_dir = Path(data_dir)
+        self.replicated = replicated
         self.default_config = default_config or LogConfig()
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self.clean_shutdown = False  # how the last run ended, as found by open()
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.cleaner_config = cleaner_config or CleanerConfig()
         self.cleaner: LogCleaner | None = None  # from start() on
         self._tasks: list[asyncio.Task[None]] = []
         self._dir_lock = DirLock(self.data_dir)
+        self._disk: concurrent.futures.ThreadPoolExecutor | None = None  # the checkpoints' thread
+        self._truncation_write_due = False  # truncations happened: a checkpoint write is scheduled
+        self._truncation_written: concurrent.futures.Future[None] | None = None
 
     def lock(self) -> None:
         """Take the data directory's lock (open() does) before anything reads or writes in it;
@@ -71,6 +88,7 @@ class LogManager:
         self.clean_shutdown = marker.exists()
         recovery_points = read_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_checkpoint(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
+        high_watermarks = read_checkpoint(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
         for path in sorted(self.data_dir.iterdir()):
             if not path.is_dir():
                 continue
@@ -80,15 +98,21 @@ class LogManager:
             tp = parse_partition_dir(path.name)
             if tp is None:
                 continue
-            self._logs[tp] = UnifiedLog.open(
+            log = UnifiedLog.open(
                 path,
                 config_for(tp[0]) if config_for else self.default_config,
                 recovery_point=recovery_points.get(tp, 0),
                 log_start_offset=start_offsets.get(tp),
                 clean_shutdown=self.clean_shutdown,
+                # A replica's log end may hold records no leader ever committed: its high
+                # watermark is the one it last checkpointed (0 without one), never its log end.
+                high_watermark=high_watermarks.get(tp, 0) if self.replicated else 0,
                 now_ms=now_ms,
             )
-            self._logs[tp].on_truncate = self.checkpoint
+            if not self.replicated:
+                self._start_alone(log)
+            log.truncation_listeners.append(functools.partial(self._truncated, log))
+            self._logs[tp] = log
         # From here on a crash must be seen as unclean: the removal must reach the disk before
         # anything is appended, or a power cut could bring the marker back over unflushed data.
         if self.clean_shutdown:
@@ -102,10 +126,18 @@ class LogManager:
         log = self._logs.get((topic, partition))
         if log is None:
             # A new partition's directory is fsynced with its parent by the loader.
-            log = UnifiedLog.open(self.data_dir / f"{topic}-{partition}", config or self.default_config, clean_shutdown=True)
-            log.on_truncate = self.checkpoint
+            log = UnifiedLog.open(self.data_dir / f"{topic}-{partition}", config or self.default_config,
+                                  clean_shutdown=True, high_watermark=0)
+            log.truncation_listeners.append(functools.partial(self._truncated, log))
             self._logs[(topic, partition)] = log
         return log
+
+    @staticmethod
+    def _start_alone(log: UnifiedLog) -> None:
+        """On a broker alone with its logs the high watermark is the durably flushed end, as the
+        partition keeps it while running: the recovery point (the loader fsyncs what an unclean
+        shutdown left, so it is the log end unless the log is offline)."""
+        log.update_high_watermark(log.recovery_point)
 
     def logs(self) -> dict[TopicPartition, UnifiedLog]:
         return dict(self._logs)
@@ -119,15 +151,71 @@ class LogManager:
         os.rename(log.directory, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 
+    def _offset_checkpoints(self) -> list[tuple[Path, dict[TopicPartition, int]]]:
+        return [
+            (self.data_dir / RECOVERY_POINT_CHECKPOINT, {tp: log.recovery_point for tp, log in self._logs.items()}),
+            (self.data_dir / LOG_START_OFFSET_CHECKPOINT, {tp: log.log_start_offset for tp, log in self._logs.items()}),
+        ]
+
+    def _high_watermark_checkpoint(self) -> list[tuple[Path, dict[TopicPartition, int]]]:
+        return [(self.data_dir / REPLICATION_OFFSET_CHECKPOINT,
+                 {tp: log.high_watermark for tp, log in self._logs.items()})]
+
+    def _write(self, files: list[tuple[Path, dict[TopicPartition, int]]]) -> concurrent.futures.Future[None]:
+        """Write checkpoint files on the disk thread, after every write asked before."""
+        if self._disk is None:
+            self._disk = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="log-checkpoints")
+        future = self._disk.submit(_write_checkpoints, files)
+        future.add_done_callback(_report_failure)
+        return future
+
     def checkpoint(self) -> None:
-        """Write the recovery-point and log-start-offset checkpoints (periodically, at close,
-        and after every truncation: Kafka's LogManager.truncateTo does the same)."""
-        write_checkpoint(
-            self.data_dir / RECOVERY_POINT_CHECKPOINT, {tp: log.recovery_point for tp, log in self._logs.items()}
-        )
-        write_checkpoint(
-            self.data_dir / LOG_START_OFFSET_CHECKPOINT, {tp: log.log_start_offset for tp, log in self._logs.items()}
-        )
+        """Write the recovery-point and log-start-offset checkpoints and wait for them (at
+        close, and where an answer depends on them: DeleteRecords)."""
+        self._write(self._offset_checkpoints()).result()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write the replication-offset-checkpoint and wait for it."""
+        self._write(self._high_watermark_checkpoint()).result()
+
+    async def checkpoint_async(self) -> None:
+        """The recovery-point and log-start-offset checkpoints, written off the event loop."""
+        await asyncio.wrap_future(self._write(self._offset_checkpoints()))
+
+    async def checkpoint_high_watermarks_async(self) -> None:
+        await asyncio.wrap_future(self._write(self._high_watermark_checkpoint()))
+
+    def _truncated(self, log: UnifiedLog, cut_from: int) -> None:
+        """After a truncation (Kafka's LogManager.truncateTo checkpoints too): the recovery
+        points, log start offsets and high watermarks, which went down, are written once the
+        current run of truncations is done (a view change truncates many logs at once: one
+        write for them all), and are durable before the log rolls a segment past the cut (a
+        stale, higher recovery point would have a restart trust it unchecked)."""
+        log.roll_barrier = self._truncation_checkpoint_durable
+        if self._truncation_write_due:
+            return
+        self._truncation_write_due = True
+        try:
+            asyncio.get_running_loop().call_soon(self._write_after_truncations)
+        except RuntimeError:  # no event loop (tools, tests): at once
+            self._write_after_truncations()
+
+    def _write_after_truncations(self) -> None:
+        if not self._truncation_write_due:
+            return  # a roll or a wait forced it already
+        self._truncation_write_due = False
+        self._truncation_written = self._write(self._offset_checkpoints() + self._high_watermark_checkpoint())
+
+    def _truncation_checkpoint_durable(self) -> None:
+        self._write_after_truncations()
+        if self._truncation_written is not None:
+            concurrent.futures.wait([self._truncation_written])  # a failed write is reported by _write
+
+    def checkpoints_written(self) -> None:
+        """Wait until every checkpoint write asked so far (a truncation's too) is done."""
+        self._write_after_truncations()
+        if self._disk is not None:
+            self._disk.submit(lambda: None).result()
 
     # -- background work ---------------------------------------------------------------------
 
@@ -137,7 +225,9 @@ class LogManager:
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self.retention_check_interval_ms / 1000, self.enforce_retention)),
-            loop.create_task(self._every(self.checkpoint_interval_ms / 1000, self.checkpoint)),
+            loop.create_task(self._every(self.checkpoint_interval_ms / 1000, self.checkpoint_async)),
+            loop.create_task(self._every(self.high_watermark_checkpoint_interval_ms / 1000,
+                                         self.checkpoint_high_watermarks_async)),
             loop.create_task(self._every(self.producer_id_expiration_check_interval_ms / 1000,
                                          self.remove_expired_producers)),
         ]
@@ -158,7 +248,9 @@ class LogManager:
         while True:
             await asyncio.sleep(seconds)
             try:
-                action()
+                result = action()
+                if asyncio.iscoroutine(result):
+                    await result
             except Exception:
                 _logger.exception("periodic_task_failed", task=getattr(action, "__name__", str(action)))
 
@@ -182,10 +274,24 @@ class LogManager:
 
     def close(self) -> None:
         """Flush and close every log, checkpoint, then mark the shutdown clean."""
+        self._truncation_write_due = False  # the write below covers them
         for log in self._logs.values():
             log.close()
-        self.checkpoint()
+        self._write(self._offset_checkpoints() + self._high_watermark_checkpoint()).result()
+        if self._disk is not None:
+            self._disk.shutdown()
+            self._disk = None
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         marker.touch()
         fsync_directory(self.data_dir)
         self._dir_lock.release()
+
+
+def _write_checkpoints(files: list[tuple[Path, dict[TopicPartition, int]]]) -> None:
+    for path, entries in files:
+        write_checkpoint(path, entries)
+
+
+def _report_failure(future: concurrent.futures.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        _logger.error("checkpoint_write_failed", error=repr(future.exception()))

@@ -56,16 +56,19 @@ class UnifiedLog:
         self.log_start_offset = log_start_offset
         self.producer_state = producer_state or ProducerStateManager()
         self.leader_epoch_cache = leader_epoch_cache or LeaderEpochFileCache(local.directory)
-        # Called after a truncation: the LogManager checkpoints the recovery point at once (it
-        # went down; a stale, higher one would have a restart trust unflushed segments).
-        self.on_truncate: Callable[[], None] | None = None
-        # Kafka snapshots producer state at every roll: a restart walks only the newest segment.
-        local.on_roll = lambda base_offset: self.producer_state.take_snapshot(base_offset, self.log_start_offset,
-                                                                              sync=False)
+        # Told after every truncation, with the first offset whose record left the log: the
+        # LogManager checkpoints the lowered recovery point at once (a stale, higher one would
+        # have a restart trust unflushed segments); a reader that replayed past it starts over.
+        self.truncation_listeners: list[Callable[[int], None]] = []
+        # Makes a checkpoint durable (the LogManager's, after a truncation) before the log rolls:
+        # a segment rolled past a truncation is trusted at restart if a stale, higher recovery
+        # point still covers it.
+        self.roll_barrier: Callable[[], None] | None = None
+        local.on_roll = self._rolling
         # The log's flush makes the epochs and snapshots it depends on durable first, in its
         # own thread: nothing on the event loop waits for their fsyncs.
         local.before_sync = self._sync_metadata
-        # On one broker, the durably flushed end; moved by update_high_watermark only.
+        # Moved by update_high_watermark only; open() starts it from the replication-offset-checkpoint.
         self._high_watermark = local.log_end_offset
 
     @classmethod
@@ -77,13 +80,27 @@ class UnifiedLog:
         recovery_point: int = 0,
         log_start_offset: int | None = None,
         clean_shutdown: bool = False,
+        high_watermark: int | None = None,
         now_ms: int | None = None,
     ) -> UnifiedLog:
-        """Load (or create) the partition log in `directory` (see LogLoader)."""
+        """Load (or create) the partition log in `directory` (see LogLoader). The high watermark
+        starts at `high_watermark` (a replica's checkpointed one), within [log start, log end];
+        None starts it at the log end (a log nobody else replicates)."""
         loaded = LogLoader(directory, config, recovery_point=recovery_point, log_start_offset=log_start_offset,
                            clean_shutdown=clean_shutdown, now_ms=_now_ms() if now_ms is None else now_ms).load()
-        return cls(loaded.local, log_start_offset=loaded.log_start_offset, producer_state=loaded.producer_state,
-                   leader_epoch_cache=loaded.leader_epoch_cache)
+        log = cls(loaded.local, log_start_offset=loaded.log_start_offset, producer_state=loaded.producer_state,
+                  leader_epoch_cache=loaded.leader_epoch_cache)
+        if high_watermark is not None:
+            log.update_high_watermark(high_watermark)
+        return log
+
+    def _rolling(self, base_offset: int) -> None:
+        barrier, self.roll_barrier = self.roll_barrier, None
+        if barrier is not None:
+            barrier()
+        # Kafka snapshots producer state at every roll: a restart walks only the newest segment.
+        # Fsynced by the flush that passes it (`_sync_metadata`), not here on the event loop.
+        self.producer_state.take_snapshot(base_offset, self.log_start_offset, sync=False)
 
     # -- what the LocalLog knows ------------------------------------------------------------
 
@@ -316,7 +333,7 @@ class UnifiedLog:
         self.log_start_offset = min(self.log_start_offset, end)
         self.producer_state.load(self.local.segments, self.log_start_offset, _now_ms() if now_ms is None else now_ms)
         self._high_watermark = min(self._high_watermark, end)
-        self._truncated()
+        self._truncated(end)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -331,14 +348,15 @@ class UnifiedLog:
         except OSError as exc:
             self.local.offline = exc
             raise LogOfflineError(f"truncation of {self.directory.name} failed: {exc}") from exc
+        cut_from = self.log_start_offset
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully()
         self.log_start_offset = self._high_watermark = offset
-        self._truncated()
+        self._truncated(min(cut_from, offset))
 
-    def _truncated(self) -> None:
-        if self.on_truncate is not None:
-            self.on_truncate()
+    def _truncated(self, cut_from: int) -> None:
+        for listener in list(self.truncation_listeners):
+            listener(cut_from)
 
     # -- read -------------------------------------------------------------------------------
 

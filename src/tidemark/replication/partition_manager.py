@@ -42,7 +42,9 @@ class PartitionManager:
         self.metadata: EmbeddedMetadata  # loaded by open(), under the data directory's lock
         self.logs = LogManager(data_dir, self.config.log_config({}), cleaner_config=config.cleaner_config(),
                                retention_check_interval_ms=config["log.retention.check.interval.ms"],
-                               producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"])
+                               producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"],
+                               high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+                               replicated=bool(config["zookeeper.connect"]))
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.flusher = Flusher(config["tidemark.replica.flush.interval.ms"])
         self.fetch_sessions = FetchSessionCache()  # followers' incremental fetches of partitions led here

@@ -34,6 +34,27 @@ def zookeeper_available() -> bool:
     return ZOOKEEPER_JAR.exists() and shutil.which("java") is not None
 
 
+def wait_stopped(pid: int, timeout_s: float = 30.0) -> None:
+    """Wait until every thread of process `pid` is stopped (state T in /proc), as a SIGSTOP
+    leaves it: the signal stops the threads one by one as each is next scheduled."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        running = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue  # the thread ended
+            state = stat[stat.rindex(")") + 2]
+            if state not in "TtZX":
+                running.append(task.name)
+        if not running:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} still has running threads {running} {timeout_s}s after SIGSTOP")
+        time.sleep(0.001)
+
+
 class ZooKeeperServer:
     def __init__(self, directory: Path, port: int | None = None, force_sync: bool = False) -> None:
         """force_sync: fsync each transaction's log entry (ZooKeeper's default, what a benchmark
@@ -95,8 +116,11 @@ class ZooKeeperServer:
             return ""
 
     def pause(self) -> None:
+        """SIGSTOP the server and return once every one of its threads has stopped: kill()
+        returns before that, and until then a running thread still answers requests."""
         assert self.process is not None
         os.kill(self.process.pid, signal.SIGSTOP)
+        wait_stopped(self.process.pid)
 
     def resume(self) -> None:
         assert self.process is not None
