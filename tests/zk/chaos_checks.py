@@ -84,18 +84,20 @@ class Ledger:
         return report
 
 
-def run_producer(workload: Workload, ledger: Ledger, stop: threading.Event) -> None:
-    """Idempotent, acks=all, every value unique; runs until `stop`, then waits for every ack."""
-    producer = Producer({"bootstrap.servers": workload.bootstrap, "log_level": 0, "enable.idempotence": True,
+def run_producer(workload: Workload, ledger: Ledger, stop: threading.Event, name: str = "record",
+                 idempotent: bool = True) -> None:
+    """acks=all, idempotent unless told, every value unique (`name`-N: producers of one ledger
+    need their own names); runs until `stop`, then waits for every ack."""
+    producer = Producer({"bootstrap.servers": workload.bootstrap, "log_level": 0, "enable.idempotence": idempotent,
                          "acks": "all", "linger.ms": 5, "message.timeout.ms": 300_000,
-                         "error_cb": ledger.error_cb("producer")})
+                         "error_cb": ledger.error_cb(f"producer {name}")})
 
     def delivered(error, message) -> None:
         with ledger.changed:
             if error is not None:
                 ledger.produce_errors.append(str(error))
                 if error.fatal():
-                    ledger.fatal_errors.append(f"producer delivery: {error}")
+                    ledger.fatal_errors.append(f"producer {name} delivery: {error}")
             else:
                 key = (message.partition(), message.offset())
                 if key in ledger.produced and ledger.produced[key] != message.value():
@@ -108,14 +110,14 @@ def run_producer(workload: Workload, ledger: Ledger, stop: threading.Event) -> N
     try:
         while sent < workload.max_records and not stop.is_set():
             for _ in range(workload.burst):
-                producer.produce(workload.topic, b"record-%d" % sent, partition=sent % workload.partitions,
+                producer.produce(workload.topic, f"{name}-{sent}".encode(), partition=sent % workload.partitions,
                                  on_delivery=delivered)
                 sent += 1
             producer.poll(0)
             stop.wait(workload.pause_s)
     except KafkaException as exc:  # a fatal error refuses every produce after it
         with ledger.changed:
-            ledger.fatal_errors.append(f"producer: {exc}")
+            ledger.fatal_errors.append(f"producer {name}: {exc}")
             ledger.changed.notify_all()
         return
     assert producer.flush(WAIT_S * 5) == 0, "the producer's records were not all acknowledged"

