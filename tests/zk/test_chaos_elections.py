@@ -88,6 +88,7 @@ class Chaos:
         self._chrooted: KazooClient | None = None
         self.ledger: Ledger | None = None  # told what the test is doing, for its violations
         self.started = time.monotonic()
+        self.lost: list[tuple[int, int]] = []  # acknowledged (partition, offset)s not read back
         self.zk_fronts: dict[int, int] = {}
         for broker_id in BROKERS:
             port = free_port()
@@ -396,6 +397,7 @@ def run_chaos(c: Chaos, faults) -> None:
         lost = lost_writes(ledger, read_back(workload, ends))
         if lost:
             c.violate(f"{len(lost)} acknowledged records not read back at their offset: {lost[:5]}")
+            c.lost = [key for key, _ in lost]
         committed = _committed(workload)
         if committed != ends:
             c.violate(f"OffsetFetch answers {committed}, the last acknowledged commits are {ledger.acked}")
@@ -427,6 +429,14 @@ def run_chaos(c: Chaos, faults) -> None:
         stop_producing.set()
         stop_consuming.set()
         c.close()
+    if c.violations and c.lost and all(_lost_write(v) for v in c.violations):
+        truncated = _truncated_ranges(c)
+        if all(any(low <= offset < high for low, high in truncated.get(partition, ())) for partition, offset in c.lost):
+            # Each lost record was at an offset some replica truncated away: acknowledged by a
+            # leadership that had ended (the waiter completed as a follower).
+            pytest.xfail(f"issue 23 defect 1: acks=all answered SUCCESS for records truncated away (a wrong "
+                         f"truncation, defect 2, would show so too, but the replicas agree) "
+                         f"(truncations {dict(truncated)}); {c.report()}")
     if c.violations and all(v.startswith(RECOVERY_VIOLATIONS) for v in c.violations):
         dead = _isr_tasks_dead_of_session_expiry(c)
         if dead:  # only the ISR stayed short, and for the known reason: say so, do not hide it
@@ -437,6 +447,25 @@ def run_chaos(c: Chaos, faults) -> None:
 
 # Violations that only say the ISR did not come back (and what was waited on after it).
 RECOVERY_VIOLATIONS = ("not within", "out of sync:")
+
+
+def _lost_write(violation: str) -> bool:
+    """Whether a violation is one that a record acknowledged and then truncated away causes."""
+    return " acknowledged records not read back at their offset" in violation or violation.startswith(
+        "two records acknowledged at one offset")
+
+
+def _truncated_ranges(c: Chaos) -> dict[int, list[tuple[int, int]]]:
+    """Per partition of the topic: the [to, from) offset ranges brokers' logs say they truncated."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for broker in c.brokers.values():
+        for line in broker.log_text().splitlines():
+            if '"follower_truncated"' not in line:
+                continue
+            event = json.loads(line)
+            if event.get("topic") == TOPIC:
+                ranges.setdefault(event["partition"], []).append((event["to_offset"], event["from_offset"]))
+    return ranges
 
 
 def _isr_tasks_dead_of_session_expiry(c: Chaos) -> list[int]:
