@@ -275,9 +275,10 @@ def replica_divergence(data_dirs: dict[int, Path], topic: str, replication_facto
             if records == reference:
                 continue
             first = next((i for i, (a, b) in enumerate(zip(records, reference)) if a != b), None)
-            if first is not None:
-                problems.append(f"{topic}-{partition}: broker {broker_id} holds {records[first][:1] + records[first][2:]}"
-                                f" where broker {reference_id} holds {reference[first][:1] + reference[first][2:]}")
+            if first is not None:  # shown without the timestamp: (offset, key, value)
+                ours, theirs = records[first], reference[first]
+                problems.append(f"{topic}-{partition}: broker {broker_id} holds {ours[:1] + ours[2:]} "
+                                f"where broker {reference_id} holds {theirs[:1] + theirs[2:]}")
             else:
                 problems.append(f"{topic}-{partition}: broker {broker_id} ends at {len(records)} records, "
                                 f"broker {reference_id} at {len(reference)}")
