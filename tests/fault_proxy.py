@@ -130,6 +130,8 @@ class FaultProxy:
             self._tasks.add(task)
             try:
                 await self._serve(reader, writer, target, upstream_port, source)
+            except asyncio.CancelledError:  # close(): asyncio's stream callback must not see it
+                pass
             finally:
                 self._tasks.discard(task)
 

@@ -48,6 +48,7 @@ class Ledger:
     produced: dict[tuple[int, int], bytes] = field(default_factory=dict)  # acknowledged (partition, offset) -> value
     produce_errors: list[str] = field(default_factory=list)
     double_acks: list[str] = field(default_factory=list)  # two records acknowledged at one offset
+    extra_acks: list[tuple[tuple[int, int], bytes]] = field(default_factory=list)  # the later of those
     fatal_errors: list[str] = field(default_factory=list)  # librdkafka's fatal errors (any client)
     client_errors: list[str] = field(default_factory=list)  # librdkafka's other error_cb reports (not failures)
     consumed: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset), in order
@@ -103,7 +104,9 @@ def run_producer(workload: Workload, ledger: Ledger, stop: threading.Event, name
                 if key in ledger.produced and ledger.produced[key] != message.value():
                     ledger.double_acks.append(f"{key}: {ledger.produced[key]!r} and {message.value()!r}"
                                               + (f" (during: {ledger.phase})" if ledger.phase else ""))
-                ledger.produced[key] = message.value()
+                    ledger.extra_acks.append((key, message.value()))
+                else:
+                    ledger.produced[key] = message.value()
             ledger.changed.notify_all()
 
     sent = 0
@@ -246,11 +249,15 @@ def read_back(workload: Workload, ends: dict[int, int]) -> dict[tuple[int, int],
     return read
 
 
-def lost_writes(ledger: Ledger, read: dict[tuple[int, int], bytes]) -> list[str]:
-    """Acknowledged records not read back at their offset (Jepsen's lost-write, and a rewrite)."""
+Lost = tuple[tuple[int, int], bytes, bytes | None]  # (partition, offset), acknowledged value, value read
+
+
+def lost_writes(ledger: Ledger, read: dict[tuple[int, int], bytes]) -> list[Lost]:
+    """(partition and offset, acknowledged, read) of each acknowledged record not read back at its
+    offset (Jepsen's lost-write, and a rewrite), the second of two acknowledged at one offset too."""
     with ledger.lock:
-        return [f"{key}: acknowledged {value!r}, read {read.get(key)!r}"
-                for key, value in sorted(ledger.produced.items()) if read.get(key) != value]
+        acknowledged = sorted([*ledger.produced.items(), *ledger.extra_acks])
+    return [(key, value, read.get(key)) for key, value in acknowledged if read.get(key) != value]
 
 
 def replica_records(data_dirs: dict[int, Path], topic: str) -> dict[int, dict[int, list[tuple]]]:
