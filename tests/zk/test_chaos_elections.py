@@ -358,7 +358,19 @@ NETWORK_FAULTS = (isolate_a_leader_from_its_followers, lose_fetch_answers, slow_
 
 # -- the run ----------------------------------------------------------------------------------------
 
+def _sees_every_broker(broker) -> bool:
+    try:
+        metadata = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0}).list_topics(timeout=10)
+    except Exception:  # noqa: BLE001 - not answered in time on a busy machine: ask again
+        return False
+    return sorted(metadata.brokers) == list(BROKERS)
+
+
 def run_chaos(c: Chaos, faults) -> None:
+    # Each broker's view names all three before the topic is created (whichever broker the
+    # admin client asks checks the replication factor against its own view).
+    for broker in c.brokers.values():
+        assert c.until(lambda: _sees_every_broker(broker), f"{broker.bootstrap} sees every broker", WAIT_S), c.report()
     admin = AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(WAIT_S)
     workload = Workload(c.bootstrap, TOPIC, PARTITIONS, group="chaos", burst=10, pause_s=0.03)
