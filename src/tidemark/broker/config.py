@@ -7,6 +7,7 @@ typo that silently falls back to a default is the worst kind of configuration bu
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,32 @@ def _parse_ip_overrides(text: str) -> dict[str, int]:
             raise ValueError(f"expected host:count entries, got {entry!r}")
         overrides[host.strip()] = int(count)
     return overrides
+
+
+def advertised_address(text: str) -> tuple[str, int] | None:
+    """advertised.listeners' (host, port): `PLAINTEXT://host:port` (tidemark has no other
+    listener); None when blank. As Kafka: the 0.0.0.0 meta-address cannot be advertised, and an
+    empty host means this machine's canonical host name."""
+    entries = [part.strip() for part in text.split(",") if part.strip()]
+    if not entries:
+        return None
+    if len(entries) > 1:
+        raise ValueError("tidemark has one listener (PLAINTEXT): expected one PLAINTEXT://host:port")
+    name, sep, address = entries[0].partition("://")
+    if not sep or name.upper() != "PLAINTEXT":
+        raise ValueError(f"expected PLAINTEXT://host:port, got {entries[0]!r}")
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"expected PLAINTEXT://host:port with a port from 1 to 65535, got {entries[0]!r}")
+    host = host.strip("[]")
+    if host == "0.0.0.0":
+        raise ValueError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0")
+    return host or socket.getfqdn(), int(port)
+
+
+def _parse_advertised_listeners(text: str) -> str | None:
+    """Kept as the text it was given (DescribeConfigs shows it), once checked."""
+    return text.strip() if advertised_address(text) is not None else None
 
 
 def _parse_offsets_storage(text: str) -> str:
@@ -125,6 +152,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
         Setting("log.cleanup.policy", "delete", _parse_cleanup_policy),
         Setting("log.message.timestamp.type", "CreateTime", _parse_timestamp_type),
         _int("socket.request.max.bytes", 104857600, 1),
+        # The address registered in ZooKeeper and answered in Metadata and FindCoordinator, when
+        # clients and other brokers must reach this one elsewhere than where it listens (NAT, a
+        # proxy). Unset: the listener (--listen, with the port bound when 0 was asked).
+        Setting("advertised.listeners", None, _parse_advertised_listeners),
         # Client resources: connections (per broker and per client address) and fetch size.
         _int("max.connections", INT_MAX, 0),
         _int("max.connections.per.ip", INT_MAX, 0),
@@ -307,6 +338,12 @@ class BrokerConfig:
     @property
     def node_id(self) -> int:
         return self["broker.id"] if self.is_set("broker.id") and not self.is_set("node.id") else self["node.id"]
+
+    @property
+    def advertised_address(self) -> tuple[str, int] | None:
+        """advertised.listeners' (host, port), or None: the listener's own address."""
+        text = self["advertised.listeners"]
+        return advertised_address(text) if text else None
 
     @property
     def retention_ms(self) -> int:

@@ -120,8 +120,8 @@ class Broker:
         self.node_id = config.node_id
         self.host = host
         self.port = port
-        self.advertised_host = host
-        self.advertised_port = port
+        # advertised.listeners when set, else the listener (its port known once bound)
+        self.advertised_host, self.advertised_port = config.advertised_address or (host, port)
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
         self.replicas = PartitionManager(config, data_dir)
         self.coordinator = GroupCoordinator(config, self.replicas, clock=self.clock)
@@ -153,8 +153,9 @@ class Broker:
         # cluster: its first answers already name the controller and the leaders.
         self._server = await loop.create_server(lambda: Connection(self), self.host, self.port,
                                                 start_serving=False)
-        self.advertised_port = self._server.sockets[0].getsockname()[1]
-        self.port = self.advertised_port
+        self.port = self._server.sockets[0].getsockname()[1]
+        if self.config.advertised_address is None:
+            self.advertised_port = self.port
         if self.cluster is not None:
             await self.cluster.start(self.advertised_host, self.advertised_port)
         await self._server.start_serving()
