@@ -18,6 +18,7 @@ from tidemark.records import (
     InvalidRecordError,
     RecordListTooLargeError,
     RecordTooLargeError,
+    RecordValidationError,
     iter_batches,
     records_section,
     walk_records,
@@ -60,21 +61,26 @@ def _validate_records(records: bytes, position: int, header: BatchHeader, config
     exactly the batch, offset deltas 0..n-1 as clients write them, header keys in UTF-8, and a
     key for every record of a compacted topic (the cleaner would drop a keyless one later). A
     record that does not parse is a client's INVALID_RECORD here (Kafka's InvalidRecordException);
-    bytes that do not decompress stay CORRUPT_MESSAGE."""
+    bytes that do not decompress stay CORRUPT_MESSAGE. Keyless records are Kafka's per-record
+    errors (KIP-467): all of them are collected, by batch index, into one RecordValidationError,
+    so the producer fails exactly those and may retry the rest."""
     compacted = config.compact_enabled
     header, buf, start, end = records_section(records, position)
     index = 0
+    record_errors: list[tuple[int, str]] = []
     try:
         for index, (_, _, _, _, offset_delta, _, key_len, _, _, headers) in enumerate(
                 walk_records(buf, header.records_count, start, end)):
             if offset_delta != index:
                 raise InvalidRecordError(f"record {index} has offset delta {offset_delta}, expected {index}")
             if compacted and key_len < 0:
-                raise InvalidRecordError(
-                    f"Compacted topic cannot accept message without key in topic partition {topic_partition}.")
+                record_errors.append((index, f"Compacted topic cannot accept message without key in topic "
+                                             f"partition {topic_partition}."))
             for key_pos, key_len, _, _ in headers:  # protocol strings: clients decode them as UTF-8
                 str(buf[key_pos:key_pos + key_len], "utf-8")
     except CorruptRecordError as exc:
         raise InvalidRecordError(str(exc)) from None
     except UnicodeDecodeError:
         raise InvalidRecordError(f"record {index} has a header key that is not UTF-8") from None
+    if record_errors:
+        raise RecordValidationError(record_errors)

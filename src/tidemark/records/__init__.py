@@ -27,6 +27,7 @@ from .errors import (
     RecordListTooLargeError,
     RecordsError,
     RecordTooLargeError,
+    RecordValidationError,
     UnsupportedMagicError,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "NewRecord",
     "Record",
     "RecordTooLargeError",
+    "RecordValidationError",
     "RecordsError",
     "UnsupportedMagicError",
     "build_batch",

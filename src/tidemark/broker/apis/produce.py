@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
 from tidemark.broker.validator import validate_produce
+from tidemark.records import RecordValidationError
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
@@ -56,6 +57,12 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
             except Exception as exc:  # noqa: BLE001 - every failure becomes that partition's error code
                 response["error_code"] = error_code_for(exc)
                 response["error_message"] = str(exc) or None
+                if isinstance(exc, RecordValidationError):
+                    # KIP-467 (v8+): which records were refused, so the client fails only those;
+                    # Kafka also reports the log start offset here.
+                    response["record_errors"] = [{"batch_index": index, "batch_index_error_message": message}
+                                                 for index, message in exc.record_errors]
+                    response["log_start_offset"] = partition.log.log_start_offset
                 metrics.REQUEST_ERRORS.labels("Produce", response["error_code"].name).inc()
                 continue
             response["base_offset"] = info.first_offset
