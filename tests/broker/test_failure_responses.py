@@ -88,6 +88,7 @@ REQUESTS: dict[int, dict[str, Any]] = {
     44: {"resources": [{"resource_type": 2, "resource_name": "a", "configs": [
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
         {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
+    60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
 }

@@ -32,6 +32,7 @@ from tidemark.broker.apis import (
     api_versions,
     configs,
     delete_records,
+    describe_cluster,
     elect_leaders,
     fetch,
     groups,
@@ -94,6 +95,7 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     33: (configs.handle_alter, 0),
     44: (configs.handle_incremental_alter, 0),
     43: (elect_leaders.handle, 0),
+    60: (describe_cluster.handle, 0),
 }
 
 CLUSTER_STOP_GRACE_S = 15  # beyond controlled.shutdown.timeout.ms: closing the controller and the session
