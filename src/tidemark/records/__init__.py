@@ -28,6 +28,7 @@ from .errors import (
     RecordsError,
     RecordTooLargeError,
     RecordValidationError,
+    UnsupportedCompressionTypeError,
     UnsupportedMagicError,
 )
 
@@ -44,6 +45,7 @@ __all__ = [
     "Record",
     "RecordTooLargeError",
     "RecordValidationError",
+    "UnsupportedCompressionTypeError",
     "RecordsError",
     "UnsupportedMagicError",
     "build_batch",

@@ -42,3 +42,8 @@ class RecordValidationError(InvalidRecordError):
 
 class RecordListTooLargeError(RecordsError):
     """One request's batches exceed the segment size (Kafka's RECORD_LIST_TOO_LARGE)."""
+
+
+class UnsupportedCompressionTypeError(RecordsError):
+    """A codec the record format does not allow, zstd in message formats v0/v1 (Kafka's
+    UNSUPPORTED_COMPRESSION_TYPE)."""

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
-from tidemark.broker.validator import validate_produce
+from tidemark.broker.validator import upconvert_produce, validate_produce
 from tidemark.records import RecordValidationError
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
                 continue
             records = data.records or b""
             try:
+                if ctx.api_version < 3:  # message formats v0/v1, converted on the way in as Kafka 3.x does
+                    records = upconvert_produce(records, topic=topic.name, internal=topic.internal)
                 validate_produce(records, partition.log.config, topic=topic.name, partition=data.index,
                                  internal=topic.internal)
                 info = replicas.append(partition, records, now_ms)
