@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import io
 import struct
 import uuid
@@ -25,7 +26,7 @@ from kio.serial import entity_reader, entity_writer
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import RequestContext
 from tidemark.broker.server import HANDLERS, Broker, supported_versions
-from tidemark.wire import list_offsets_v0
+from tidemark.wire import list_offsets_v0, produce_v0
 from tidemark.wire.build import build
 
 TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
@@ -88,6 +89,7 @@ REQUESTS: dict[int, dict[str, Any]] = {
     44: {"resources": [{"resource_type": 2, "resource_name": "a", "configs": [
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
         {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
+    60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
 }
@@ -108,6 +110,13 @@ def _request_frame(key: int, version: int, correlation_id: int) -> tuple[bytes, 
             for t in REQUESTS[2]["topics"]))
         header = struct.pack(">hhih", key, version, correlation_id, 4) + b"test"
         return header + list_offsets_v0.write_request(body), body
+    if key == 0 and version < 3:  # Produce v0-v2: hand-written too
+        body = produce_v0.ProduceV0Request(acks=-1, timeout=datetime.timedelta(seconds=1), topic_data=tuple(
+            produce_v0.ProduceV0TopicData(t["name"], tuple(
+                produce_v0.ProduceV0PartitionData(p["index"], None) for p in t["partition_data"]))
+            for t in REQUESTS[0]["topic_data"]))
+        header = struct.pack(">hhih", key, version, correlation_id, 4) + b"test"
+        return header + produce_v0.write_request(body), body
     schema = load_request_schema(key, version)
     body = build(schema, REQUESTS[key])
     buffer = io.BytesIO()
@@ -123,6 +132,11 @@ def _read_response(key: int, version: int, frame: bytes, correlation_id: int) ->
     if key == 2 and version == 0:
         assert struct.unpack_from(">i", frame)[0] == correlation_id
         body, size = list_offsets_v0.read_response(frame, 4)
+        assert 4 + size == len(frame)
+        return body
+    if key == 0 and version < 3:
+        assert struct.unpack_from(">i", frame)[0] == correlation_id
+        body, size = produce_v0.read_response(version)(frame, 4)
         assert 4 + size == len(frame)
         return body
     schema = load_response_schema(key, version)

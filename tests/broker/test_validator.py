@@ -20,6 +20,7 @@ from tidemark.records import (
     InvalidRecordError,
     RecordListTooLargeError,
     RecordTooLargeError,
+    RecordValidationError,
     build_batch,
     compress,
 )
@@ -129,10 +130,21 @@ def test_control_batches_from_clients_are_refused():
 def test_compacted_topic_needs_keys():
     keyless = build_batch([(b"k", b"v", (), 1000), (None, b"v", (), 1000)], compression=CompressionType.LZ4)
     assert validate(keyless, PLAIN).records_count == 2
-    with pytest.raises(InvalidRecordError) as info:
+    with pytest.raises(RecordValidationError) as info:
         validate(keyless, COMPACTED)
-    assert str(info.value) == "Compacted topic cannot accept message without key in topic partition t-0."
+    # Kafka's per-record error (KIP-467): the record's index in its batch, and its message.
+    assert info.value.record_errors == [(1, "Compacted topic cannot accept message without key in topic partition t-0.")]
     assert error_code_for(info.value) == ErrorCode.invalid_record
+
+
+def test_every_keyless_record_is_named():
+    keyless = build_batch([(None if i % 3 == 0 else b"k", b"v", (), 1000) for i in range(10)])
+    with pytest.raises(RecordValidationError) as info:
+        validate(keyless, COMPACTED)
+    assert [index for index, _ in info.value.record_errors] == [0, 3, 6, 9]
+    assert str(info.value).startswith("One or more records have been rejected due to 4 record errors in total, "
+                                      "and only showing the first three errors at most: [RecordError(batchIndex=0, ")
+    assert str(info.value).count("RecordError(") == 3
 
 
 def test_header_keys_must_be_utf8():

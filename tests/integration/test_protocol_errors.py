@@ -65,8 +65,8 @@ def test_api_versions_unknown_version_falls_back_to_v0(broker):
 
 def test_api_not_served_gets_unsupported_version(broker):
     with RawClient(broker.bootstrap) as client:
-        # DescribeCluster (60) is a Kafka API this broker does not serve.
-        response = client.request(60, 0, {"include_cluster_authorized_operations": False})
+        # SaslHandshake (17) is a Kafka API this broker does not serve.
+        response = client.request(17, 1, {"mechanism": "PLAIN"})
         assert response.error_code == ErrorCode.unsupported_version
     assert _metadata_ok(broker.bootstrap)
 
@@ -251,7 +251,9 @@ def test_compacted_topic_refuses_records_without_a_key(broker):
         assert client.create_topic("keyed", configs={"cleanup.policy": "compact"}).error_code == ErrorCode.none
         result = client.produce("keyed", build_batch([(b"k", b"v", (), 1000), (None, b"v", (), 1000)]))
         assert result.error_code == ErrorCode.invalid_record
-        assert result.error_message == "Compacted topic cannot accept message without key in topic partition keyed-0."
+        # KIP-467: the keyless record is named by its index in the batch.
+        message = "Compacted topic cannot accept message without key in topic partition keyed-0."
+        assert [(e.batch_index, e.batch_index_error_message) for e in result.record_errors] == [(1, message)]
         assert client.produce("keyed", build_batch([(b"k", b"v", (), 1000)])).base_offset == 0
 
 

@@ -21,6 +21,7 @@ __all__ = ["NotEnoughReplicasAfterAppendError", "NotEnoughReplicasError", "NotLe
 _MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (records_errors.UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (records_errors.RecordTooLargeError, ErrorCode.message_too_large),
+    (records_errors.UnsupportedCompressionTypeError, ErrorCode.unsupported_compression_type),
     (records_errors.RecordListTooLargeError, ErrorCode.record_list_too_large),
     (records_errors.InvalidRecordError, ErrorCode.invalid_record),
     (records_errors.CorruptRecordError, ErrorCode.corrupt_message),

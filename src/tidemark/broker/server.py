@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 
@@ -32,6 +31,7 @@ from tidemark.broker.apis import (
     api_versions,
     configs,
     delete_records,
+    describe_cluster,
     elect_leaders,
     fetch,
     groups,
@@ -59,6 +59,7 @@ from tidemark.wire.codec import (
     decode_request,
     encode_response,
     error_response,
+    response_schema,
 )
 from tidemark.wire.errors import NoResponseExpected, ProtocolError
 from tidemark.wire.fast_responses import encode_fast
@@ -70,7 +71,7 @@ Handler = Callable[[RequestContext, Request], Awaitable[Any]]
 
 # api key -> (handler, lowest version served); the highest is what the codec covers.
 HANDLERS: dict[int, tuple[Handler, int]] = {
-    0: (produce.handle, 3),
+    0: (produce.handle, 0),  # v0-v2 carry message formats v0/v1, converted on the way in
     1: (fetch.handle, 4),
     2: (list_offsets.handle, 0),
     3: (metadata.handle, 0),
@@ -96,6 +97,7 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     33: (configs.handle_alter, 0),
     44: (configs.handle_incremental_alter, 0),
     43: (elect_leaders.handle, 0),
+    60: (describe_cluster.handle, 0),
 }
 
 # The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process
@@ -240,7 +242,7 @@ class Broker:
         return encode_response(request, result)
 
 
-_response_class = functools.cache(load_response_schema)
+_response_class = response_schema  # kio's classes, and those of the versions written by hand
 
 
 def _failure_response(request: Request, code: ErrorCode) -> bytes:

@@ -12,16 +12,27 @@ from itertools import islice
 
 from tidemark.cluster.embedded import InvalidTopicError
 from tidemark.log.config import LogConfig
+from tidemark.records import legacy
 from tidemark.records import (
     BatchHeader,
     CorruptRecordError,
     InvalidRecordError,
     RecordListTooLargeError,
     RecordTooLargeError,
+    RecordValidationError,
     iter_batches,
     records_section,
     walk_records,
 )
+
+
+def upconvert_produce(records: bytes, *, topic: str, internal: bool) -> bytes:
+    """The records of a Produce v0-v2 as one RecordBatch v2 (Kafka 3.x's up-conversion): message
+    formats v0/v1 are converted, CRC by CRC; anything else (a client that sends v2 batches with
+    an old request) is left for `validate_produce` to judge. The result still goes through it."""
+    if internal:
+        raise InvalidTopicError(f"Cannot append to internal topic {topic}")
+    return legacy.to_record_batch(records) if legacy.is_legacy(records) else records
 
 
 def validate_produce(records: bytes, config: LogConfig, *, topic: str, partition: int, internal: bool) -> BatchHeader:
@@ -60,21 +71,26 @@ def _validate_records(records: bytes, position: int, header: BatchHeader, config
     exactly the batch, offset deltas 0..n-1 as clients write them, header keys in UTF-8, and a
     key for every record of a compacted topic (the cleaner would drop a keyless one later). A
     record that does not parse is a client's INVALID_RECORD here (Kafka's InvalidRecordException);
-    bytes that do not decompress stay CORRUPT_MESSAGE."""
+    bytes that do not decompress stay CORRUPT_MESSAGE. Keyless records are Kafka's per-record
+    errors (KIP-467): all of them are collected, by batch index, into one RecordValidationError,
+    so the producer fails exactly those and may retry the rest."""
     compacted = config.compact_enabled
     header, buf, start, end = records_section(records, position)
     index = 0
+    record_errors: list[tuple[int, str]] = []
     try:
         for index, (_, _, _, _, offset_delta, _, key_len, _, _, headers) in enumerate(
                 walk_records(buf, header.records_count, start, end)):
             if offset_delta != index:
                 raise InvalidRecordError(f"record {index} has offset delta {offset_delta}, expected {index}")
             if compacted and key_len < 0:
-                raise InvalidRecordError(
-                    f"Compacted topic cannot accept message without key in topic partition {topic_partition}.")
+                record_errors.append((index, f"Compacted topic cannot accept message without key in topic "
+                                             f"partition {topic_partition}."))
             for key_pos, key_len, _, _ in headers:  # protocol strings: clients decode them as UTF-8
                 str(buf[key_pos:key_pos + key_len], "utf-8")
     except CorruptRecordError as exc:
         raise InvalidRecordError(str(exc)) from None
     except UnicodeDecodeError:
         raise InvalidRecordError(f"record {index} has a header key that is not UTF-8") from None
+    if record_errors:
+        raise RecordValidationError(record_errors)

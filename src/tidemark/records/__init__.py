@@ -27,6 +27,8 @@ from .errors import (
     RecordListTooLargeError,
     RecordsError,
     RecordTooLargeError,
+    RecordValidationError,
+    UnsupportedCompressionTypeError,
     UnsupportedMagicError,
 )
 
@@ -42,6 +44,8 @@ __all__ = [
     "NewRecord",
     "Record",
     "RecordTooLargeError",
+    "RecordValidationError",
+    "UnsupportedCompressionTypeError",
     "RecordsError",
     "UnsupportedMagicError",
     "build_batch",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import io
 import struct
 import types
@@ -35,7 +36,7 @@ from kio.serial import entity_reader
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from . import error_responses, list_offsets_v0, offsets_v0
+from . import error_responses, list_offsets_v0, offsets_v0, produce_v0
 from .build import build
 from .errors import MalformedRequest
 from .list_offsets_v0 import ListOffsetsV0Response
@@ -50,6 +51,7 @@ __all__ = (
     "encode_response",
     "error_response",
     "kio_versions",
+    "response_schema",
 )
 
 API_VERSIONS_KEY = 18
@@ -91,10 +93,15 @@ KIO_API_RANGES: dict[int, tuple[int, int]] = {
 """Every API kio covers, with the version range it has request and response schemas for."""
 
 CODEC_API_RANGES: dict[int, tuple[int, int]] = dict(KIO_API_RANGES)
-"""What this module can decode and encode: kio's ranges plus the hand-written ListOffsets v0.
-(OffsetCommit v0-1 and OffsetFetch v0 are hand-written too, but only a broker with a ZooKeeper
-offset store serves them: see HAND_WRITTEN_RANGES.)"""
+"""What this module can decode and encode: kio's ranges plus the hand-written ListOffsets v0 and
+Produce v0-v2. (OffsetCommit v0-1 and OffsetFetch v0 are hand-written too, but only a broker with
+a ZooKeeper offset store serves them: see HAND_WRITTEN_RANGES.)"""
 CODEC_API_RANGES[LIST_OFFSETS_KEY] = (0, KIO_API_RANGES[LIST_OFFSETS_KEY][1])
+CODEC_API_RANGES[produce_v0.PRODUCE_KEY] = (0, KIO_API_RANGES[produce_v0.PRODUCE_KEY][1])
+
+# (api key, version) -> (request body reader, response class, response body writer) of the
+# versions written by hand.
+_HAND_CODECS: dict[tuple[int, int], tuple] = {**offsets_v0.CODECS, **produce_v0.CODECS}
 
 HAND_WRITTEN_RANGES: dict[int, tuple[int, int]] = {
     offsets_v0.OFFSET_COMMIT_KEY: (0, KIO_API_RANGES[offsets_v0.OFFSET_COMMIT_KEY][1]),
@@ -125,9 +132,9 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
     if api_key == LIST_OFFSETS_KEY and api_version == 0:
         read_header = entity_reader(RequestHeaderV1)
         read_body = list_offsets_v0.read_request
-    elif (api_key, api_version) in offsets_v0.CODECS:
+    elif (api_key, api_version) in _HAND_CODECS:
         read_header = entity_reader(RequestHeaderV1)
-        read_body = offsets_v0.CODECS[api_key, api_version][0]
+        read_body = _HAND_CODECS[api_key, api_version][0]
     else:
         try:
             schema = load_request_schema(api_key, api_version)
@@ -211,8 +218,8 @@ def _encoder_for(cls: type) -> tuple[bool, _Encoder]:
         pass
     if cls is ListOffsetsV0Response:
         enc = (False, _list_offsets_v0_writer)
-    elif (key := (getattr(cls, "__api_key__", None), getattr(cls, "__version__", None))) in offsets_v0.CODECS:
-        write = offsets_v0.CODECS[key][2]
+    elif (key := (getattr(cls, "__api_key__", None), getattr(cls, "__version__", None))) in _HAND_CODECS:
+        write = _HAND_CODECS[key][2]
         enc = (False, lambda buffer, body: buffer.write(write(body)))
     else:
         if getattr(cls, "__type__", None) is not EntityType.response:
@@ -375,16 +382,18 @@ def error_response(request: Request, code: ErrorCode) -> object | None:
     else:
         if shaped is None or not isinstance(shaped, dict):
             return shaped
-        return build(_response_schema(request.api_key, request.api_version), shaped)
-    cls = _response_schema(request.api_key, request.api_version)
+        return build(response_schema(request.api_key, request.api_version), shaped)
+    cls = response_schema(request.api_key, request.api_version)
     if not any(f.metadata.get("kafka_type") == "error_code" for f in dataclasses.fields(cls)):
         raise LookupError(f"api_key={request.api_key} v{request.api_version} has no top-level error code")
     return _zero_entity(cls, code)
 
 
-def _response_schema(api_key: int, api_version: int) -> type:
-    if (api_key, api_version) in offsets_v0.CODECS:
-        return offsets_v0.CODECS[api_key, api_version][1]
+@functools.cache
+def response_schema(api_key: int, api_version: int) -> type:
+    """The response entity class of an API version: kio's, or one written by hand."""
+    if (api_key, api_version) in _HAND_CODECS:
+        return _HAND_CODECS[api_key, api_version][1]
     try:
         return load_response_schema(api_key, api_version)
     except Exception as e:

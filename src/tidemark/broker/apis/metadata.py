@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
 from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, TopicMetadata, validate_topic_name
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
@@ -69,6 +70,10 @@ def _error_entry(name: str | None, code: ErrorCode) -> dict[str, Any]:
 async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     replicas = ctx.replicas
+    # KIP-430 (v8+): every topic named, known or not, carries its authorized operations when asked
+    # (Kafka sets them on the whole describable list); without the ask, Kafka's "omitted" value.
+    topic_operations = authorized_operations(TOPIC_OPERATIONS,
+                                             getattr(body, "include_topic_authorized_operations", False))
     # Auto-creation: v4+ carries the client's wish; older versions always allow it.
     allow_auto_create = ctx.config["auto.create.topics.enable"] and getattr(
         body, "allow_auto_topic_creation", True
@@ -104,8 +109,13 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
             topics.append(
                 topic_entry(ctx, topic) if topic else _error_entry(name, ErrorCode.unknown_topic_or_partition)
             )
+    for entry in topics:
+        if entry["name"]:
+            entry["topic_authorized_operations"] = topic_operations
     return {
         "throttle_time": 0,
+        "cluster_authorized_operations": authorized_operations(  # v8-10
+            CLUSTER_OPERATIONS, getattr(body, "include_cluster_authorized_operations", False)),
         "brokers": [{"node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port}] if ctx.cluster is None
         else [{"node_id": b.id, "host": b.host, "port": b.port} for b in ctx.cluster.live_brokers()],
         "cluster_id": replicas.metadata.cluster_id,

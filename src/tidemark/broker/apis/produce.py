@@ -14,7 +14,8 @@ from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
-from tidemark.broker.validator import validate_produce
+from tidemark.broker.validator import upconvert_produce, validate_produce
+from tidemark.records import RecordValidationError
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
@@ -50,12 +51,20 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
                 continue
             records = data.records or b""
             try:
+                if ctx.api_version < 3:  # message formats v0/v1, converted on the way in as Kafka 3.x does
+                    records = upconvert_produce(records, topic=topic.name, internal=topic.internal)
                 validate_produce(records, partition.log.config, topic=topic.name, partition=data.index,
                                  internal=topic.internal)
                 info = replicas.append(partition, records, now_ms)
             except Exception as exc:  # noqa: BLE001 - every failure becomes that partition's error code
                 response["error_code"] = error_code_for(exc)
                 response["error_message"] = str(exc) or None
+                if isinstance(exc, RecordValidationError):
+                    # KIP-467 (v8+): which records were refused, so the client fails only those;
+                    # Kafka also reports the log start offset here.
+                    response["record_errors"] = [{"batch_index": index, "batch_index_error_message": message}
+                                                 for index, message in exc.record_errors]
+                    response["log_start_offset"] = partition.log.log_start_offset
                 metrics.REQUEST_ERRORS.labels("Produce", response["error_code"].name).inc()
                 continue
             response["base_offset"] = info.first_offset
