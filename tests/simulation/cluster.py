@@ -65,7 +65,27 @@ BROKER_PATHS = {zk_data.broker_path(b): b for b in REPLICAS}
 
 
 class InvariantViolation(AssertionError):
-    pass
+    def __init__(self, message: str, invariant: str, cause: str | None) -> None:
+        super().__init__(message)
+        self.invariant = invariant
+        # A known cause this run's history points at (see CAUSES), or None.
+        self.cause = cause
+
+
+# What a violation's history can point at. A cause is named only by its own signature, seen
+# in the run before the violation (each is described where it is recorded).
+CAUSES = {
+    "defect1": "issue 23 defect 1: an acks=all waiter completed after its leader epoch ended",
+    "defect2": "issue 23 defect 2: the follower truncated by the pre-KIP-279 rule (leader's end offset)",
+    "defect5": "issue 23 defect 5: a restarted replica took its log end as its high watermark",
+    "defect8": "issue 23 defect 8: a leader alone in the ISR committed records that were not fsynced",
+    "isr-write-unseen": "an ISR expansion ZooKeeper holds but its leader does not count yet "
+                        "(its answer lost or not back): the controller may elect the added replica, "
+                        "which lacks what the leader committed meanwhile (Kafka's KIP-497 maximal ISR)",
+    "leader-after-power-loss": "a broker restarted after a power loss (unflushed records lost) led from a "
+                               "partition state the controller wrote before it saw that restart (it still "
+                               "counted the old session): a restarted broker acts on the state znode at once",
+}
 
 
 @dataclasses.dataclass
@@ -87,6 +107,12 @@ class Settings:
     # defect 5) or "checkpoint" (the replication-offset-checkpoint, capped by the log end).
     restart_high_watermark: str = "log_end"
 
+    @classmethod
+    def of_tree(cls) -> Settings:
+        """The rules this tree's code follows where the simulation models them (tree.py)."""
+        from . import tree
+        return cls(truncation=tree.fetcher_truncation(), restart_high_watermark=tree.restart_high_watermark())
+
     @property
     def isr_check_interval_ms(self) -> int:  # ClusterLink._maintain_isrs
         return max(min(self.replica_lag_time_max_ms // 2, 1000), 100)
@@ -106,6 +132,8 @@ class Pending:
     deadline: int
     producer: int
     attempt: int
+    completed_as: tuple[bool, int] | None = None  # (leading, epoch) when the future completed
+    isr_then: tuple[frozenset[int], tuple[int, ...]] | None = None  # (leader's ISR, ZooKeeper's) then
 
 
 @dataclasses.dataclass
@@ -113,6 +141,7 @@ class ControllerMemory:
     epoch: int
     live: dict[int, int] = dataclasses.field(default_factory=dict)  # broker -> czxid of its registration
     shutting_down: set[int] = dataclasses.field(default_factory=set)
+    queue: collections.deque[tuple[str, tuple[Any, ...]]] = dataclasses.field(default_factory=collections.deque)
 
 
 class Broker:
@@ -173,6 +202,7 @@ class Simulation:
         self.zk.on_change = self._zk_changed
         self.brokers = {b: Broker(b) for b in REPLICAS}
         self.blocked: set[frozenset[int]] = set()
+        self._fifo: dict[tuple[int, int], int] = {}  # (from, to) -> time of its last delivery
         self.slow: dict[frozenset[int], int] = {}
         rng = self.rng
         self.drop_rate = rng.choice([0.0, 0.0, 0.01, 0.03, 0.08])
@@ -191,6 +221,8 @@ class Simulation:
         self.hw_seen: dict[tuple[int, int, int], int] = {}  # (broker, incarnation, epoch) -> leader's hw
         self.verified: dict[int, int] = {}  # broker -> offset below which its log matched `committed`
         self.stats = collections.Counter()
+        self.suspect: str | None = None  # a known cause seen earlier in this run
+        self.findings: list[InvariantViolation] = []  # every violation, the fatal one last
 
     # -- the event loop -------------------------------------------------------------------------
 
@@ -209,19 +241,40 @@ class Simulation:
             broker.backlog.append((fn, args))
             return
         fn(*args)
-        if broker.pending and not broker.waiter_check_scheduled and any(p.future.done() for p in broker.pending):
-            broker.waiter_check_scheduled = True  # the produce handler resumes in a later loop turn
-            self.on_broker(broker, 0, self._answer_waiters, broker)
+        if broker.pending:
+            done = False
+            for pending in broker.pending:
+                if pending.completed_as is None and pending.future.done():
+                    p = broker.partition
+                    pending.completed_as = (p.is_leader, p.leader_epoch)
+                    state = self.zk.partition_state(TOPIC, INDEX)
+                    pending.isr_then = (p.isr, state.isr)
+                    done = True
+            if done and not broker.waiter_check_scheduled:
+                broker.waiter_check_scheduled = True  # the produce handler resumes in a later loop turn
+                self.on_broker(broker, 0, self._answer_waiters, broker)
 
     def log_event(self, fmt: str, args: tuple[Any, ...] = ()) -> None:
         """A trace line, formatted only when shown."""
         self.trace.append((self.now, fmt, args))
 
-    def violation(self, invariant: str, detail: str) -> None:
-        raise InvariantViolation(f"seed {self.seed}: invariant violated at {self.now} ms: {invariant}: {detail}\n"
+    def violation(self, invariant: str, detail: str, cause: str | None = None, fatal: bool = True,
+                  suspect: bool = True) -> None:
+        """Stop the run on a violation; one that corrupts nothing (`fatal` False) is recorded and
+        the run goes on, with its cause suspected in what follows (unless `suspect` is False: the
+        later checks name that cause themselves)."""
+        cause = cause or self.suspect
+        exc = InvariantViolation(f"seed {self.seed}: invariant violated at {self.now} ms: {invariant}: {detail}\n"
+                                 f"cause: {CAUSES.get(cause, 'unknown')}\n"
                                  f"replay: TIDEMARK_SIM_SEED={self.seed} pytest tests/simulation -k replay "
                                  f"(or python -m tests.simulation.run --seed {self.seed} --trace)\n"
-                                 f"{self.settings}\nlast steps:\n{self.format_trace()}\n{self.describe()}")
+                                 f"{self.settings}\nlast steps:\n{self.format_trace()}\n{self.describe()}",
+                                 invariant, cause)
+        self.findings.append(exc)
+        if fatal:
+            raise exc
+        if suspect:
+            self.suspect = self.suspect or cause
 
     def format_trace(self) -> str:
         return "\n".join(f"{when:>7} {fmt % args if args else fmt}" for when, fmt, args in self.trace)
@@ -275,6 +328,9 @@ class Simulation:
             self.stats["dropped"] += 1
             return False
         delay = self.latency(src, dst)
+        if ZK in (src, dst):  # one TCP connection per session: ZooKeeper's order is kept both ways
+            delay = max(delay, self._fifo.get((src, dst), 0) - self.now)
+            self._fifo[(src, dst)] = self.now + delay
         if dst in self.brokers:
             self.on_broker(self.brokers[dst], delay, fn, *args)
         else:
@@ -453,7 +509,12 @@ class Simulation:
             return epoch
 
         def reply(result: Any) -> None:
-            if isinstance(result, BaseException) or session != broker.session or broker.controller is not None:
+            if session != broker.session or broker.controller is not None:
+                return
+            if isinstance(result, TimeoutError):  # EVENT_RETRY: ask again (it may have won)
+                self.on_broker(broker, 50, self._stand_for_controller, broker, session)
+                return
+            if isinstance(result, BaseException):
                 return
             broker.controller = ControllerMemory(result)
             self.log_event("broker %d: controller, epoch %d", (broker.id, result))
@@ -466,11 +527,20 @@ class Simulation:
         broker.controller = None
 
     def _controller_event(self, broker: Broker, event: str, *args: Any) -> None:
-        """One controller event, handled as Controller's handler would, its reads and fenced
-        writes atomic at ZooKeeper; retried while ZooKeeper cannot be reached (EVENT_RETRY)."""
+        """Queue an event for the controller thread, which handles one at a time, in order."""
         memory = broker.controller
         if memory is None:
             return
+        memory.queue.append((event, args))
+        if len(memory.queue) == 1:
+            self._handle_controller_event(broker, memory)
+
+    def _handle_controller_event(self, broker: Broker, memory: ControllerMemory) -> None:
+        """The first queued event, handled as Controller's handler would, its reads and fenced
+        writes atomic at ZooKeeper; retried in place while ZooKeeper cannot be reached (EVENT_RETRY)."""
+        if broker.controller is not memory or not memory.queue:
+            return
+        event, args = memory.queue[0]
         session = broker.session
 
         def fenced() -> bool:
@@ -523,10 +593,14 @@ class Simulation:
                 return
             if result == "moved":
                 self._resign(broker)
-            elif isinstance(result, BaseException):
-                self.on_broker(broker, 50, self._controller_event, broker, event, *args)
-            elif event == "shutdown":
+                return
+            if isinstance(result, BaseException):
+                self.on_broker(broker, 50, self._handle_controller_event, broker, memory)
+                return
+            if event == "shutdown":
                 self.send(broker.id, args[0], self._shutdown_answered, self.brokers[args[0]], args[1])
+            memory.queue.popleft()
+            self._handle_controller_event(broker, memory)
         self.log_event("controller %d: %s %s", (broker.id, event, args))
         self.zk_call(broker, op, reply)
 
@@ -563,6 +637,10 @@ class Simulation:
         broker.zk_waiting = set()
         if self.settings.restart_high_watermark == "checkpoint":
             broker.log.update_high_watermark(broker.hw_checkpoint)
+        if broker.log.high_watermark > len(self.committed):
+            self.violation("a restarted replica's high watermark is one a leader committed",
+                           f"broker {broker.id} restarts with high watermark {broker.log.high_watermark}, "
+                           f"its log end; leaders committed {len(self.committed)}", "defect5", fatal=False)
         partition = Partition(TOPIC, INDEX, broker.log, local_id=broker.id)
         partition.become_follower(None, -1, REPLICAS, frozenset(), -1)
         broker.partition = partition
@@ -766,9 +844,13 @@ class Simulation:
             else:
                 own_epoch, own_end = log.end_offset_for_epoch(answered_epoch)
                 end = min(answered_end, own_end) if own_epoch == answered_epoch else answered_end
+            own = log.end_offset_for_epoch(answered_epoch) if log.leader_epoch_cache.entries else None
+            kafka = truncation_state(answered_epoch, answered_end, own, log.log_end_offset, p.high_watermark)
+            if min(end, log.log_end_offset) != kafka.offset or not kafka.completed:
+                self.suspect = "defect2"  # Kafka's fetcher would have truncated elsewhere
             if end < log.log_end_offset:
                 log.truncate_to(end)
-                self.log_event("broker %d: truncated to %d (legacy rule)", (broker.id, end))
+                self.log_event("broker %d: truncated to %d (legacy rule; Kafka's: %s)", (broker.id, end, kafka))
         else:
             own = log.end_offset_for_epoch(answered_epoch) if log.leader_epoch_cache.entries else None
             state = truncation_state(answered_epoch, answered_end, own, log.log_end_offset, p.high_watermark)
@@ -1051,26 +1133,41 @@ class Simulation:
             self.violation("at most one leader per epoch", f"broker {broker.id} leads epoch {epoch}, which "
                            f"broker {known} led")
         log = broker.log
-        for offset, (value, _) in self.acked.items():
+        for offset, (value, _, by, (leader_isr, zk_isr)) in self.acked.items():
             if offset >= log.log_end_offset or log.records[offset].value != value:
                 found = log.records[offset].value if offset < log.log_end_offset else None
+                cause = None
+                if broker.id in zk_isr and broker.id not in leader_isr:
+                    cause = "isr-write-unseen"
+                elif broker.power_lost:
+                    cause = "leader-after-power-loss"
                 self.violation("acknowledged records are on every later leader",
                                f"broker {broker.id} leads epoch {epoch} with {found!r} at offset {offset}, "
-                               f"where {value!r} was acknowledged")
+                               f"where {value!r} was acknowledged by broker {by} (ISR {sorted(leader_isr)} there, "
+                               f"{list(zk_isr)} in ZooKeeper)", cause)
 
     def _acknowledged(self, broker: Broker, pending: Pending) -> None:
         self.log_event("broker %d: acknowledged %s at %d (appended in epoch %d)", (
             broker.id, pending.value, pending.offset, pending.epoch))
+        if pending.completed_as != (True, pending.epoch):
+            leading, epoch = pending.completed_as
+            self.violation("acks=all succeeds only within the leader epoch it appended in",
+                           f"broker {broker.id} appended {pending.value!r} at offset {pending.offset} as leader "
+                           f"of epoch {pending.epoch}; its wait completed as {'leader' if leading else 'follower'} "
+                           f"of epoch {epoch}", "defect1", fatal=False, suspect=False)
+        cause = "defect1" if pending.completed_as != (True, pending.epoch) else None
         previous = self.acked.get(pending.offset)
         if previous is not None and previous[0] != pending.value:
             self.violation("acknowledged records are on every later leader",
-                           f"{pending.value!r} acknowledged at offset {pending.offset}, where {previous[0]!r} was")
+                           f"{pending.value!r} acknowledged at offset {pending.offset}, where {previous[0]!r} was",
+                           cause)
         committed = self.committed[pending.offset].value if pending.offset < len(self.committed) else None
         if committed != pending.value:
             self.violation("acknowledged records are committed",
                            f"broker {broker.id} acknowledged {pending.value!r} at offset {pending.offset} "
-                           f"(appended in epoch {pending.epoch}), where the committed record is {committed!r}")
-        self.acked[pending.offset] = (pending.value, self.now)
+                           f"(appended in epoch {pending.epoch}), where the committed record is {committed!r}",
+                           cause)
+        self.acked[pending.offset] = (pending.value, self.now, broker.id, pending.isr_then)
 
     def check(self) -> None:
         """After every step: replicas agree below their high watermarks (the leaders' extend the
@@ -1109,7 +1206,8 @@ class Simulation:
                         and hw > max(previous, log.recovery_point)):
                     self.violation("a leader alone in the ISR commits only fsynced records",
                                    f"leader {broker.id} epoch {p.leader_epoch} moved its high watermark "
-                                   f"{previous} -> {hw} over records fsynced only below {log.recovery_point}")
+                                   f"{previous} -> {hw} over records fsynced only below {log.recovery_point}",
+                                   "defect8", fatal=False)
                 self.hw_seen[key] = hw
 
     def check_converged(self) -> None:
@@ -1128,7 +1226,7 @@ class Simulation:
                                f"broker {broker.id} does not match leader {leader.id}")
         if sorted(state.isr) != list(REPLICAS):
             self.violation("the cluster converges after the faults", f"ISR {state.isr}")
-        for offset, (value, _) in self.acked.items():
+        for offset, (value, *_) in self.acked.items():
             if offset >= len(reference) or reference[offset].value != value:
                 self.violation("acknowledged records are on every later leader",
                                f"{value!r} acknowledged at offset {offset} is not in the final log")
@@ -1145,7 +1243,10 @@ def simulate(seed: int, settings: Settings | None = None, trace: bool = False) -
     sim = Simulation(seed, settings, trace)
 
     async def main() -> None:
-        sim.run()
+        try:
+            sim.run()
+        except InvariantViolation:
+            pass  # in sim.findings
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(main())

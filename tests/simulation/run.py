@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from .cluster import InvariantViolation, Settings, quiet_logs, simulate
+from .cluster import Settings, quiet_logs, simulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--seeds", default="0-100", help="FIRST-END (end excluded)")
     parser.add_argument("--trace", action="store_true", help="print every step of a single seed")
-    parser.add_argument("--truncation", choices=["kafka", "legacy"], default=Settings.truncation)
+    tree = Settings.of_tree()  # by default the rules of the code in this tree
+    parser.add_argument("--truncation", choices=["kafka", "legacy"], default=tree.truncation)
     parser.add_argument("--restart-high-watermark", choices=["log_end", "checkpoint"],
-                        default=Settings.restart_high_watermark)
+                        default=tree.restart_high_watermark)
     parser.add_argument("--stop-at-first", action="store_true")
     args = parser.parse_args(argv)
     settings = Settings(truncation=args.truncation, restart_high_watermark=args.restart_high_watermark)
@@ -34,15 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     started = time.perf_counter()
     for seed in seeds:
-        try:
-            sim = simulate(seed, settings, trace=args.trace)
-            if args.trace:
-                print(sim.format_trace())
-                print(sim.describe())
-                print(dict(sim.stats))
-        except InvariantViolation as exc:
+        sim = simulate(seed, settings, trace=args.trace)
+        if args.trace:
+            print(sim.format_trace())
+            print(sim.describe())
+            print(dict(sim.stats))
+        for exc in sim.findings:
+            print(str(exc) if args.trace or len(seeds) == 1 else " | ".join(str(exc).split("\n")[:2]), flush=True)
+        if sim.findings:
             failed += 1
-            print(str(exc) if args.trace or len(seeds) == 1 else str(exc).split("\n", 1)[0], flush=True)
             if args.stop_at_first:
                 break
     elapsed = time.perf_counter() - started
