@@ -64,6 +64,10 @@ STATE_PATH = zk_data.partition_state_path(TOPIC, INDEX)
 BROKER_PATHS = {zk_data.broker_path(b): b for b in REPLICAS}
 
 
+class _NotYet(Exception):
+    pass
+
+
 class InvariantViolation(AssertionError):
     def __init__(self, message: str, invariant: str, cause: str | None) -> None:
         super().__init__(message)
@@ -203,6 +207,7 @@ class Simulation:
         self.brokers = {b: Broker(b) for b in REPLICAS}
         self.blocked: set[frozenset[int]] = set()
         self._fifo: dict[tuple[int, int], int] = {}  # (from, to) -> time of its last delivery
+        self._touched: set[Broker] = set()  # brokers that ran something in this step: to check
         self.slow: dict[frozenset[int], int] = {}
         rng = self.rng
         self.drop_rate = rng.choice([0.0, 0.0, 0.01, 0.03, 0.08])
@@ -211,6 +216,7 @@ class Simulation:
         self.fault_mean_ms = rng.choice([80, 200, 400, 800])
         self.faults_on = True
         self.producing = True
+        self.settled = False
         self._next_request = 0
         self.producers: dict[int, dict[str, Any]] = {}
         # The checker's state.
@@ -240,6 +246,7 @@ class Simulation:
         if broker.paused:
             broker.backlog.append((fn, args))
             return
+        self._touched.add(broker)
         fn(*args)
         if broker.pending:
             done = False
@@ -300,8 +307,9 @@ class Simulation:
             self.at(self.rng.randint(0, 50), self._produce_next, producer)
         self.at(self._fault_gap(), self._inject_fault)
         self.at(self.fault_end_ms, self._heal)
-        end = self.fault_end_ms + 6000
-        while self._queue:
+        self.at(self.fault_end_ms + 500, self._settled)
+        end = self.fault_end_ms + 8000
+        while self._queue and not self.settled:
             when, _, fn, args = heapq.heappop(self._queue)
             if when > end:
                 break
@@ -310,7 +318,16 @@ class Simulation:
             self.stats["steps"] += 1
             self.check()
         self.check_converged()
+        self.stats["sim_ms"] = self.now
         return self.stats
+
+    def _settled(self) -> None:
+        """After the faults: end the run once converged (else at the latest 8 s after)."""
+        try:
+            self.check_converged(quiet=True)
+            self.settled = True
+        except _NotYet:
+            self.at(100, self._settled)
 
     # -- the network ----------------------------------------------------------------------------
 
@@ -647,6 +664,7 @@ class Simulation:
         self.hw_seen = {k: v for k, v in self.hw_seen.items() if k[0] != broker.id}
         self.verified[broker.id] = 0
         broker.log.modified_from = 0
+        self._touched.add(broker)
         self.log_event("broker %d: started, leo %d hw %d rp %d", (
             broker.id, broker.log.log_end_offset, broker.log.high_watermark, broker.log.recovery_point))
         self._open_session(broker)
@@ -997,7 +1015,7 @@ class Simulation:
         state["attempt"] += 1  # later answers to this attempt are stale
         if code == ErrorCode.none:
             self.stats["acked"] += 1
-            self.at(self.rng.randint(1, 40), self._produce_next, producer)
+            self.at(self.rng.randint(5, 60), self._produce_next, producer)
             return
         self.stats["produce_" + code.name] += 1
         up = [b for b in self.brokers.values() if b.up and b.view is not None]
@@ -1025,21 +1043,20 @@ class Simulation:
         self.at(self._fault_gap(), self._inject_fault)
         rng = self.rng
         kind = rng.choice(["cut", "cut", "zk_cut", "zk_cut", "isolate", "slow", "slow", "pause", "kill", "power",
-                           "clean", "preferred", "preferred", "preferred"])
+                           "clean", "preferred", "preferred", "preferred", "flap", "flap", "flap", "flap"])
         broker = self.brokers[rng.choice(REPLICAS)]
         other = self.brokers[rng.choice([b for b in REPLICAS if b != broker.id])]
-        if kind == "preferred":  # ElectLeaders, through /admin/preferred_replica_election
-            controller = self._controller_broker()
-            if controller is not None:
-                self.log_event("fault: preferred leader election asked", ())
-                self.send(ZK, controller.id, self._controller_event, controller, "preferred")
+        if kind == "preferred":
+            self._ask_preferred_election()
             return
         if self._power_loss_outstanding():
             if kind == "slow":
                 pass
             else:
                 return  # one lossy failure at a time: nothing else until it is back in the ISR
-        if kind == "cut" or kind == "zk_cut" or kind == "isolate":
+        if kind == "flap":
+            self._flap()
+        elif kind == "cut" or kind == "zk_cut" or kind == "isolate":
             pairs = {"cut": [frozenset((broker.id, other.id))], "zk_cut": [frozenset((broker.id, ZK))],
                      "isolate": [frozenset((broker.id, b)) for b in (ZK, *REPLICAS) if b != broker.id]}[kind]
             pairs = [pair for pair in pairs if pair not in self.blocked]
@@ -1072,6 +1089,41 @@ class Simulation:
                 return
             self._controlled_shutdown(broker)
 
+    def _ask_preferred_election(self) -> None:
+        """ElectLeaders, through /admin/preferred_replica_election."""
+        controller = self._controller_broker()
+        if controller is not None:
+            self.log_event("fault: preferred leader election asked", ())
+            self.send(ZK, controller.id, self._controller_event, controller, "preferred")
+
+    def _flap(self) -> None:
+        """Leaderships changing faster than followers catch up (KIP-279's "fast leader changes"):
+        the leader L is cut from the preferred replica P, P is elected while L still holds records
+        P never fetched, then P loses its ZooKeeper session while L is still in the ISR, so L may
+        lead again with records P never had, and P with records L never had."""
+        state = self.zk.partition_state(TOPIC, INDEX)
+        rng = self.rng
+        if state is None or state.leader < 0:
+            return
+        preferred = REPLICAS[0]
+        if state.leader == preferred:  # move it away first: the preferred replica loses its session
+            pairs = [frozenset((preferred, ZK))]
+        else:
+            pairs = [frozenset((state.leader, preferred))]
+            self.at(rng.randint(50, 300), self._ask_preferred_election)
+            zk_pair = [frozenset((preferred, ZK))]
+            self.at(rng.randint(300, 700), self._cut, zk_pair, rng.randint(self.settings.session_timeout_ms,
+                                                                         2 * self.settings.session_timeout_ms))
+        self.log_event("fault: flap around leader %d", (state.leader,))
+        self._cut(pairs, rng.randint(800, 2500))
+
+    def _cut(self, pairs: list[frozenset[int]], duration: int) -> None:
+        pairs = [pair for pair in pairs if pair not in self.blocked]
+        if self.faults_on and pairs:
+            self.log_event("fault: cut %s for %d ms", ([sorted(p) for p in pairs], duration))
+            self.blocked.update(pairs)
+            self.at(duration, self._unblock, pairs)
+
     def _unblock(self, pairs: list[frozenset[int]]) -> None:
         for pair in pairs:
             self.blocked.discard(pair)
@@ -1095,10 +1147,15 @@ class Simulation:
         self._next_request += 1
         request = self._next_request
         broker.shutdown_request = request
-        controller = self._controller_broker()
-        if controller is not None:
-            self.send(broker.id, ZK, lambda: self.send(ZK, controller.id, self._controller_event, controller,
-                                                       "shutdown", broker.id, request))
+        if broker.session is None or not broker.registered:  # shutdown.py needs the session: stop at once
+            self._shutdown_answered(broker, request)
+            return
+
+        def op() -> None:  # the request znode, which the controller's watch sees
+            controller = self._controller_broker()
+            if controller is not None:
+                self.notify(controller, self._controller_event, controller, "shutdown", broker.id, request)
+        self.zk_call(broker, op, lambda result: None)
         self.on_broker(broker, 2 * self.settings.request_timeout_ms, self._shutdown_answered, broker, request)
 
     def _shutdown_answered(self, broker: Broker, request: int) -> None:
@@ -1129,11 +1186,15 @@ class Simulation:
 
     def _became_leader(self, broker: Broker, epoch: int) -> None:
         known = self.leader_of_epoch.setdefault(epoch, broker.id)
+        if broker.power_lost:  # not out of the ISR and back since it lost records: see CAUSES
+            self.suspect = self.suspect or "leader-after-power-loss"
         if known != broker.id:
             self.violation("at most one leader per epoch", f"broker {broker.id} leads epoch {epoch}, which "
                            f"broker {known} led")
         log = broker.log
-        for offset, (value, _, by, (leader_isr, zk_isr)) in self.acked.items():
+        for offset, (value, acked_in, by, (leader_isr, zk_isr)) in self.acked.items():
+            if acked_in > epoch:
+                continue  # a leadership the controller already replaced, acting late: it commits nothing
             if offset >= log.log_end_offset or log.records[offset].value != value:
                 found = log.records[offset].value if offset < log.log_end_offset else None
                 cause = None
@@ -1167,14 +1228,17 @@ class Simulation:
                            f"broker {broker.id} acknowledged {pending.value!r} at offset {pending.offset} "
                            f"(appended in epoch {pending.epoch}), where the committed record is {committed!r}",
                            cause)
-        self.acked[pending.offset] = (pending.value, self.now, broker.id, pending.isr_then)
+        self.acked[pending.offset] = (pending.value, pending.epoch, broker.id, pending.isr_then)
 
     def check(self) -> None:
         """After every step: replicas agree below their high watermarks (the leaders' extend the
         committed log, a follower's may only reach into it), a leader's high watermark never goes
         back within its epoch, and one alone in the ISR moves it over fsynced records only."""
+        if not self._touched:
+            return
         committed = self.committed
-        for broker in self.brokers.values():
+        touched, self._touched = self._touched, set()
+        for broker in sorted(touched, key=lambda b: b.id):
             p = broker.partition
             if not broker.up or p is None:
                 continue
@@ -1210,9 +1274,25 @@ class Simulation:
                                    "defect8", fatal=False)
                 self.hw_seen[key] = hw
 
-    def check_converged(self) -> None:
+    def check_converged(self, quiet: bool = False) -> None:
         """After the faults and a quiet time: one leader, every replica in its ISR with the same
-        log, every acknowledged record in it at its offset."""
+        log, every acknowledged record in it at its offset (`quiet`: _NotYet if not yet)."""
+        if quiet:
+            self._check_converged_quietly()
+            return
+        self._check_converged()
+
+    def _check_converged_quietly(self) -> None:
+        violation = self.violation
+        self.violation = lambda *args, **kwargs: (_ for _ in ()).throw(_NotYet())  # type: ignore[method-assign]
+        try:
+            self._check_converged()
+        finally:
+            self.violation = violation  # type: ignore[method-assign]
+        if any(b.pending for b in self.brokers.values()):
+            raise _NotYet()
+
+    def _check_converged(self) -> None:
         leaders = [b for b in self.brokers.values() if b.up and b.partition is not None and b.partition.is_leader]
         state = self.zk.partition_state(TOPIC, INDEX)
         if state is None or state.leader < 0 or len(leaders) != 1 or leaders[0].id != state.leader:
