@@ -32,6 +32,7 @@ import asyncio
 import collections
 import dataclasses
 import heapq
+import inspect
 import random
 from collections.abc import Callable
 from typing import Any
@@ -47,7 +48,7 @@ from tidemark.cluster.zk import isr as zk_isr
 from tidemark.cluster.zk import leader_election, zk_data
 from tidemark.cluster.zk.errors import ClusterError
 from tidemark.log.errors import OffsetOutOfRangeError, UnexpectedAppendOffsetError
-from tidemark.log.leader_epoch import UNDEFINED_EPOCH
+from tidemark.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tidemark.replication.partition import Partition
 from tidemark.replication.truncation import truncation_state
 
@@ -62,6 +63,9 @@ ZK = 0  # the network's name for ZooKeeper
 CLIENT = -1  # and for the producers
 STATE_PATH = zk_data.partition_state_path(TOPIC, INDEX)
 BROKER_PATHS = {zk_data.broker_path(b): b for b in REPLICAS}
+
+
+_WAIT_TAKES_EPOCH = "leader_epoch" in inspect.signature(Partition.wait_for_high_watermark).parameters
 
 
 class _NotYet(Exception):
@@ -110,12 +114,16 @@ class Settings:
     # What a restarted replica's high watermark is: "log_end" (UnifiedLog's constructor on main,
     # defect 5) or "checkpoint" (the replication-offset-checkpoint, capped by the log end).
     restart_high_watermark: str = "log_end"
+    # Where fetch.py records a follower's fetch position: before its read (main before issue 23's
+    # fix of defect 2) or only after the read succeeded.
+    follower_position_after_read: bool = False
 
     @classmethod
     def of_tree(cls) -> Settings:
         """The rules this tree's code follows where the simulation models them (tree.py)."""
         from . import tree
-        return cls(truncation=tree.fetcher_truncation(), restart_high_watermark=tree.restart_high_watermark())
+        return cls(truncation=tree.fetcher_truncation(), restart_high_watermark=tree.restart_high_watermark(),
+                   follower_position_after_read=tree.follower_position_after_read())
 
     @property
     def isr_check_interval_ms(self) -> int:  # ClusterLink._maintain_isrs
@@ -654,10 +662,12 @@ class Simulation:
         broker.zk_waiting = set()
         if self.settings.restart_high_watermark == "checkpoint":
             broker.log.update_high_watermark(broker.hw_checkpoint)
-        if broker.log.high_watermark > len(self.committed):
+        hw = broker.log.high_watermark
+        if hw > len(self.committed) or broker.log.records[:hw] != self.committed[:hw]:
             self.violation("a restarted replica's high watermark is one a leader committed",
-                           f"broker {broker.id} restarts with high watermark {broker.log.high_watermark}, "
-                           f"its log end; leaders committed {len(self.committed)}", "defect5", fatal=False)
+                           f"broker {broker.id} restarts with high watermark {hw} (log end "
+                           f"{broker.log.log_end_offset}) over records leaders did not commit "
+                           f"(committed: {len(self.committed)})", "defect5", fatal=False)
         partition = Partition(TOPIC, INDEX, broker.log, local_id=broker.id)
         partition.become_follower(None, -1, REPLICAS, frozenset(), -1)
         broker.partition = partition
@@ -862,21 +872,25 @@ class Simulation:
             else:
                 own_epoch, own_end = log.end_offset_for_epoch(answered_epoch)
                 end = min(answered_end, own_end) if own_epoch == answered_epoch else answered_end
-            own = log.end_offset_for_epoch(answered_epoch) if log.leader_epoch_cache.entries else None
-            kafka = truncation_state(answered_epoch, answered_end, own, log.log_end_offset, p.high_watermark)
+            own = log.end_offset_for_epoch(answered_epoch)
+            kafka = truncation_state(answered_epoch, answered_end, None if own[1] == UNDEFINED_EPOCH_OFFSET else own,
+                                     log.log_end_offset, p.high_watermark)
             if min(end, log.log_end_offset) != kafka.offset or not kafka.completed:
                 self.suspect = "defect2"  # Kafka's fetcher would have truncated elsewhere
             if end < log.log_end_offset:
                 log.truncate_to(end)
                 self.log_event("broker %d: truncated to %d (legacy rule; Kafka's: %s)", (broker.id, end, kafka))
         else:
-            own = log.end_offset_for_epoch(answered_epoch) if log.leader_epoch_cache.entries else None
-            state = truncation_state(answered_epoch, answered_end, own, log.log_end_offset, p.high_watermark)
+            own = log.end_offset_for_epoch(answered_epoch)
+            state = truncation_state(answered_epoch, answered_end, None if own[1] == UNDEFINED_EPOCH_OFFSET else own,
+                                     log.log_end_offset, p.high_watermark)
             before = log.log_end_offset
             log.truncate_to(state.offset)
             completed = state.completed
             self.log_event("broker %d: asked epoch %d, leader %s: %s (leo %d -> %d)", (
                 broker.id, asked, (answered_epoch, answered_end), state, before, log.log_end_offset))
+        if self.settings.restart_high_watermark == "checkpoint":
+            broker.hw_checkpoint = log.high_watermark  # LogManager checkpoints after a truncation
         if completed:
             broker.phase = "fetch"
         self.on_broker(broker, 0, self._fetch_step, broker, token)
@@ -892,13 +906,16 @@ class Simulation:
         if refusal is not None:
             self.send(leader.id, replica, self._fetch_answered, follower, request, token, refusal, fetch_offset, [], -1)
             return
-        p.follower_fetched(replica, fetch_offset, self.now)  # before the read, as fetch.py does
+        if not self.settings.follower_position_after_read:
+            p.follower_fetched(replica, fetch_offset, self.now)
         try:
             records = log.read(fetch_offset, max_records, upper_bound=log.log_end_offset)
         except OffsetOutOfRangeError as exc:
             self.send(leader.id, replica, self._fetch_answered, follower, request, token, error_code_for(exc),
                       fetch_offset, [], -1)
             return
+        if self.settings.follower_position_after_read:
+            p.follower_fetched(replica, fetch_offset, self.now)
         if not records and self.now < sent_at + self.settings.fetch_max_wait_ms:
             self._next_request += 1
             key = self._next_request
@@ -978,7 +995,9 @@ class Simulation:
         p.appended()
         self._wake_fetches(broker)
         self.log_event("broker %d: appended %s at %d, epoch %d", (broker.id, value, offset, p.leader_epoch))
-        future = p.wait_for_high_watermark(offset + 1)
+        # produce.py waits once every partition of the request is appended, under the append's epoch.
+        future = (p.wait_for_high_watermark(offset + 1, p.leader_epoch) if _WAIT_TAKES_EPOCH
+                  else p.wait_for_high_watermark(offset + 1))
         broker.pending.append(Pending(future, offset, value, p.leader_epoch,
                                       self.now + self.settings.produce_timeout_ms, producer, attempt))
         self.on_broker(broker, self.settings.produce_timeout_ms, self._answer_waiters, broker)

@@ -18,6 +18,13 @@ def fetcher_truncation() -> str:
     return "kafka" if "truncation_state" in inspect.getsource(replica_fetcher) else "legacy"
 
 
+def follower_position_after_read() -> bool:
+    """Whether fetch.py records a follower's fetch position only after its read succeeded."""
+    from tidemark.broker.apis import fetch
+    source = inspect.getsource(fetch._read_all)
+    return source.index("follower_fetched") > source.index("log.read(")
+
+
 def restart_high_watermark() -> str:
     """"checkpoint" once the broker keeps a replication-offset-checkpoint, else "log_end" (defect 5)."""
     from tidemark.log import manager
