@@ -716,6 +716,8 @@ class Simulation:
         if state.leader == broker.id:
             if not p.is_leader or p.leader_epoch != state.leader_epoch:
                 self._stop_following(broker)
+                # What the election itself moves the high watermark over is checked too (check()).
+                self.hw_seen.setdefault((broker.id, broker.incarnation, state.leader_epoch), p.high_watermark)
                 p.become_leader(state.leader_epoch, REPLICAS, isr_now, state.zk_version, self.now)
                 self._schedule_flush(broker)
                 self.log_event("broker %d: leader, epoch %d isr %s leo %d hw %d", (

@@ -56,6 +56,7 @@ def seed_results() -> dict[int, list[tuple[str, str | None, str]]]:
     return results
 
 
+@pytest.mark.timeout(1800)  # a hang guard: 2,000 seeds take 30-40 s of CPU per core, more on a busy machine
 def test_seeds_hold_every_invariant(seed_results: dict[int, list[tuple[str, str | None, str]]]) -> None:
     """Every invariant after every step of every seed, but for violations whose run points at a
     defect still open in this tree (their own tests below expect them)."""
@@ -128,6 +129,35 @@ def test_the_simulator_finds_defect_2_with_the_legacy_truncation_rule() -> None:
 
 
 LEGACY_DIVERGING_SEEDS = [39]
+
+
+def test_the_simulator_finds_defect_5_when_restarts_take_the_log_end() -> None:
+    """Issue 23's defect 5: a replica restarted with its log end as high watermark claims
+    records nobody committed."""
+    quiet_logs()
+    settings = Settings(truncation="kafka", restart_high_watermark="log_end")
+    found = {v.cause for seed in range(20) for v in simulate(seed, settings).findings}
+    assert "defect5" in found
+
+
+def test_the_simulator_finds_defect_1_when_waiters_outlive_their_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23's defect 1 with its fix undone: waiters not failed when the leadership they were
+    appended under ends. Some seed then acknowledges a record that is not at its offset."""
+    from tidemark.replication.partition import Partition
+    if "defect1" in OPEN_DEFECTS:
+        pytest.skip("defect 1 is open in this tree: the seed run shows it")
+    monkeypatch.setattr(Partition, "_fail_tied_waiters", lambda self, *args, **kwargs: None)
+    original = Partition.wait_for_high_watermark
+
+    def untied(self: Partition, target: int, leader_epoch: int | None = None):  # type: ignore[no-untyped-def]
+        return self.watch_high_watermark(target)  # any leader's high watermark, as before the fix
+    monkeypatch.setattr(Partition, "wait_for_high_watermark", untied)
+    assert original is not untied
+    quiet_logs()
+    settings = Settings.of_tree()
+    harmful = [v for seed in range(200) for v in simulate(seed, settings).findings
+               if v.cause == "defect1" and v.invariant != "acks=all succeeds only within the leader epoch it appended in"]
+    assert harmful, "no seed acknowledged a record its offset does not hold"
 
 
 # -- the in-memory log against UnifiedLog -----------------------------------------------------------
