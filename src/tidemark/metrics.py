@@ -41,5 +41,8 @@ UNDER_REPLICATED_PARTITIONS = Gauge(
 ISR_SHRINKS = Counter("tidemark_isr_shrinks_total", "ISR shrinks written by this broker as leader")
 ISR_EXPANDS = Counter("tidemark_isr_expands_total", "ISR expansions written by this broker as leader")
 LEADER_ELECTIONS = Counter("tidemark_leader_elections_total", "Times this broker became a partition's leader")
+REPLICA_FAILED_PARTITIONS = Gauge(
+    "tidemark_replica_failed_partitions",
+    "Followed partitions not fetched after an append or truncation error, until their next leadership")
 REPLICA_MAX_LAG = Gauge(
     "tidemark_replica_max_lag", "The largest lag in records of a follower behind this broker as leader")

@@ -3,13 +3,17 @@
 The follower asks (OffsetForLeaderEpoch) for its latest epoch; the leader answers its largest
 epoch at or below that one and where it ends on the leader. Kafka's AbstractFetcherThread then:
 
-- no answer to go by (the leader has no epochs): truncate to the high watermark, done;
+- no end offset to go by (the leader has no epochs): truncate to the high watermark, done
+  (Kafka: to the partition's fetch offset, which is the high watermark when the loop starts;
+  later rounds only come after a truncation, which brought the high watermark to at most there);
 - the follower has the answered epoch too: truncate to the smaller of the two ends, done;
 - the follower does not have it (the "fast leader changes" case: the leader skipped epochs the
   follower saw, or the follower skipped the leader's): truncate to the end of the follower's own
   largest epoch below the answered one, and ask again with the epoch now latest, until both
   name an epoch they share;
-- the follower has no epochs at all: truncate to the leader's end, done.
+- the follower tracks no epoch at or below the answered one: truncate to the leader's end, done.
+
+A follower with no epochs at all does not ask: the fetcher truncates it to its high watermark.
 
 Never past the follower's own log end. Pure: the fetcher and the replication simulation both
 decide with it.

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
+from tidemark.log import errors as log_errors
 from tidemark.replication.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, FetchPosition, FetchSession,
                                             PartitionKey)
 from tidemark.replication.partition import Partition
@@ -140,25 +141,31 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
             continue
         partitions.append(partition)
         log = partition.log
-        if replica_id >= 0:
-            partition.follower_fetched(replica_id, wanted.fetch_offset, now_ms)
-        high_watermark = partition.high_watermark
-        response["high_watermark"] = high_watermark
-        response["last_stable_offset"] = high_watermark
-        log_start_offset = response["log_start_offset"] = log.log_start_offset
-        upper_bound = log.log_end_offset if replica_id >= 0 else high_watermark
-        if wanted.fetch_offset == upper_bound and wanted.fetch_offset >= log_start_offset:
-            continue  # caught up: nothing to read (the common case of a session's partitions)
+        upper_bound = log.log_end_offset if replica_id >= 0 else partition.high_watermark
+        records = b""
         try:
-            records = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, remaining),
-                               upper_bound=upper_bound, min_one_batch=(total == 0))
+            if log.offline is not None:
+                raise log_errors.LogOfflineError(f"{topic.name}-{index} is offline after: {log.offline!r}")
+            if wanted.fetch_offset != upper_bound or wanted.fetch_offset < log.log_start_offset:
+                records = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, remaining),
+                                   upper_bound=upper_bound, min_one_batch=(total == 0))
+                if not records:
+                    unread.append(key)
+            # else caught up: nothing to read (the common case of a session's partitions)
         except Exception as exc:  # noqa: BLE001 - becomes that partition's error code
             response["error_code"] = error_code_for(exc)
             metrics.REQUEST_ERRORS.labels("Fetch", response["error_code"].name).inc()
             errors = True
             continue
-        if not records:
-            unread.append(key)
+        if replica_id >= 0:
+            # Only a read that succeeded says where the follower's log ends (Kafka skips the
+            # update otherwise): an offset past the leader's end must not move the high
+            # watermark or bring the follower back into the ISR.
+            partition.follower_fetched(replica_id, wanted.fetch_offset, now_ms)
+        high_watermark = partition.high_watermark
+        response["high_watermark"] = high_watermark
+        response["last_stable_offset"] = high_watermark
+        response["log_start_offset"] = log.log_start_offset
         response["records"] = records
         total += len(records)
         remaining = max(0, remaining - len(records))

@@ -17,10 +17,13 @@ if TYPE_CHECKING:
     from tidemark.wire.codec import Request
 
 NO_PARTITION_LEADER_EPOCH = -1  # current_leader_epoch: the caller does not know it
+DEBUGGING_REPLICA_ID = -2  # the only caller a follower replica answers (Kafka's rule)
 
 
-def end_offset(partition: Partition | None, current_leader_epoch: int, leader_epoch: int) -> dict[str, Any]:
-    """One partition's answer, without its index (Kafka's Partition.lastOffsetForLeaderEpoch)."""
+def end_offset(partition: Partition | None, current_leader_epoch: int, leader_epoch: int,
+               require_leader: bool = True) -> dict[str, Any]:
+    """One partition's answer, without its index (Kafka's Partition.lastOffsetForLeaderEpoch).
+    Only the leader answers (a follower's log may lag or diverge), unless `require_leader` is off."""
     if partition is None:
         return {"error_code": ErrorCode.unknown_topic_or_partition}
     if current_leader_epoch != NO_PARTITION_LEADER_EPOCH:
@@ -28,6 +31,8 @@ def end_offset(partition: Partition | None, current_leader_epoch: int, leader_ep
             return {"error_code": ErrorCode.fenced_leader_epoch}
         if current_leader_epoch > partition.leader_epoch:
             return {"error_code": ErrorCode.unknown_leader_epoch}
+    if require_leader and not partition.is_leader:
+        return {"error_code": ErrorCode.not_leader_or_follower}
     if partition.log.offline is not None:
         return {"error_code": ErrorCode.kafka_storage_error}
     epoch, offset = partition.log.end_offset_for_epoch(leader_epoch)
@@ -35,12 +40,14 @@ def end_offset(partition: Partition | None, current_leader_epoch: int, leader_ep
 
 
 async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
-    # replica_id (v3+) names a follower; every caller gets the same answer, as from Kafka.
+    # replica_id (v3+) names a follower; followers and consumers get the same answer, from the
+    # leader only, as from Kafka.
+    require_leader = getattr(request.body, "replica_id", -1) != DEBUGGING_REPLICA_ID
     topics = []
     for wanted in request.body.topics:
         partitions = [{"partition": p.partition, "leader_epoch": -1, "end_offset": -1,
                        **end_offset(ctx.replicas.partition(wanted.topic, p.partition), p.current_leader_epoch,
-                                    p.leader_epoch)}
+                                    p.leader_epoch, require_leader)}
                       for p in wanted.partitions]
         topics.append({"topic": wanted.topic, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}
