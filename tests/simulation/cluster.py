@@ -718,11 +718,14 @@ class Simulation:
                 self._stop_following(broker)
                 # What the election itself moves the high watermark over is checked too (check()).
                 self.hw_seen.setdefault((broker.id, broker.incarnation, state.leader_epoch), p.high_watermark)
-                p.become_leader(state.leader_epoch, REPLICAS, isr_now, state.zk_version, self.now)
+                took = p.become_leader(state.leader_epoch, REPLICAS, isr_now, state.zk_version, self.now)
                 self._schedule_flush(broker)
-                self.log_event("broker %d: leader, epoch %d isr %s leo %d hw %d", (
-                    broker.id, state.leader_epoch, sorted(isr_now), broker.log.log_end_offset, p.high_watermark))
-                self._became_leader(broker, state.leader_epoch)
+                if took is False:  # Partition refuses an epoch not above its own (ClusterLink goes on)
+                    self.log_event("broker %d: leadership of epoch %d refused", (broker.id, state.leader_epoch))
+                else:
+                    self.log_event("broker %d: leader, epoch %d isr %s leo %d hw %d", (
+                        broker.id, state.leader_epoch, sorted(isr_now), broker.log.log_end_offset, p.high_watermark))
+                    self._became_leader(broker, state.leader_epoch)
             elif state.zk_version > p.zk_version:
                 p.update_isr(isr_now, state.zk_version)
                 self._schedule_flush(broker)
