@@ -83,7 +83,7 @@ class InvariantViolation(AssertionError):
 # What a violation's history can point at. A cause is named only by its own signature, seen
 # in the run before the violation (each is described where it is recorded).
 CAUSES = {
-    "defect1": "issue 23 defect 1: an acks=all waiter completed after its leader epoch ended",
+    "defect1": "issue 23 defect 1: an acks=all waiter completed after the leadership it appended under ended",
     "defect2": "issue 23 defect 2: the follower truncated by the pre-KIP-279 rule (leader's end offset)",
     "defect5": "issue 23 defect 5: a restarted replica took its log end as its high watermark",
     "defect8": "issue 23 defect 8: a leader alone in the ISR committed records that were not fsynced",
@@ -144,7 +144,8 @@ class Pending:
     deadline: int
     producer: int
     attempt: int
-    completed_as: tuple[bool, int] | None = None  # (leading, epoch) when the future completed
+    leadership: int = 0  # the broker's leadership the append was made in
+    completed_as: tuple[bool, int, int] | None = None  # (leading, its leadership, epoch) at completion
     isr_then: tuple[frozenset[int], tuple[int, ...]] | None = None  # (leader's ISR, ZooKeeper's) then
 
 
@@ -190,6 +191,7 @@ class Broker:
         self.shutting_down = False
         self.power_lost = False  # restarted after a power loss, not yet back in the ISR
         self.left_isr = False
+        self.leadership = 0  # counts this broker's leaderships of the partition (and restarts)
         self.stopped_how = ""
         self.zk_waiting: set[int] = set()
         self.fetch_request: int | None = None
@@ -261,7 +263,7 @@ class Simulation:
             for pending in broker.pending:
                 if pending.completed_as is None and pending.future.done():
                     p = broker.partition
-                    pending.completed_as = (p.is_leader, p.leader_epoch)
+                    pending.completed_as = (p.is_leader, broker.leadership, p.leader_epoch)
                     state = self.zk.partition_state(TOPIC, INDEX)
                     pending.isr_then = (p.isr, state.isr)
                     done = True
@@ -668,8 +670,10 @@ class Simulation:
                            f"broker {broker.id} restarts with high watermark {hw} (log end "
                            f"{broker.log.log_end_offset}) over records leaders did not commit "
                            f"(committed: {len(self.committed)})", "defect5", fatal=False)
-        partition = Partition(TOPIC, INDEX, broker.log, local_id=broker.id)
+        # PartitionManager._partition: no leader, at epoch -1, until the view names one.
+        partition = Partition(TOPIC, INDEX, broker.log, leader_epoch=-1, local_id=broker.id)
         partition.become_follower(None, -1, REPLICAS, frozenset(), -1)
+        broker.leadership += 1
         broker.partition = partition
         self.hw_seen = {k: v for k, v in self.hw_seen.items() if k[0] != broker.id}
         self.verified[broker.id] = 0
@@ -718,7 +722,10 @@ class Simulation:
                 self._stop_following(broker)
                 # What the election itself moves the high watermark over is checked too (check()).
                 self.hw_seen.setdefault((broker.id, broker.incarnation, state.leader_epoch), p.high_watermark)
+                was_leading = p.is_leader
                 took = p.become_leader(state.leader_epoch, REPLICAS, isr_now, state.zk_version, self.now)
+                if not was_leading and p.is_leader:
+                    broker.leadership += 1
                 self._schedule_flush(broker)
                 if took is False:  # Partition refuses an epoch not above its own (ClusterLink goes on)
                     self.log_event("broker %d: leadership of epoch %d refused", (broker.id, state.leader_epoch))
@@ -732,7 +739,10 @@ class Simulation:
         elif p.leader_id != state.leader or p.leader_epoch != state.leader_epoch or p.is_leader:
             self._stop_following(broker)
             leader = state.leader if state.leader >= 0 else None
+            was_leading = p.is_leader
             p.become_follower(leader, state.leader_epoch, REPLICAS, isr_now, state.zk_version)
+            if was_leading and not p.is_leader:
+                broker.leadership += 1
             self.log_event("broker %d: follows %s, epoch %d", (broker.id, leader, state.leader_epoch))
             if leader is not None:
                 self._follow(broker, leader)
@@ -1004,7 +1014,8 @@ class Simulation:
         future = (p.wait_for_high_watermark(offset + 1, p.leader_epoch) if _WAIT_TAKES_EPOCH
                   else p.wait_for_high_watermark(offset + 1))
         broker.pending.append(Pending(future, offset, value, p.leader_epoch,
-                                      self.now + self.settings.produce_timeout_ms, producer, attempt))
+                                      self.now + self.settings.produce_timeout_ms, producer, attempt,
+                                      broker.leadership))
         self.on_broker(broker, self.settings.produce_timeout_ms, self._answer_waiters, broker)
 
     def _answer_waiters(self, broker: Broker) -> None:
@@ -1234,13 +1245,14 @@ class Simulation:
     def _acknowledged(self, broker: Broker, pending: Pending) -> None:
         self.log_event("broker %d: acknowledged %s at %d (appended in epoch %d)", (
             broker.id, pending.value, pending.offset, pending.epoch))
-        if pending.completed_as != (True, pending.epoch):
-            leading, epoch = pending.completed_as
-            self.violation("acks=all succeeds only within the leader epoch it appended in",
+        leading, leadership, epoch = pending.completed_as
+        if not leading or leadership != pending.leadership:
+            self.violation("acks=all succeeds only within the leadership it appended in",
                            f"broker {broker.id} appended {pending.value!r} at offset {pending.offset} as leader "
                            f"of epoch {pending.epoch}; its wait completed as {'leader' if leading else 'follower'} "
-                           f"of epoch {epoch}", "defect1", fatal=False, suspect=False)
-        cause = "defect1" if pending.completed_as != (True, pending.epoch) else None
+                           f"of epoch {epoch}, {'a later' if leadership != pending.leadership else 'the same'} "
+                           f"leadership", "defect1", fatal=False, suspect=False)
+        cause = "defect1" if not leading or leadership != pending.leadership else None
         previous = self.acked.get(pending.offset)
         if previous is not None and previous[0] != pending.value:
             self.violation("acknowledged records are on every later leader",

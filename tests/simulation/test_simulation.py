@@ -156,7 +156,7 @@ def test_the_simulator_finds_defect_1_when_waiters_outlive_their_epoch(monkeypat
     quiet_logs()
     settings = Settings.of_tree()
     harmful = [v for seed in range(200) for v in simulate(seed, settings).findings
-               if v.cause == "defect1" and v.invariant != "acks=all succeeds only within the leader epoch it appended in"]
+               if v.cause == "defect1" and v.invariant != "acks=all succeeds only within the leadership it appended in"]
     assert harmful, "no seed acknowledged a record its offset does not hold"
 
 
