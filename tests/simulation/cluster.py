@@ -1313,35 +1313,24 @@ class Simulation:
     def check_converged(self, quiet: bool = False) -> None:
         """After the faults and a quiet time: one leader, every replica in its ISR with the same
         log, every acknowledged record in it at its offset (`quiet`: _NotYet if not yet)."""
-        if quiet:
-            self._check_converged_quietly()
-            return
-        self._check_converged()
+        def fail(invariant: str, detail: str) -> None:
+            if quiet:
+                raise _NotYet()
+            self.violation(invariant, detail)
 
-    def _check_converged_quietly(self) -> None:
-        violation = self.violation
-        self.violation = lambda *args, **kwargs: (_ for _ in ()).throw(_NotYet())  # type: ignore[method-assign]
-        try:
-            self._check_converged()
-        finally:
-            self.violation = violation  # type: ignore[method-assign]
-        if any(b.pending for b in self.brokers.values()):
-            raise _NotYet()
-
-    def _check_converged(self) -> None:
         leaders = [b for b in self.brokers.values() if b.up and b.partition is not None and b.partition.is_leader]
         state = self.zk.partition_state(TOPIC, INDEX)
         if state is None or state.leader < 0 or len(leaders) != 1 or leaders[0].id != state.leader:
-            self.violation("the cluster converges after the faults", f"leaders {[b.id for b in leaders]}, "
-                           f"ZooKeeper {state}")
+            fail("the cluster converges after the faults", f"leaders {[b.id for b in leaders]}, ZooKeeper {state}")
         leader = leaders[0]
         reference = leader.log.records
         for broker in self.brokers.values():
             if broker.log.records != reference or broker.log.high_watermark != len(reference):
-                self.violation("the cluster converges after the faults",
-                               f"broker {broker.id} does not match leader {leader.id}")
+                fail("the cluster converges after the faults", f"broker {broker.id} does not match leader {leader.id}")
         if sorted(state.isr) != list(REPLICAS):
-            self.violation("the cluster converges after the faults", f"ISR {state.isr}")
+            fail("the cluster converges after the faults", f"ISR {state.isr}")
+        if quiet and any(b.pending for b in self.brokers.values()):
+            raise _NotYet()
         for offset, (value, *_) in self.acked.items():
             if offset >= len(reference) or reference[offset].value != value:
                 self.violation("acknowledged records are on every later leader",
