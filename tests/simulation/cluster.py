@@ -717,42 +717,45 @@ class Simulation:
         broker.view = state
         p = broker.partition
         isr_now = frozenset(state.isr)
-        if state.leader == broker.id:
-            if not p.is_leader or p.leader_epoch != state.leader_epoch:
-                self._stop_following(broker)
-                # What the election itself moves the high watermark over is checked too (check()).
-                self.hw_seen.setdefault((broker.id, broker.incarnation, state.leader_epoch), p.high_watermark)
-                was_leading = p.is_leader
-                took = p.become_leader(state.leader_epoch, REPLICAS, isr_now, state.zk_version, self.now)
-                if not was_leading and p.is_leader:
-                    broker.leadership += 1
-                self._schedule_flush(broker)
-                if took is False:  # Partition refuses an epoch not above its own (ClusterLink goes on)
-                    self.log_event("broker %d: leadership of epoch %d refused", (broker.id, state.leader_epoch))
-                else:
-                    self.log_event("broker %d: leader, epoch %d isr %s leo %d hw %d", (
-                        broker.id, state.leader_epoch, sorted(isr_now), broker.log.log_end_offset, p.high_watermark))
-                    self._became_leader(broker, state.leader_epoch)
-            elif state.zk_version > p.zk_version:
-                p.update_isr(isr_now, state.zk_version)
-                self._schedule_flush(broker)
-        elif p.leader_id != state.leader or p.leader_epoch != state.leader_epoch or p.is_leader:
-            self._stop_following(broker)
-            leader = state.leader if state.leader >= 0 else None
-            was_leading = p.is_leader
-            p.become_follower(leader, state.leader_epoch, REPLICAS, isr_now, state.zk_version)
-            if was_leading and not p.is_leader:
-                broker.leadership += 1
-            self.log_event("broker %d: follows %s, epoch %d", (broker.id, leader, state.leader_epoch))
-            if leader is not None:
-                self._follow(broker, leader)
-        else:
-            p.isr, p.zk_version = isr_now, state.zk_version
         if broker.power_lost:  # back from a power loss once the ISR took it out and in again
             if broker.id not in state.isr:
                 broker.left_isr = True
             elif broker.left_isr:
                 broker.power_lost = False
+        # ClusterLink._apply (broker/cluster/roles.py once split): a partition that refuses a
+        # stale leadership (an epoch not above its own) changes no role.
+        if state.leader == broker.id:
+            if not p.is_leader or p.leader_epoch != state.leader_epoch:
+                # What the election itself moves the high watermark over is checked too (check()).
+                self.hw_seen.setdefault((broker.id, broker.incarnation, state.leader_epoch), p.high_watermark)
+                was_leading = p.is_leader
+                if p.become_leader(state.leader_epoch, REPLICAS, isr_now, state.zk_version, self.now) is False:
+                    self.log_event("broker %d: leadership of epoch %d refused", (broker.id, state.leader_epoch))
+                    return
+                if not was_leading:
+                    broker.leadership += 1
+                self._stop_following(broker)
+                self._schedule_flush(broker)
+                self.log_event("broker %d: leader, epoch %d isr %s leo %d hw %d", (
+                    broker.id, state.leader_epoch, sorted(isr_now), broker.log.log_end_offset, p.high_watermark))
+                self._became_leader(broker, state.leader_epoch)
+            elif state.zk_version > p.zk_version:
+                p.update_isr(isr_now, state.zk_version)
+                self._schedule_flush(broker)
+        elif p.leader_id != state.leader or p.leader_epoch != state.leader_epoch or p.is_leader:
+            leader = state.leader if state.leader >= 0 else None
+            was_leading = p.is_leader
+            if p.become_follower(leader, state.leader_epoch, REPLICAS, isr_now, state.zk_version) is False:
+                self.log_event("broker %d: following %s at epoch %d refused", (broker.id, leader, state.leader_epoch))
+                return
+            if was_leading:
+                broker.leadership += 1
+            self._stop_following(broker)
+            self.log_event("broker %d: follows %s, epoch %d", (broker.id, leader, state.leader_epoch))
+            if leader is not None:
+                self._follow(broker, leader)
+        else:
+            p.isr, p.zk_version = isr_now, state.zk_version
 
     # -- the flusher and the leader's ISR maintenance -------------------------------------------
 
