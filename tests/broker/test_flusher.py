@@ -49,7 +49,7 @@ async def _waits_for_the_replica_round(tmp_path) -> None:
         assert follower.log.local.recovery_point == 0
         flusher.mark_dirty(follower)  # it became leader, alone in the ISR: its end counts once durable
         await asyncio.wait_for(_flushed(follower, 3), BOUND_S)
-        assert follower.flushed_end == 3
+        assert follower.log.recovery_point == 3
     finally:
         await flusher.stop()
         leader.log.close()

@@ -23,20 +23,25 @@ def _partition(tmp_path, records: int = 0) -> Partition:
     return Partition("t", 0, log, local_id=1)
 
 
+def _fsync(partition: Partition) -> None:
+    """What the flusher does: fsync the log (its recovery point moves to its end) and say so."""
+    partition.flushed_to(partition.log.flush())
+
+
 def _lead(partition: Partition, isr=(1, 2, 3)) -> None:
     partition.become_leader(1, (1, 2, 3), frozenset(isr), zk_version=0, now_ms=NOW)
 
 
 def test_one_replica_alone_is_committed_once_durable(tmp_path):
     partition = _partition(tmp_path, 3)
-    partition.flushed_to(3)
+    _fsync(partition)
     assert partition.high_watermark == 3
 
 
 def test_the_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
     partition = _partition(tmp_path, 5)
     _lead(partition)
-    partition.flushed_to(5)
+    _fsync(partition)
     assert partition.high_watermark == 0  # the followers have nothing yet
     partition.follower_fetched(2, 5, NOW)
     assert partition.high_watermark == 0
@@ -49,7 +54,7 @@ def test_the_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
 def test_a_follower_outside_the_isr_does_not_hold_the_high_watermark(tmp_path):
     partition = _partition(tmp_path, 5)
     _lead(partition, isr=(1, 2))
-    partition.flushed_to(5)
+    _fsync(partition)
     partition.follower_fetched(2, 5, NOW)
     assert partition.high_watermark == 5  # replica 3 is out of sync: not waited for
 
@@ -62,7 +67,7 @@ def test_the_leaders_own_end_counts_once_appended_with_a_follower_in_sync_and_on
     partition.log.append(build_batch([(None, b"late", (), NOW)]), now_ms=NOW)
     partition.update_isr(frozenset({1}), zk_version=1)  # the follower dropped out before fetching it
     assert partition.high_watermark == 5  # on one replica and not on disk: not committed
-    partition.flushed_to(6)
+    _fsync(partition)
     assert partition.high_watermark == 6
 
 
@@ -81,7 +86,7 @@ def test_a_follower_not_caught_up_for_the_lag_time_leaves_the_isr(tmp_path):
 def test_a_follower_rejoins_once_caught_up_to_the_high_watermark_and_the_epoch_start(tmp_path):
     partition = _partition(tmp_path, 5)
     _lead(partition, isr=(1, 2))  # the epoch starts at offset 5
-    partition.flushed_to(5)
+    _fsync(partition)
     partition.follower_fetched(2, 5, NOW)
     partition.follower_fetched(3, 4, NOW)
     assert partition.isr_to_expand() is None
@@ -106,7 +111,7 @@ def test_a_follower_that_never_fetches_does_not_rejoin_an_empty_partition(tmp_pa
 def test_a_follower_that_stopped_fetching_does_not_rejoin_after_leaving_the_isr(tmp_path):
     partition = _partition(tmp_path)  # empty: its last fetch offset (0) is the high watermark
     _lead(partition)
-    partition.flushed_to(0)
+    _fsync(partition)
     partition.follower_fetched(2, 0, NOW)
     partition.follower_fetched(3, 0, NOW)
     partition.update_isr(frozenset({1, 2}), zk_version=1)  # 3 was lost (the controller took it out)
@@ -120,7 +125,7 @@ def test_a_follower_takes_the_leaders_high_watermark_up_to_its_own_log_end(tmp_p
     partition.become_follower(2, 1, (1, 2, 3), frozenset({1, 2, 3}), zk_version=0)
     partition.leader_high_watermark(10)
     assert partition.high_watermark == 3
-    partition.flushed_to(3)  # its own fsync never moves a follower's high watermark past the leader's
+    _fsync(partition)  # its own fsync never moves a follower's high watermark past the leader's
     assert partition.high_watermark == 3 and not partition.is_leader
 
 
@@ -129,7 +134,7 @@ def test_acks_all_waiters_are_released_when_the_last_isr_member_has_the_records(
         partition = _partition(tmp_path, 4)
         _lead(partition, isr=(1, 2))
         committed = partition.wait_for_high_watermark(4)
-        partition.flushed_to(4)
+        _fsync(partition)
         await asyncio.sleep(0)
         assert not committed.done()
         partition.follower_fetched(2, 4, NOW)

@@ -95,7 +95,7 @@ def test_acks_all_waits_for_every_isr_member_and_not_for_one_outside_it(tmp_path
             assert await _produce(client, b"first") == (ErrorCode.none, 0)
             await fetcher.stop()  # the follower stops fetching
             held = asyncio.ensure_future(_produce(client, b"second"))
-            await until(lambda: lp.flushed_end == 2)  # durable on the leader ...
+            await until(lambda: lp.log.recovery_point == 2)  # durable on the leader ...
             assert not held.done()  # ... but not on the follower, still in the ISR
             lp.update_isr(frozenset({1}), zk_version=1)  # the follower leaves the ISR
             assert await held == (ErrorCode.none, 1)
@@ -112,7 +112,7 @@ def test_min_insync_replicas_refuses_before_and_after_the_append(tmp_path):
             assert await _produce(client, b"two replicas") == (ErrorCode.none, 0)
             await fetcher.stop()
             held = asyncio.ensure_future(_produce(client, b"then one"))
-            await until(lambda: lp.flushed_end == 2)
+            await until(lambda: lp.log.recovery_point == 2)
             lp.update_isr(frozenset({1}), zk_version=1)
             assert (await held)[0] == ErrorCode.not_enough_replicas_after_append
             assert (await _produce(client, b"alone"))[0] == ErrorCode.not_enough_replicas

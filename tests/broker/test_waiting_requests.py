@@ -104,8 +104,9 @@ def test_waiting_produce_and_fetch_are_answered_when_their_partition_is_deleted(
             fetch = await fetcher.send(FETCH, 11, _fetch_body("doomed", 0, 60000))  # nothing durable to read
             await until(lambda: partition._hw_waiters and partition._advanced is not None)  # both waiting
             assert await _delete(admin, ("doomed", None)) == [("doomed", topic_id, ErrorCode.none)]
+            # The produce's wait ends as Kafka's DelayedProduce does when its partition goes away.
             assert _partition(await producer.receive(PRODUCE, 9, produce)).error_code == \
-                ErrorCode.unknown_topic_or_partition
+                ErrorCode.not_leader_or_follower
             assert _partition(await fetcher.receive(FETCH, 11, fetch)).error_code == \
                 ErrorCode.unknown_topic_or_partition
             for client in (admin, producer, fetcher):

@@ -22,6 +22,8 @@ CHECKPOINT = "leader-epoch-checkpoint"
 
 
 def epoch_file(log: UnifiedLog) -> bytes:
+    """The file as the log's next flush writes it (changes are written there, not at once)."""
+    log.leader_epoch_cache.sync()
     return (log.directory / CHECKPOINT).read_bytes()
 
 

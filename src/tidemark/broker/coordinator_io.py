@@ -46,7 +46,9 @@ class PartitionWriter(Protocol):
         ...
 
     def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
-        """Done once the high watermark reaches `offset`; failed if the partition goes away."""
+        """Done once the high watermark reaches `offset`; failed if the partition goes away, or
+        (NotLeaderOrFollowerError) if the leadership that appended records not yet committed
+        ends before they are."""
         ...
 
     def below_min_insync(self) -> bool:
@@ -95,7 +97,12 @@ class SystemClock:
 
 
 class LogPartitionWriter:
-    """A PartitionWriter over one of this broker's partitions."""
+    """A PartitionWriter over one of this broker's partitions.
+
+    Each append is tied to the leader epoch it was made under (as a produce's acks=-1 wait is):
+    if that leadership ends before the high watermark passes it, the replay's current (or next)
+    wait fails with NotLeaderOrFollowerError, so the shard answers its pending writes that way
+    instead of taking a later leader's high watermark as their commit."""
 
     def __init__(self, config: BrokerConfig, replicas: PartitionManager, partition: Partition,
                  compression: CompressionType, load_buffer_size: int) -> None:
@@ -104,6 +111,8 @@ class LogPartitionWriter:
         self.partition = partition
         self.compression = compression
         self.load_buffer_size = load_buffer_size
+        self._waiting: asyncio.Future[None] | None = None  # the replay's current wait
+        self._lost: BaseException | None = None  # a leadership ended under our appends, not yet told
 
     @property
     def log_start_offset(self) -> int:
@@ -120,7 +129,20 @@ class LogPartitionWriter:
     def append(self, records: list[OffsetsRecord], now_ms: int) -> int:
         self._check_replicas()
         batch = build_batch([(r.key, r.value, (), now_ms) for r in records], compression=self.compression)
-        return self.replicas.append(self.partition, batch).last_offset + 1
+        epoch = self.partition.leader_epoch
+        end = self.replicas.append(self.partition, batch).last_offset + 1
+        self.partition.wait_for_high_watermark(end, epoch).add_done_callback(self._append_committed)
+        return end
+
+    def _append_committed(self, future: asyncio.Future[None]) -> None:
+        if future.cancelled() or future.exception() is None:
+            return
+        exc = future.exception()
+        waiting = self._waiting
+        if waiting is not None and not waiting.done():
+            waiting.set_exception(exc)
+        elif self._lost is None:
+            self._lost = exc
 
     def below_min_insync(self) -> bool:
         if self.config["offsets.commit.required.acks"] != -1:
@@ -141,7 +163,29 @@ class LogPartitionWriter:
                                          "fewer than min.insync.replicas")
 
     def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
-        return self.partition.wait_for_high_watermark(offset)
+        """The high watermark reaching `offset` whoever leads (a standby replays on across
+        leaders), unless a leadership this writer appended under ended first."""
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            waiting.set_exception(lost)
+            return waiting
+        watched = self.partition.watch_high_watermark(offset)
+
+        def reached(future: asyncio.Future[None]) -> None:
+            if waiting.done():
+                return
+            if future.cancelled():
+                waiting.cancel()
+            elif future.exception() is not None:
+                waiting.set_exception(future.exception())
+            else:
+                waiting.set_result(None)
+
+        watched.add_done_callback(reached)
+        waiting.add_done_callback(lambda _: watched.cancel())  # a cancelled replay leaves no waiter behind
+        self._waiting = waiting
+        return waiting
 
     def read(self, position: int, upper_bound: int) -> tuple[list[LogRecord], int]:
         data = self.partition.log.read(position, self.load_buffer_size, upper_bound=upper_bound)

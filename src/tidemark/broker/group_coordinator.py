@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.broker.coordinator_io import OFFSETS_TOPIC, Cancellable, Clock, LogOffsetsTopic, OffsetsTopic, \
     PartitionWriter, SystemClock
-from tidemark.broker.errors import error_code_for
+from tidemark.broker.errors import NotLeaderOrFollowerError, error_code_for
 from tidemark.coordinator.group_views import list_groups
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.partitioner import partition_for
@@ -455,6 +455,13 @@ class ShardRuntime:
                 await writer.wait_for_high_watermark(waiting_for)
             except asyncio.CancelledError:
                 raise
+            except NotLeaderOrFollowerError:
+                # The leadership that appended the pending writes ended before they committed: not
+                # ours to acknowledge. The log itself is sound: replay goes on (an unload follows
+                # if this broker no longer leads).
+                for write in list(self._pending):
+                    self._write_failed(write, ErrorCode.not_leader_or_follower)
+                continue
             except Exception as exc:  # noqa: BLE001 - the log failed or went away (its unload follows)
                 self._log_failed = error_code_for(exc)
                 for write in list(self._pending):

@@ -5,13 +5,17 @@ Persisted in the partition directory's "leader-epoch-checkpoint" (Kafka's checkp
 Entries grow in both epoch and start offset. Followers compare histories with it
 (OffsetForLeaderEpoch) to find where their log diverged from the leader's.
 
-The log writes an epoch's entry before the first batch of that epoch reaches the segment, so
-after any crash the file holds every epoch in the log, at worst plus entries at or past the
-log end offset, which loading drops (see UnifiedLog).
+Changes are made in memory (on the event loop: a new leader's epoch, a follower's appends and
+truncations) and written to the file, fsynced, by `sync`, which the log's flush calls in the
+flusher's thread before its recovery point passes the batches the entries describe. So after
+any crash the file holds every epoch of the flushed log, at worst plus entries at or past the
+log end offset, which loading drops; the epochs of batches past the recovery point, which the
+file may lack, loading takes from those batches' headers (see LogLoader).
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,6 +58,8 @@ class LeaderEpochFileCache:
     def __init__(self, directory: Path | None, entries: list[EpochEntry] | None = None):
         self.path = directory / LEADER_EPOCH_CHECKPOINT if directory is not None else None  # None: memory only
         self._entries: list[EpochEntry] = list(entries or [])
+        self._version = self._synced = 0  # of the entries in memory, and of the file on disk
+        self._writing = threading.Lock()  # the flusher's thread and a closing log may both sync
 
     @property
     def entries(self) -> list[EpochEntry]:
@@ -131,9 +137,21 @@ class LeaderEpochFileCache:
         self.flush()
 
     def flush(self) -> None:
-        """Atomically rewrite the file (every change does; loading writes a rebuilt one)."""
-        if self.path is not None:
-            write_checkpoint_entries(self.path, [f"{e.epoch} {e.start_offset}" for e in self._entries])
+        """Every change marks the entries for the next `sync`."""
+        self._version += 1
+
+    def sync(self) -> None:
+        """Atomically rewrite the file, fsynced, if the entries changed since it was (from any
+        thread: what it writes is at least as new as the entries when it began)."""
+        if self.path is None:
+            return
+        with self._writing:
+            version = self._version
+            if self._synced >= version:
+                return
+            entries = self._entries  # replaced, never edited: one consistent list
+            write_checkpoint_entries(self.path, [f"{e.epoch} {e.start_offset}" for e in entries])
+            self._synced = version
 
     @property
     def _name(self) -> str:

@@ -129,9 +129,12 @@ class LogLoader:
 
     def _load_leader_epochs(self, local: LocalLog, log_start_offset: int) -> LeaderEpochFileCache:
         """The leader-epoch-checkpoint, cut to what the log holds now: epochs are written there
-        before their first batch, so a crash can only leave entries at or past the log end.
-        Without a readable file (never written, or damaged) it is rebuilt from the batch
-        headers, which carry their epochs."""
+        before their first batch, and fsynced before the recovery point passes it, so below the
+        recovery point a crash can only leave entries at or past the log end. Past it (after a
+        crash) the file may be older than the batches that reached the disk: its entries from
+        the recovery point on are replaced by the epochs of those batches' headers, as Kafka's
+        segment recovery does. Without a readable file (never written, or damaged) it is
+        rebuilt from the batch headers, which carry their epochs."""
         entries = None
         if local.offline is None:
             try:
@@ -154,8 +157,25 @@ class LogLoader:
             cache.flush()
         else:
             cache = LeaderEpochFileCache(local.directory, entries)
+            if not self.clean_shutdown and self.recovery_point < local.log_end_offset:
+                recovered = LeaderEpochFileCache(None, entries)
+                recovered.truncate_from_end(self.recovery_point)
+                try:
+                    for seg in local.segments:
+                        if seg.next_offset <= self.recovery_point:
+                            continue
+                        for _, h in seg.scan(read_ahead=BATCH_OVERHEAD):
+                            if h.last_offset >= self.recovery_point and h.partition_leader_epoch >= 0:
+                                recovered.assign(h.partition_leader_epoch, h.base_offset)
+                except CorruptRecordError as exc:
+                    _logger.error("log_segment_corrupt", log=local.directory.name, error=str(local.corrupt(exc)))
+                    return LeaderEpochFileCache(local.directory)
+                if recovered.entries != cache.entries:
+                    cache = LeaderEpochFileCache(local.directory, recovered.entries)
+                    cache.flush()
         cache.truncate_from_end(local.log_end_offset)
         cache.truncate_from_start(log_start_offset)
+        cache.sync()
         return cache
 
     def _restore_producer_state(self, local: LocalLog, log_start_offset: int) -> ProducerStateManager:

@@ -61,6 +61,9 @@ class LocalLog:
         # Called with the new segment's base offset when the log rolls (UnifiedLog snapshots
         # producer state there), under the lock.
         self.on_roll: Callable[[int], None] | None = None
+        # Called by flush() (outside the lock, before the segments are fsynced) to fsync the
+        # files the recovery point may not get ahead of (UnifiedLog: the epochs, the snapshots).
+        self.before_sync: Callable[[], None] | None = None
         self._retired: list[tuple[float, LogSegment]] = []  # (when, segment) replaced by the cleaner
         # Bumped by each truncation: a flush that began before one must not move the recovery
         # point (or a segment's flushed size) to what it synced of the removed tail.
@@ -211,6 +214,8 @@ class LocalLog:
             dir_fd = os.open(self.directory, os.O_RDONLY) if self.dir_dirty else -1
             self.dir_dirty = False
         try:
+            if self.before_sync is not None:
+                self.before_sync()
             for _, _, fd in targets:
                 os.fsync(fd)
             for _, fd in index_fds:
@@ -242,7 +247,9 @@ class LocalLog:
 
         A cut segment that was not the active one is reopened as a new LogSegment, so a
         cleaner pass that picked up the old one can never swap its old content back in (the
-        swap requires the very segments it cleaned)."""
+        swap requires the very segments it cleaned). The old one's descriptors close at once:
+        the cleaner reads through its own duplicates, and reads on the event loop never span
+        a truncation."""
         with self.lock:
             if self._closed:
                 raise LogOfflineError(f"{self.directory.name} is closed")
@@ -261,7 +268,7 @@ class LocalLog:
                 if not fresh.open_from_indexes(active=True):
                     fresh.recover(validate=False, active=True, truncate=False)
                 keep[-1] = fresh
-                self._retired.append((time.monotonic(), cut))
+                cut.close()
             self._segments = keep
             self._bases = [seg.base_offset for seg in keep]
             self._recovery_point = min(self._recovery_point, self.log_end_offset)

@@ -14,6 +14,7 @@ ids from filling memory).
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -95,6 +96,7 @@ class ProducerStateManager:
         self.directory = directory  # where snapshots go; None: never snapshotted
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
+        self._unsynced: deque[Path] = deque()  # snapshots written at a roll, fsynced by sync_snapshots
 
     def check(self, batches: list[BatchHeader], producer_id_end: int | None = None) -> BatchMetadata | None:
         """Validate the idempotent batches of one append, in order, without changing state.
@@ -171,17 +173,21 @@ class ProducerStateManager:
 
     # -- snapshots --------------------------------------------------------------------------
 
-    def take_snapshot(self, offset: int, log_start_offset: int) -> None:
+    def take_snapshot(self, offset: int, log_start_offset: int, *, sync: bool = True) -> None:
         """Write the state as of `offset` (the log end: at roll, the new segment's base offset)
         unless that snapshot exists, then delete all but the newest SNAPSHOTS_TO_KEEP and any
-        below the log start offset (their segments are gone)."""
+        below the log start offset (their segments are gone). Without `sync` (at a roll, on
+        the event loop) the file is fsynced later, by sync_snapshots in the log's flush: until
+        then a crash may tear it, and a torn one is not trusted."""
         if self.directory is None:
             return
         try:
             existing = list_snapshots(self.directory)
             if offset not in existing:
                 existing[offset] = snapshot_path(self.directory, offset)
-                write_snapshot(existing[offset], self._snapshot_entries())
+                write_snapshot(existing[offset], self._snapshot_entries(), sync=sync)
+                if not sync:
+                    self._unsynced.append(existing[offset])
             keep = sorted(o for o in existing if o >= log_start_offset)[-SNAPSHOTS_TO_KEEP:]
             for o, path in existing.items():
                 if o not in keep:
@@ -190,6 +196,23 @@ class ProducerStateManager:
             # Only a shortcut for the next start: without it that start scans more batches.
             snapshot_path(self.directory, offset).unlink(missing_ok=True)
             _logger.warning("producer_snapshot_failed", log=self.directory.name, offset=offset, error=str(exc))
+
+    def sync_snapshots(self) -> None:
+        """fsync the snapshots written without sync (from the flusher's thread: deque pops are
+        safe against the event loop's appends); one deleted meanwhile is skipped."""
+        while True:
+            try:
+                path = self._unsynced.popleft()
+            except IndexError:
+                return
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _snapshot_entries(self) -> list[SnapshotEntry]:
         return [SnapshotEntry(pid, entry.producer_epoch, b.last_seq, b.last_offset, b.last_offset - b.first_offset,

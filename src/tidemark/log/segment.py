@@ -55,6 +55,7 @@ class LogSegment:
         name = segment_name(base_offset)
         self.log_path = directory / (name + LOG_SUFFIX + suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._closed_mtime_ms = 0
         self.size = os.fstat(self.fd).st_size
         self.flushed_size = self.size
         self.offset_index = OffsetIndex(directory / (name + INDEX_SUFFIX + suffix), base_offset, index_max_bytes)
@@ -308,8 +309,16 @@ class LogSegment:
 
     @property
     def last_modified_ms(self) -> int:
-        """The .log file's modification time (Kafka's LogSegment.lastModified)."""
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        """The .log file's modification time (Kafka's LogSegment.lastModified); a closed
+        segment's (one a truncation removed while the cleaner's thread still looks at it) is
+        the time it had when closed."""
+        fd = self.fd
+        if fd >= 0:
+            try:
+                return int(os.fstat(fd).st_mtime * 1000)
+            except OSError:
+                pass  # closed meanwhile
+        return self._closed_mtime_ms
 
     def change_suffix(self, suffix: str) -> None:
         """Rename the segment's files to end in `suffix` ("" for the final names): the indexes
@@ -333,8 +342,11 @@ class LogSegment:
 
     def close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+            fd, self.fd = self.fd, -1
+            try:
+                self._closed_mtime_ms = int(os.fstat(fd).st_mtime * 1000)
+            finally:
+                os.close(fd)
         self.offset_index.close()
         self.time_index.close()
 

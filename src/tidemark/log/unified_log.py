@@ -60,7 +60,11 @@ class UnifiedLog:
         # went down; a stale, higher one would have a restart trust unflushed segments).
         self.on_truncate: Callable[[], None] | None = None
         # Kafka snapshots producer state at every roll: a restart walks only the newest segment.
-        local.on_roll = lambda base_offset: self.producer_state.take_snapshot(base_offset, self.log_start_offset)
+        local.on_roll = lambda base_offset: self.producer_state.take_snapshot(base_offset, self.log_start_offset,
+                                                                              sync=False)
+        # The log's flush makes the epochs and snapshots it depends on durable first, in its
+        # own thread: nothing on the event loop waits for their fsyncs.
+        local.before_sync = self._sync_metadata
         # On one broker, the durably flushed end; moved by update_high_watermark only.
         self._high_watermark = local.log_end_offset
 
@@ -129,6 +133,13 @@ class UnifiedLog:
 
     def flush(self) -> int:
         return self.local.flush()
+
+    def _sync_metadata(self) -> None:
+        """fsync what a flush must not get ahead of: the leader epoch checkpoint (an epoch's
+        entry is durable before the recovery point passes its first batch) and the producer
+        snapshots written at rolls."""
+        self.leader_epoch_cache.sync()
+        self.producer_state.sync_snapshots()
 
     def new_cleaned_segment(self, base_offset: int) -> LogSegment:
         return self.local.new_cleaned_segment(base_offset)

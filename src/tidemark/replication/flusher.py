@@ -9,12 +9,18 @@ counts them once appended (durability across brokers is replication, as in Kafka
 each one bought nothing but CPU and disk time taken from the commits being replicated. A leader
 alone in its ISR (just elected, or its followers dropped out) is flushed at once: its own end
 counts only once durable.
+
+The fsyncs run on the flusher's own disk thread, never on asyncio's default executor (where a
+stalled ZooKeeper call could hold every thread) nor on the event loop. A log's flush also
+fsyncs what must be durable before its recovery point moves (its leader epoch checkpoint, the
+producer snapshots written at rolls), so those writes cost the event loop no fsync.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
@@ -32,8 +38,11 @@ class Flusher:
         self._replica_timer: asyncio.TimerHandle | None = None
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._disk: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
+        # One thread: rounds run one after another (a round waits for the previous one).
+        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tidemark-disk")
         self._task = asyncio.get_running_loop().create_task(self._run(), name="flusher")
 
     async def stop(self) -> None:
@@ -47,6 +56,10 @@ class Flusher:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        if self._disk is not None:
+            # A round still fsyncing finishes on its own; the logs' close flushes again anyway.
+            self._disk.shutdown(wait=False, cancel_futures=True)
+            self._disk = None
 
     def mark_dirty(self, partition: Partition) -> None:
         self._replicated.pop(id(partition), None)
@@ -80,7 +93,7 @@ class Flusher:
             batch, self._dirty = list(self._dirty.values()), {}
             started = time.perf_counter()
             # One hop to a worker thread per round, however many partitions are dirty.
-            results = await asyncio.to_thread(_flush_all, batch)
+            results = await asyncio.get_running_loop().run_in_executor(self._disk, _flush_all, batch)
             metrics.FLUSH_SECONDS.observe(time.perf_counter() - started)
             for partition, result in zip(batch, results):
                 if isinstance(result, BaseException):

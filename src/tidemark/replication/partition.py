@@ -3,13 +3,23 @@
 The high watermark is the smallest log end offset over the in-sync replicas (Kafka's
 Partition.maybeIncrementLeaderHW): a follower's counts once its fetch asks for the offset after
 it. This broker's own end counts as appended while another replica is in sync, as in Kafka
-(durability across brokers is replication; logs are fsynced in rounds), and only once fsynced
-(the flusher calls `flushed_to`) while it is alone in the ISR, so an acknowledged write is always
+(durability across brokers is replication; logs are fsynced in rounds), and only up to its log's
+recovery point (what is fsynced: the one record of it, lowered by truncation; the flusher calls
+`flushed_to` after each fsync) while it is alone in the ISR, so an acknowledged write is always
 on two replicas or on disk. On one broker the ISR is just this broker, so the high watermark is
 the durably flushed end of the log. Every path that acknowledges a committed write (acks=-1,
 offset commits) waits on the high watermark, never on the write call.
 
 A follower's high watermark is what its leader last reported, never past its own log end.
+
+A write waiting to be acknowledged is tied to the leadership that appended it (Kafka's
+DelayedProduce): once this broker stops leading (it follows, has no leader, the partition is
+deleted or the broker stops) the wait fails with NOT_LEADER_OR_FOLLOWER, since another leader's
+high watermark says nothing of records this one appended, and a later leadership of this broker
+may have truncated them as a follower in between. A higher epoch with this broker still leading
+(the controller bumps the epoch at every ISR change it makes) continues the same leadership:
+its log was never truncated, so its waits go on, as Kafka's do. Leadership only moves to higher
+epochs: an older or conflicting view is ignored.
 """
 
 from __future__ import annotations
@@ -18,7 +28,12 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 
+import structlog
+
 from tidemark.log.unified_log import UnifiedLog
+from tidemark.replication.errors import NotLeaderOrFollowerError
+
+log = structlog.get_logger("tidemark.partition")
 
 
 @dataclasses.dataclass(slots=True)
@@ -46,13 +61,18 @@ class Partition:
         # Who leads and who replicates (on one broker: this broker alone, at epoch 0).
         self.leader_id: int | None = local_id
         self.leader_epoch = leader_epoch
+        # The epoch this broker's current leadership began at (None: not leading): waits tied to
+        # an epoch from there to leader_epoch are this leadership's.
+        self._led_since: int | None = leader_epoch
         self.replicas: tuple[int, ...] = (local_id,)
         self.isr: frozenset[int] = frozenset({local_id})
         self.zk_version = 0
         self.leader_epoch_start_offset = 0
         self.followers: dict[int, FollowerState] = {}
-        self.flushed_end = log.high_watermark  # this replica's durable log end
-        self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # Each waiter's target offset and the leader epoch it is tied to (None: any leader's
+        # high watermark will do, as for a replica replaying committed records). A waiter leaves
+        # as soon as it is done, cancelled included.
+        self._hw_waiters: dict[asyncio.Future[None], tuple[int, int | None]] = {}
         # One future shared by every long-poll fetch of this partition, replaced at each
         # advance: waiters that time out leave nothing behind.
         self._advanced: asyncio.Future[None] | None = None
@@ -77,10 +97,17 @@ class Partition:
     # -- roles ------------------------------------------------------------------------------------
 
     def become_leader(self, leader_epoch: int, replicas: tuple[int, ...], isr: frozenset[int], zk_version: int,
-                      now_ms: int) -> None:
+                      now_ms: int) -> bool:
         """Lead at `leader_epoch`: followers start as caught up now (they get
         replica.lag.time.max.ms to show they are), at an unknown log end (Kafka's -1: on an empty
-        partition a log end of 0 would put a follower that never fetches back into the ISR)."""
+        partition a log end of 0 would put a follower that never fetches back into the ISR).
+        Already leading (a new epoch for an ISR change), its waiting writes go on. False, with
+        nothing changed, for an epoch not above the current one (see `_takes`)."""
+        if not self._takes(self.local_id, leader_epoch):
+            return False
+        if not self.is_leader:
+            self._fail_tied_waiters(leader_epoch)  # none: a follower has none
+            self._led_since = leader_epoch
         self.leader_id = self.local_id
         self.leader_epoch = leader_epoch
         self.leader_epoch_start_offset = self.log.log_end_offset  # a follower rejoins only past it
@@ -91,15 +118,36 @@ class Partition:
         self.followers = {replica: FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
                           for replica in replicas if replica != self.local_id}
         self._maybe_advance_high_watermark()
+        return True
 
     def become_follower(self, leader_id: int | None, leader_epoch: int, replicas: tuple[int, ...],
-                        isr: frozenset[int], zk_version: int) -> None:
+                        isr: frozenset[int], zk_version: int) -> bool:
+        """Follow `leader_id` (None: no leader) at `leader_epoch`; writes waiting under this
+        broker's leadership fail. False, with nothing changed, for a stale or conflicting
+        leadership (see `_takes`)."""
+        if not self._takes(leader_id, leader_epoch):
+            return False
+        self._fail_tied_waiters(leader_epoch)
+        self._led_since = None
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.replicas = replicas
         self.isr = isr
         self.zk_version = zk_version
         self.followers = {}
+        return True
+
+    def _takes(self, leader_id: int | None, leader_epoch: int) -> bool:
+        """Whether this partition takes the leadership (`leader_id`, `leader_epoch`): only at a
+        higher epoch, or at the same one to lose its leader (an epoch names one leader: another
+        at the same epoch is a conflicting view, and the one it has is not changed by a repeat)."""
+        if leader_epoch > self.leader_epoch or (leader_epoch == self.leader_epoch and leader_id is None
+                                                 and self.leader_id is not None):
+            return True
+        if leader_epoch < self.leader_epoch or leader_id != self.leader_id:
+            log.warning("stale_leadership_ignored", topic=self.topic, partition=self.index, leader=leader_id,
+                        epoch=leader_epoch, current_leader=self.leader_id, current_epoch=self.leader_epoch)
+        return False
 
     def update_isr(self, isr: frozenset[int], zk_version: int) -> None:
         """The ISR as now stored (by this leader's own write, or read back)."""
@@ -149,14 +197,15 @@ class Partition:
     # -- high watermark ---------------------------------------------------------------------------
 
     def flushed_to(self, end: int) -> None:
-        """This replica's log is durable up to `end` (the flusher's fsync)."""
-        self.flushed_end = max(self.flushed_end, end)
+        """The flusher fsynced this replica's log (up to `end` then): a leader alone in its ISR
+        counts its own end up to the log's recovery point, which a truncation since may have
+        lowered below `end`."""
         self._maybe_advance_high_watermark()
 
     def _maybe_advance_high_watermark(self) -> None:
         if not self.is_leader:
             return
-        high_watermark = self.log.log_end_offset if self.has_in_sync_followers else self.flushed_end
+        high_watermark = self.log.log_end_offset if self.has_in_sync_followers else self.log.recovery_point
         for replica in self.isr:
             if replica != self.local_id:
                 state = self.followers.get(replica)
@@ -171,29 +220,68 @@ class Partition:
         if offset <= self.log.high_watermark:
             return
         self.log.update_high_watermark(offset)
-        still_waiting = []
-        for target, future in self._hw_waiters:
-            if future.done():
-                continue
-            if offset >= target:
+        reached = [future for future, (target, _) in self._hw_waiters.items() if offset >= target]
+        for future in reached:
+            del self._hw_waiters[future]
+            if not future.done():
                 future.set_result(None)
-            else:
-                still_waiting.append((target, future))
-        self._hw_waiters = still_waiting
         # Consumers' long polls only: a follower's (min_bytes 1) waits for records, and waking it
         # on every advance would only make it read again and find none.
         self._wake_consumers()
         if self.change_listener is not None:
             self.change_listener(self, False)
 
-    def wait_for_high_watermark(self, target: int) -> asyncio.Future[None]:
-        """A future done once the high watermark reaches `target` (an exclusive end offset)."""
-        future = asyncio.get_running_loop().create_future()
+    def wait_for_high_watermark(self, target: int, leader_epoch: int | None = None) -> asyncio.Future[None]:
+        """A future done once the high watermark reaches `target` (an exclusive end offset),
+        under the leadership that appended the records: this broker's, led without a break
+        since `leader_epoch` (by default the epoch it leads at now). It fails with
+        NotLeaderOrFollowerError if that leadership is over, now or before the target is reached."""
+        epoch = self.leader_epoch if leader_epoch is None else leader_epoch
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._led_since is None or not self._led_since <= epoch <= self.leader_epoch:
+            future.set_exception(self._not_leader(epoch))
+        elif self.log.high_watermark >= target:
+            future.set_result(None)
+        else:
+            self._add_waiter(future, target, epoch)
+        return future
+
+    def watch_high_watermark(self, target: int) -> asyncio.Future[None]:
+        """A future done once the high watermark reaches `target`, whoever leads (a replica
+        replaying what is committed, leading or not); failed only by `fail_waiters`."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.log.high_watermark >= target:
             future.set_result(None)
         else:
-            self._hw_waiters.append((target, future))
+            self._add_waiter(future, target, None)
         return future
+
+    @property
+    def waiter_count(self) -> int:
+        return len(self._hw_waiters)
+
+    def _add_waiter(self, future: asyncio.Future[None], target: int, epoch: int | None) -> None:
+        self._hw_waiters[future] = (target, epoch)
+        # A cancelled wait (a produce that timed out) leaves at once, not at the next advance.
+        future.add_done_callback(self._waiter_done)
+
+    def _waiter_done(self, future: asyncio.Future[None]) -> None:
+        self._hw_waiters.pop(future, None)
+
+    def _not_leader(self, epoch: int) -> NotLeaderOrFollowerError:
+        return NotLeaderOrFollowerError(
+            f"{self.topic}-{self.index}: no longer led here at epoch {epoch} (leader {self.leader_id}, "
+            f"epoch {self.leader_epoch})")
+
+    def _fail_tied_waiters(self, new_epoch: int) -> None:
+        """This broker's leadership ends: every write waiting under it fails (Kafka completes
+        its DelayedProduce with NOT_LEADER_OR_FOLLOWER)."""
+        tied = [(future, epoch) for future, (_, epoch) in self._hw_waiters.items() if epoch is not None]
+        for future, epoch in tied:
+            del self._hw_waiters[future]
+            if not future.done():
+                future.set_exception(NotLeaderOrFollowerError(
+                    f"{self.topic}-{self.index}: appended at leader epoch {epoch}, now epoch {new_epoch}"))
 
     def watch(self, appends: bool = False) -> asyncio.Future[None]:
         """A future done at the next high watermark advance (wakes long-poll fetches), or with
@@ -222,9 +310,11 @@ class Partition:
             advanced.set_result(None)
 
     def fail_waiters(self, exc: BaseException) -> None:
-        for _, future in self._hw_waiters:
+        """Fail every high watermark waiter, tied to a leadership or not (the log failed, the
+        partition was deleted, the broker stops), and wake the fetches waiting on it."""
+        waiters, self._hw_waiters = list(self._hw_waiters), {}
+        for future in waiters:
             if not future.done():
                 future.set_exception(exc)
-        self._hw_waiters = []
         self._wake_consumers()
         self.appended()

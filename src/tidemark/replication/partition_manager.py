@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
 from tidemark.broker.config import BrokerConfig
-from tidemark.replication.errors import PartitionDeletedError
+from tidemark.replication.errors import NotLeaderOrFollowerError
 from tidemark.replication.fetch_sessions import FetchSessionCache
 from tidemark.replication.flusher import Flusher
 from tidemark.replication.partition import Partition
@@ -77,6 +77,9 @@ class PartitionManager:
         self.logs.start()
 
     async def close(self) -> None:
+        # Writes still waiting for replication are not this broker's to acknowledge any more.
+        for (topic, index), partition in self.partitions.items():
+            partition.fail_waiters(NotLeaderOrFollowerError(f"{topic}-{index}: the broker is stopping"))
         await self.logs.stop()
         await self.flusher.stop()
         self.logs.close()
@@ -84,9 +87,11 @@ class PartitionManager:
     def _partition(self, topic: TopicMetadata, index: int, partition_log: UnifiedLog) -> Partition:
         """A hosted partition: on one broker its leader; in a cluster without a role until the
         cluster's view names its leader."""
-        partition = Partition(topic.name, index, partition_log, local_id=self.config.node_id)
+        clustered = topic.replica_assignment is not None
+        partition = Partition(topic.name, index, partition_log, leader_epoch=-1 if clustered else 0,
+                              local_id=self.config.node_id)
         partition.change_listener = self.fetch_sessions.partition_changed
-        if topic.replica_assignment is not None:
+        if clustered:  # no leader at epoch -1: any epoch the controller names is above it
             partition.become_follower(None, -1, topic.replica_assignment[index], frozenset(), -1)
         return partition
 
@@ -152,7 +157,8 @@ class PartitionManager:
             partition = self.partitions.pop((name, index), None)
             if partition is not None:
                 self.flusher.forget(partition)
-                partition.fail_waiters(PartitionDeletedError(f"{name}-{index} was deleted"))
+                # Kafka answers a produce waiting on a deleted partition NOT_LEADER_OR_FOLLOWER.
+                partition.fail_waiters(NotLeaderOrFollowerError(f"{name}-{index} was deleted"))
                 self.logs.delete_partition(name, index)
         metrics.PARTITIONS.set(len(self.partitions))
         log.info("topic_deleted", topic=name)

@@ -65,7 +65,8 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
                 metrics.BYTES_IN.inc(len(records))
                 metrics.MESSAGES_IN.inc(info.last_offset - info.first_offset + 1)
             if acks == -1:
-                waits.append((response, partition, info.last_offset + 1, _min_insync(ctx, topic.configs)))
+                waits.append((response, partition, info.last_offset + 1, partition.leader_epoch,
+                              _min_insync(ctx, topic.configs)))
         topic_responses.append(
             {"name": getattr(topic_data, "name", None), "topic_id": topic_id,
              "partition_responses": partition_responses}
@@ -91,13 +92,15 @@ def _refusal(ctx: RequestContext, partition: Any, topic_configs: dict[str, Any],
     return None
 
 
-async def _wait_committed(waits: list[tuple[dict[str, Any], Any, int, int]], timeout_s: float) -> None:
-    """Hold the response until each partition's high watermark covers its appended records; if
-    the in-sync replicas shrank below min.insync.replicas meanwhile, the append is answered
+async def _wait_committed(waits: list[tuple[dict[str, Any], Any, int, int, int]], timeout_s: float) -> None:
+    """Hold the response until each partition's high watermark covers its appended records,
+    under the leader epoch that appended them (a leadership change answers
+    NOT_LEADER_OR_FOLLOWER: a later leader may not have the records); if the in-sync replicas
+    shrank below min.insync.replicas meanwhile, the append is answered
     NOT_ENOUGH_REPLICAS_AFTER_APPEND (it is in the log, but not as durably as asked)."""
-    futures = [partition.wait_for_high_watermark(end) for _, partition, end, _ in waits]
+    futures = [partition.wait_for_high_watermark(end, epoch) for _, partition, end, epoch, _ in waits]
     done, pending = await asyncio.wait(futures, timeout=max(timeout_s, 0.001))
-    for (response, partition, _, min_insync), future in zip(waits, futures):
+    for (response, partition, _, _, min_insync), future in zip(waits, futures):
         if future in pending:
             future.cancel()
             response["error_code"] = ErrorCode.request_timed_out
