@@ -87,9 +87,10 @@ CAUSES = {
     "defect2": "issue 23 defect 2: the follower truncated by the pre-KIP-279 rule (leader's end offset)",
     "defect5": "issue 23 defect 5: a restarted replica took its log end as its high watermark",
     "defect8": "issue 23 defect 8: a leader alone in the ISR committed records that were not fsynced",
-    "isr-write-unseen": "an ISR expansion ZooKeeper holds but its leader does not count yet "
-                        "(its answer lost or not back): the controller may elect the added replica, "
-                        "which lacks what the leader committed meanwhile (Kafka's KIP-497 maximal ISR)",
+    "isr-write-unseen": "an ISR expansion the leader does not count until its write comes back (in flight, "
+                        "or its answer lost): meanwhile the leader commits past the replica being added, "
+                        "which ZooKeeper lists and the controller may elect (Kafka counts a pending "
+                        "addition at once: KIP-497's maximal ISR)",
     "leader-after-power-loss": "a broker restarted after a power loss (unflushed records lost) led from a "
                                "partition state the controller wrote before it saw that restart (it still "
                                "counted the old session): a restarted broker acts on the state znode at once",
@@ -1236,7 +1237,7 @@ class Simulation:
             if offset >= log.log_end_offset or log.records[offset].value != value:
                 found = log.records[offset].value if offset < log.log_end_offset else None
                 cause = None
-                if broker.id in zk_isr and broker.id not in leader_isr:
+                if broker.id not in leader_isr:  # elected from ZooKeeper's ISR, not counted by the acker
                     cause = "isr-write-unseen"
                 elif broker.power_lost:
                     cause = "leader-after-power-loss"
