@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 
 from tests.coordinator.conftest import Harness, commit_code, offset_commit
-from tidemark.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
+from tidemark.coordinator.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
 from tidemark.coordinator.group import GroupState
 from tidemark.coordinator.shard import CoordinatorShard
 from tidemark.records.offsets_schema import GroupMetadataKey, decode_key

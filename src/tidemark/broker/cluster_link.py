@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.group_coordinator import GroupCoordinator
+    from tidemark.coordinator.group_coordinator import GroupCoordinator
     from tidemark.replication.partition import Partition
     from tidemark.replication.partition_manager import PartitionManager
     from tidemark.broker.coordinator_io import Clock

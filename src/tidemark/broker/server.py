@@ -45,9 +45,9 @@ from tidemark.broker.apis import (
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
-from tidemark.broker.coordinator_io import Clock, SystemClock
+from tidemark.broker.coordinator_io import Clock, LogOffsetsTopic, SystemClock
 from tidemark.broker.cluster_link import ClusterLink
-from tidemark.broker.group_coordinator import GroupCoordinator
+from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.replication.partition_manager import PartitionManager
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
@@ -119,7 +119,7 @@ class Broker:
         self.advertised_port = port
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
         self.replicas = PartitionManager(config, data_dir)
-        self.coordinator = GroupCoordinator(config, self.replicas, clock=self.clock)
+        self.coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, self.replicas), clock=self.clock)
         # A ZooKeeper cluster's member when zookeeper.connect is set; else the embedded single node.
         self.cluster = ClusterLink(config, self.replicas, self.coordinator, self.clock) \
             if config["zookeeper.connect"] else None

@@ -45,6 +45,8 @@ RETENTION_CHECK_KEY = ("retention",)  # the shard's one periodic offsets retenti
 @dataclasses.dataclass(frozen=True)
 class CoordinatorConfig:
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    retention_ms: int = 7 * 24 * 3_600_000  # offsets.retention.minutes
     group: GroupConfig = dataclasses.field(default_factory=GroupConfig)
 
 
@@ -60,7 +62,7 @@ def _no_offset(partition: int, code: ErrorCode = ErrorCode.none) -> dict[str, An
             "metadata": "", "error_code": code}
 
 
-class CoordinatorShard:
+class GroupCoordinatorShard:
     def __init__(
         self,
         partition_index: int,
@@ -84,6 +86,12 @@ class CoordinatorShard:
 
     def next_deadline(self) -> int | None:
         return self.timer.next_deadline()
+
+    def activated(self, now_ms: int) -> None:
+        """The shard starts serving: members' sessions restart now (as Kafka reschedules loaded
+        members' heartbeats) and the retention check is armed."""
+        self.membership.restart_sessions(now_ms)
+        self.schedule_retention_check(now_ms, self.config.retention_check_interval_ms, self.config.retention_ms)
 
     def schedule_retention_check(self, now_ms: int, interval_ms: int, retention_ms: int) -> None:
         """Every offsets.retention.check.interval.ms, expire offsets (KIP-211)."""
@@ -360,3 +368,6 @@ class CoordinatorShard:
         for group_id in list(self.groups):
             result.merge(self.membership.remove_group(group_id, now_ms))
         return result
+
+
+CoordinatorShard = GroupCoordinatorShard  # its name before the runtime became generic over shards
