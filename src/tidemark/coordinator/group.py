@@ -105,9 +105,12 @@ class Group:
         # Members that have not sent SyncGroup since the join phase completed, and the deadline.
         self.pending_sync: set[str] = set()
         self.sync_deadline_ms: int | None = None
-        # Its tombstone is written and not yet committed: requests that would change it are
-        # answered as for a Dead group; reads still see the committed (Empty) group.
+        # Its tombstone is appended and not yet committed (the latest view): requests that would
+        # change it are answered as for a Dead group; reads still see the committed group.
         self.deleting = False
+        # False while the group exists only in the latest view: made by a standalone commit not
+        # yet committed (reads do not see it).
+        self.committed = True
         # Static members rejoining under a new member id whose group record is not committed
         # yet: new member id -> (protocols, rebalance timeout, session timeout) of that JoinGroup.
         self.pending_replacements: dict[str, tuple[tuple[tuple[str, bytes], ...], int, int]] = {}

@@ -1,7 +1,8 @@
 """DescribeGroups and ListGroups: read-only views of a shard's classic groups.
 
-They read what the shard holds; a group's assignment and Stable state are there only once its
-record is committed (replay), so nothing uncommitted is described.
+They read the committed view: a group exists for them once a record of it is committed (or
+while its membership lives in memory, as Kafka's classic groups do), until its tombstone is
+committed, and its assignment and Stable state are there only once its record is committed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def describe_groups(groups: dict[str, Group], request: Any, version: int) -> dic
     described = []
     for group_id in request.groups:
         group = groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
+        if group is None or group.state is GroupState.DEAD or not group.committed:
             # v6+ (KIP-1043) reports GROUP_ID_NOT_FOUND; older versions describe a Dead group.
             error = ErrorCode.group_id_not_found if version >= 6 else ErrorCode.none
             described.append({
@@ -61,7 +62,7 @@ def list_groups(groups: dict[str, Group], request: Any, version: int) -> dict[st
     types = {t.lower() for t in (getattr(request, "types_filter", None) or ())}
     listed = []
     for group in groups.values():
-        if group.state is GroupState.DEAD:
+        if group.state is GroupState.DEAD or not group.committed:
             continue
         if states and group.state.value.lower() not in states:
             continue

@@ -34,7 +34,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.partitioner import partition_for
-from tidemark.coordinator.result import Result
+from tidemark.coordinator.result import OffsetsRecord, Result
 from tidemark.coordinator.runtime.io import Cancellable, Clock, CoordinatorTopic, PartitionWriter, SystemClock
 from tidemark.hold import hold_async
 
@@ -91,8 +91,14 @@ class ShardNotAvailable(Exception):
 
 
 class CoordinatorShard(Protocol):
-    """What the runtime needs of a shard (Kafka's CoordinatorShard): replay of committed records,
-    its timers, and hooks when it starts serving and when it is unloaded."""
+    """What the runtime needs of a shard (Kafka's CoordinatorShard): its two views' replay (the
+    latest view takes a record when it is appended, the committed view when it is committed,
+    and the latest is rebuilt when appended records fail), its timers, and hooks when it starts
+    serving and when it is unloaded."""
+
+    def replay_appended(self, log_offset: int, record: OffsetsRecord, *, now_ms: int) -> Result: ...
+
+    def rebuild_latest(self, surviving: list[tuple[int, OffsetsRecord]], now_ms: int) -> Result: ...
 
     def replay(self, log_offset: int, key_bytes: bytes | None, value_bytes: bytes | None, *,
                now_ms: int, decoded: tuple[Any, Any] | None = None) -> Result: ...
@@ -406,6 +412,7 @@ class ShardRuntime(Generic[S]):
                 return
             write = _PendingWrite(end - len(result.records), end, result, future)
             self._last_written = end
+            self._replay_appended(write, now)
         else:
             write = _PendingWrite(self._last_written, self._last_written, result, future)
         if write.end <= self._replayed_to:
@@ -414,6 +421,23 @@ class ShardRuntime(Generic[S]):
         write.timeout = self.clock.call_at(now + self.runtime.config["offsets.commit.timeout.ms"],
                                            lambda: self._write_failed(write, ErrorCode.request_timed_out))
         self._pending.append(write)
+
+    def _replay_appended(self, write: _PendingWrite, now: int) -> None:
+        """The latest view takes the write's records as they are appended: the next event
+        decides on them."""
+        assert self.shard is not None
+        replayed = Result()
+        for offset, record in enumerate(write.result.records, start=write.first):
+            replayed.merge(self.shard.replay_appended(offset, record, now_ms=now))
+        self.runtime.release(replayed)
+
+    def _rebuild_latest(self) -> None:
+        """Appended writes failed: the latest view is the committed one plus the writes still
+        pending that did not fail."""
+        assert self.shard is not None
+        surviving = [(offset, record) for write in self._pending if not write.answered
+                     for offset, record in enumerate(write.result.records, start=write.first)]
+        self.runtime.release(self.shard.rebuild_latest(surviving, self.clock.now_ms()))
 
     def _write_failed(self, write: _PendingWrite, code: ErrorCode) -> None:
         """An append that failed, or was not committed in time: answer its requests through the
@@ -469,6 +493,7 @@ class ShardRuntime(Generic[S]):
                 self._log_failed = self.runtime.topic.error_code(exc)
                 for write in list(self._pending):
                     self._write_failed(write, self._log_failed)
+                self._rebuild_latest()
                 return
 
     def _advance(self) -> None:
