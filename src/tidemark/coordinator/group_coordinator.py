@@ -52,8 +52,9 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard]):
                 log.warning("offsets_of_deleted_topic_kept", topics=topics, error=repr(outcome))
 
     def list_groups(self, body: Any, version: int) -> tuple[list[dict[str, Any]], ErrorCode]:
-        """ListGroups across every loaded shard: (groups, COORDINATOR_LOAD_IN_PROGRESS while any
-        shard is not loaded, else NONE)."""
+        """ListGroups across every loaded shard, from their committed views: (groups, NONE), or
+        while any shard this broker leads is not loaded ([], COORDINATOR_LOAD_IN_PROGRESS): Kafka
+        answers only the error then, not a partial list."""
         self.ensure_offsets_topic()
         groups: list[dict[str, Any]] = []
         error = ErrorCode.none
@@ -62,4 +63,4 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard]):
                 groups.extend(list_groups(runtime.shard.groups, body, version)["groups"])
             elif runtime.leading:  # loading, or failed and retrying; the others are not ours
                 error = ErrorCode.coordinator_load_in_progress
-        return groups, error
+        return ([], error) if error is not ErrorCode.none else (groups, error)
