@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.coordinator.group import Group, GroupState
+from tidemark.coordinator.group import Group, Groups, GroupState
 
 # DescribeGroups' "authorized operations not requested" value.
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -22,11 +22,19 @@ def _code(error: Any) -> int:
     return int(error)
 
 
+def _committed(groups: dict[str, Group], group_id: str) -> Group | None:
+    if isinstance(groups, Groups):
+        return groups.committed(group_id)
+    group = groups.get(group_id)
+    return None if group is None or group.state is GroupState.DEAD else group
+
+
 def describe_groups(groups: dict[str, Group], request: Any, version: int) -> dict[str, Any]:
+    """DescribeGroups from the committed view of `groups` (a shard's `Groups`)."""
     described = []
     for group_id in request.groups:
-        group = groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD or not group.committed:
+        group = _committed(groups, group_id)
+        if group is None:
             # v6+ (KIP-1043) reports GROUP_ID_NOT_FOUND; older versions describe a Dead group.
             error = ErrorCode.group_id_not_found if version >= 6 else ErrorCode.none
             described.append({
@@ -58,11 +66,13 @@ def describe_groups(groups: dict[str, Group], request: Any, version: int) -> dic
     return {"throttle_time": 0, "groups": described}
 
 def list_groups(groups: dict[str, Group], request: Any, version: int) -> dict[str, Any]:
+    """ListGroups from the committed view of `groups` (a shard's `Groups`)."""
     states = {s.lower() for s in (getattr(request, "states_filter", None) or ())}
     types = {t.lower() for t in (getattr(request, "types_filter", None) or ())}
     listed = []
-    for group in groups.values():
-        if group.state is GroupState.DEAD or not group.committed:
+    committed = groups.committed_groups() if isinstance(groups, Groups) else groups.values()
+    for group in committed:
+        if group.state is GroupState.DEAD:
             continue
         if states and group.state.value.lower() not in states:
             continue

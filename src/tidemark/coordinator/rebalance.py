@@ -320,7 +320,15 @@ class GroupRebalancer:
         group = self.groups.get(group_id)
         replaced: list[tuple[str, str, str]] = []
         if group is not None and value is None:
+            # Gone from the latest view (a commit may start the group afresh); the committed view
+            # keeps it until the tombstone commits.
+            del self.groups[group_id]
             group.deleting = True
+            for member in group.members.values():
+                self._answer_held(member, ErrorCode.not_coordinator, result)
+            deleting = getattr(self.groups, "deleting", None)
+            if deleting is not None:
+                deleting.setdefault(group_id, group)
         elif group is not None and value is not None and value.generation == group.generation \
                 and group.state is GroupState.STABLE:
             replaced = self._replacements_stored(group, value, now_ms, result)
@@ -333,12 +341,19 @@ class GroupRebalancer:
         first (a replaced static member takes its old id back if the new one is still current;
         a group being deleted is not)."""
         result = Result()
+        deleting = getattr(self.groups, "deleting", {})
         for group_id, records in self._appended.items():
             for _log_offset, group, tombstone, replaced in reversed(records):
-                if group is None or self.groups.get(group_id) is not group:
+                if group is None:
                     continue
                 if tombstone:
                     group.deleting = False
+                    self.groups[group_id] = group
+                    if deleting.get(group_id) is group:
+                        del deleting[group_id]
+                    continue
+                if self.groups.get(group_id) is not group:
+                    continue
                 for instance_id, old_id, new_id in reversed(replaced):
                     if group.static_members.get(instance_id) == new_id and new_id in group.members:
                         self._fence(group.members[new_id], result)
@@ -367,6 +382,19 @@ class GroupRebalancer:
         result = Result()
         appended = log_offset is not None and self._committed_appended(group_id, log_offset)
         group = self.groups.get(group_id)
+        if appended:
+            # The latest view took it when it was appended; what is left is the committed view's:
+            # a tombstone removes the group it kept, an assignment makes the group Stable and
+            # answers the held SyncGroups (at commit, as in Kafka).
+            if value is None:
+                deleted = getattr(self.groups, "deleting", {}).pop(group_id, None)
+                if deleted is not None:
+                    deleted.transition_to(GroupState.DEAD, now_ms)
+            elif group is not None and value.generation == group.generation \
+                    and group.state is GroupState.COMPLETING_REBALANCE and value.members:
+                self._assignment_stored(group, value, now_ms, result)
+            self.reschedule(group_id)
+            return result
         if value is None:
             return self.remove_group(group_id, now_ms)  # a tombstone: DeleteGroups or expiry
         if group is None or value.generation > group.generation:
@@ -377,7 +405,7 @@ class GroupRebalancer:
         elif value.generation == group.generation:
             if group.state is GroupState.COMPLETING_REBALANCE and value.members:
                 self._assignment_stored(group, value, now_ms, result)
-            elif group.state is GroupState.STABLE and not appended:
+            elif group.state is GroupState.STABLE:
                 self._replacements_stored(group, value, now_ms, result)
         # else: an older generation's record committing late; the group has moved on.
         self.reschedule(group_id)  # loaded members' sessions start now

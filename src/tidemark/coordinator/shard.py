@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from tidemark.coordinator.group import Group, GroupState
+from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.offsets import OffsetStore
@@ -77,7 +77,7 @@ class GroupCoordinatorShard:
         self.partition_index = partition_index
         self.config = config
         self.partition_exists = partition_exists
-        self.groups: dict[str, Group] = {}
+        self.groups = Groups()  # the latest view; reads go through its committed view
         self.offsets = OffsetStore()
         # Every deadline of this shard: members' sessions, groups' join/sync phases, retention.
         self.timer = CoordinatorTimer()
@@ -341,7 +341,7 @@ class GroupCoordinatorShard:
                 self.offsets.append_commit(log_offset, key.group, tp, value)
                 if key.group not in self.groups:  # a standalone consumer's group starts here
                     group = self.groups[key.group] = Group(key.group, now_ms)
-                    group.committed = False  # not in the committed view until this commits
+                    group.created_at = log_offset  # not in the committed view until this commits
         elif isinstance(key, GroupMetadataKey):
             value = None if record.value is None else (record.decoded[1] if record.decoded else
                                                        decode_group_metadata_value(record.value))
@@ -354,7 +354,8 @@ class GroupCoordinatorShard:
         self.offsets.drop_pending()
         result = self.membership.drop_appended(now_ms)
         for group_id, group in list(self.groups.items()):
-            if not group.committed and not group.members and not group.pending_members:
+            if group.created_at is not None and group.created_at >= self.groups.committed_to \
+                    and not group.members and not group.pending_members:
                 del self.groups[group_id]  # made only by a commit that failed
         for log_offset, record in surviving:
             result.merge(self.replay_appended(log_offset, record, now_ms=now_ms))
@@ -366,22 +367,21 @@ class GroupCoordinatorShard:
         latest view too unless it was appended here); returns the responses it completes
         (SyncGroup requests held for the group's assignment). `decoded` is the record's (key,
         value) already decoded, when the caller has it."""
+        if log_offset >= self.groups.committed_to:
+            self.groups.committed_to = log_offset + 1
         if key_bytes is None:
             return Result()
         key = decoded[0] if decoded else decode_key(key_bytes)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
-            self.offsets.committed(log_offset, key.group, tp)
+            appended = self.offsets.committed(log_offset, key.group, tp)
             if value_bytes is None:
                 self.offsets.replay_tombstone(log_offset, key.group, tp)
             else:
                 value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
                 self.offsets.replay_commit(log_offset, key.group, tp, value)
-                group = self.groups.get(key.group)
-                if group is None:  # a standalone consumer's group starts here
+                if not appended and key.group not in self.groups:  # a standalone consumer's group starts here
                     self.groups[key.group] = Group(key.group, now_ms)
-                else:
-                    group.committed = True
         elif isinstance(key, GroupMetadataKey):
             value = None if value_bytes is None else (decoded[1] if decoded else
                                                       decode_group_metadata_value(value_bytes))
