@@ -4,16 +4,19 @@ Generic over the shard it drives (Kafka's CoordinatorRuntime over CoordinatorSha
 coordinator's shard (coordinator/shard.py) over `__consumer_offsets` today; a transaction
 coordinator or KIP-848 groups would be further shard types under the same runtime.
 
-One writer per offsets partition (DESIGN principle 3): every event of a shard (a request or a
-timer) runs on that shard's own queue, in order, and returns records and responses. Records are
-appended to the partition's log; the shard's state changes only when the high watermark passes
-them and they are replayed, in log order, by the same `CoordinatorShard.replay` that loading
-uses, whoever wrote them. Responses are released only after the records they depend on are
-replayed (acks=all, offsets.commit.timeout.ms); a write that times out is answered with its
-handler's failure path and still replayed if it commits later.
+One writer per partition (DESIGN principle 3): every event of a shard (a request or a timer)
+runs on that shard's own queue, in order, and returns records and responses. Records are
+appended to the partition's log and replayed at once into the shard's latest view
+(`replay_appended`), which the next event decides on; when the high watermark passes them they
+are replayed, in log order, into its committed view by the same `CoordinatorShard.replay` that
+loading uses, whoever wrote them. Responses are released only after the records they depend on
+are committed (acks=all, offsets.commit.timeout.ms); a write that times out is answered with its
+handler's failure path and still replayed if it commits later; if the log fails under appended
+writes the shard rebuilds its latest view (`rebuild_latest`).
 
 The runtime reaches the log only through a `PartitionWriter` and time only through a `Clock`
-(io.py; the broker's implementations are in broker/coordinator_io.py). Each shard has a load state with a checked transition table;
+(io.py; the broker's implementations are in broker/coordinator_io.py). Each shard has a load
+state with a checked transition table;
 `became_leader(epoch)` and `resigned(epoch)` move it, and an epoch older than the shard's is
 ignored, so a stale load or unload can never finish over a newer one.
 """
@@ -358,7 +361,7 @@ class ShardRuntime(Generic[S]):
         await hold_async("offsets_load")  # a fault test can hold the partition here, still loading
         seconds = time.perf_counter() - started
         log.info("offsets_partition_loaded", partition=self.index, epoch=self.epoch, records=records, keys=keys,
-                 groups=len(shard.groups), end=position, seconds=round(seconds, 3),
+                 groups=len(getattr(shard, "groups", ())), end=position, seconds=round(seconds, 3),
                  records_per_second=round(records / seconds) if seconds > 0 else None)
         return position
 
