@@ -44,6 +44,7 @@ from tidemark.records.offsets_schema import (
 log = structlog.get_logger("tidemark.coordinator")
 
 NO_OFFSET = -1
+_NOTHING = Result()  # what replaying most records answers (never changed: callers only read it)
 RETENTION_CHECK_KEY = ("retention",)  # the shard's one periodic offsets retention check
 
 
@@ -346,7 +347,7 @@ class GroupCoordinatorShard:
             value = None if record.value is None else (record.decoded[1] if record.decoded else
                                                        decode_group_metadata_value(record.value))
             return self.membership.replay_group_appended(log_offset, key.group, value, now_ms)
-        return Result()
+        return _NOTHING
 
     def rebuild_latest(self, surviving: list[tuple[int, OffsetsRecord]], now_ms: int) -> Result:
         """Appended records failed: the latest view becomes the committed one plus the records

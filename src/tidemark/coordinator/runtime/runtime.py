@@ -428,11 +428,12 @@ class ShardRuntime(Generic[S]):
     def _replay_appended(self, write: _PendingWrite, now: int) -> None:
         """The latest view takes the write's records as they are appended: the next event
         decides on them."""
-        assert self.shard is not None
-        replayed = Result()
+        shard = self.shard
+        assert shard is not None
         for offset, record in enumerate(write.result.records, start=write.first):
-            replayed.merge(self.shard.replay_appended(offset, record, now_ms=now))
-        self.runtime.release(replayed)
+            replayed = shard.replay_appended(offset, record, now_ms=now)
+            if replayed.responses:
+                self.runtime.release(replayed)
 
     def _rebuild_latest(self) -> None:
         """Appended writes failed: the latest view is the committed one plus the writes still
