@@ -58,12 +58,14 @@ class OffsetStore:
 
     # -- replay (the only way committed state changes) ---------------------------------------
 
-    def replay_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue) -> None:
+    def replay_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue,
+                      packed: bytes | None = None) -> None:
+        """`packed`: the value as the latest view packed it at this log offset, if it did."""
         partitions = self._offsets.setdefault(group, {}).setdefault(tp[0], {})
         current = partitions.get(tp[1])
         if current is not None and _log_offset(current) >= log_offset:
             return  # already have this record or a later one
-        partitions[tp[1]] = _pack(value, log_offset)
+        partitions[tp[1]] = packed if packed is not None else _pack(value, log_offset)
 
     def replay_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         topics = self._offsets.get(group)
@@ -85,21 +87,23 @@ class OffsetStore:
     def append_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         self._pending.setdefault(group, {}).setdefault(tp, []).append((log_offset, None))
 
-    def committed(self, log_offset: int, group: str, tp: TopicPartition) -> bool:
+    def committed(self, log_offset: int, group: str, tp: TopicPartition) -> tuple[bool, bytes | None]:
         """The record at `log_offset` is committed (and replayed into the committed view): it
-        leaves the latest view's pending records. Whether it was one of them."""
+        leaves the latest view's pending records. Whether it was one of them, and its packed
+        value if it was a commit."""
         partitions = self._pending.get(group)
         records = partitions.get(tp) if partitions else None
         if not records or records[0][0] > log_offset:
-            return False
-        was_pending = False
+            return False, None
+        was_pending, packed = False, None
         while records and records[0][0] <= log_offset:
-            was_pending = records.pop(0)[0] == log_offset
+            at, packed = records.pop(0)
+            was_pending = at == log_offset
         if not records:
             del partitions[tp]
             if not partitions:
                 del self._pending[group]
-        return was_pending
+        return was_pending, packed if was_pending else None
 
     def drop_pending(self) -> None:
         """Every appended record failed: the latest view is the committed one again."""

@@ -375,9 +375,11 @@ class GroupCoordinatorShard:
         key = decoded[0] if decoded else decode_key(key_bytes)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
-            appended = self.offsets.committed(log_offset, key.group, tp)
+            appended, packed = self.offsets.committed(log_offset, key.group, tp)
             if value_bytes is None:
                 self.offsets.replay_tombstone(log_offset, key.group, tp)
+            elif packed is not None:  # as the latest view took it when it was appended
+                self.offsets.replay_commit(log_offset, key.group, tp, None, packed)  # type: ignore[arg-type]
             else:
                 value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
                 self.offsets.replay_commit(log_offset, key.group, tp, value)
