@@ -19,7 +19,8 @@ from tidemark.broker.errors import (
     NotLeaderOrFollowerError,
     PartitionDeletedError,
 )
-from tidemark.broker.group_coordinator import GroupCoordinator, LoadState
+from tidemark.broker.coordinator_io import LogOffsetsTopic
+from tidemark.coordinator.group_coordinator import GroupCoordinator, LoadState
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.replication.partition_manager import PartitionManager
 from tidemark.log.errors import LogOfflineError
@@ -98,7 +99,7 @@ def test_append_failure_maps_to_the_coordinator_code_and_leaves_no_trace(tmp_pat
         replicas = FailingReplicas(config, tmp_path)
         replicas.open()
         replicas.start()
-        coordinator = GroupCoordinator(config, replicas)
+        coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, replicas))
         coordinator.start()
         try:
             replicas.create_topic("t", 1, {})

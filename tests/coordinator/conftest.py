@@ -18,7 +18,8 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.group_coordinator import GroupCoordinator
+from tidemark.broker.errors import error_code_for
+from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.coordinator.result import OffsetsRecord
 from tidemark.wire.build import build
 
@@ -154,6 +155,9 @@ class InMemoryOffsetsTopic:
 
     def on_deleted(self, callback: Callable[[], None]) -> None:
         self._deleted.append(callback)
+
+    def error_code(self, exc: BaseException) -> ErrorCode:
+        return error_code_for(exc)
 
     def delete(self) -> None:
         self.exists = False

@@ -88,12 +88,24 @@ class InMemoryLog:
             for r in decode_records(data):
                 yield r.offset, r.key, r.value
 
+    def append_pending(self, shard, result, now=NOW) -> int:
+        """Append the result's records as the runtime does, not committed yet: the shard's
+        latest view takes them. Returns the offset of the first."""
+        info = self.append(build_batch([(r.key, r.value, (), now) for r in result.records]), now_ms=now)
+        for offset, record in enumerate(result.records, start=info.first_offset):
+            result.responses.update(shard.replay_appended(offset, record, now_ms=now).responses)
+        return info.first_offset
+
+    def commit_from(self, shard, first, result, now=NOW):
+        """The records from `first` on are committed: the shard's committed view takes them."""
+        for offset, key, value in self._records():
+            if offset >= first:
+                result.responses.update(shard.replay(offset, key, value, now_ms=now).responses)
+        return result
+
     def append_and_replay(self, shard, result, now=NOW):
         if result.records:
-            info = self.append(build_batch([(r.key, r.value, (), now) for r in result.records]), now_ms=now)
-            for offset, key, value in self._records():
-                if offset >= info.first_offset:
-                    result.responses.update(shard.replay(offset, key, value, now_ms=now).responses)
+            self.commit_from(shard, self.append_pending(shard, result, now), result, now)
         return result
 
     def replay_into(self, shard) -> None:

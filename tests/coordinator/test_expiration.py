@@ -120,7 +120,27 @@ def test_pending_commits_are_skipped():
     shard, log = new_shard(), InMemoryLog()
     commit(shard, log, "pending", [(0, 5)], at=NOW)
     in_flight = shard.commit_offsets(commit_request("pending", {"orders": [(0, 6)]}), 8, 2, NOW + RETENTION)
+    first = log.append_pending(shard, in_flight, now=NOW + RETENTION)
+    # The commit in flight is the offset expiry decides on (the latest view): it is fresh.
     assert shard.expire_offsets(NOW + RETENTION, RETENTION).records == []
-    log.append_and_replay(shard, in_flight, now=NOW + RETENTION)
+    log.commit_from(shard, first, in_flight, now=NOW + RETENTION)
     assert shard.offsets.get("pending", ("orders", 0)).offset == 6
     assert in_flight.responses[2]["topics"][0]["partitions"][0]["error_code"] == ErrorCode.none
+
+
+def test_an_empty_group_with_a_commit_in_flight_keeps_its_group_record():
+    """A standalone (Empty) group whose only committed offset expires while a commit to another
+    partition is in flight: expiry tombstones the expired offset only, never the group (whose
+    commit in flight would then outlive its group, invisible to ListGroups and DeleteGroups)."""
+    shard, log = new_shard(), InMemoryLog()
+    commit(shard, log, "emptied", [(0, 5)], at=NOW)
+    in_flight = shard.commit_offsets(commit_request("emptied", {"orders": [(1, 9)]}), 8, 2, NOW + RETENTION)
+    first = log.append_pending(shard, in_flight, now=NOW + RETENTION)
+    result = shard.expire_offsets(NOW + RETENTION, RETENTION)
+    assert [decode_key(r.key) for r in result.records] == [OffsetCommitKey("emptied", "orders", 0)]
+    log.commit_from(shard, first, in_flight, now=NOW + RETENTION)
+    log.append_and_replay(shard, result, now=NOW + RETENTION)
+    fresh = new_shard()
+    log.replay_into(fresh)  # what a restart loads: the group and its newer offset
+    assert "emptied" in fresh.groups and fresh.offsets.get("emptied", ("orders", 1)).offset == 9
+    assert fresh.offsets.get("emptied", ("orders", 0)) is None

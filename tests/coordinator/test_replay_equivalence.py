@@ -8,6 +8,10 @@ watermark holds: nothing uncommitted is ever visible. At the end, with everythin
 the live shard's offsets and every persisted group (generation, protocol, leader, members and
 their assignments) are exactly a fresh replay's.
 
+The sequential model: the same requests (commits, static members rejoining a Stable group,
+DeleteGroups, OffsetDelete, offset expiry), pipelined behind writes in flight, write exactly
+the records and give exactly the answers they give one at a time.
+
 A second coordinator follows the same log as a warm standby (a follower's replica of the
 partition): after every step it holds exactly a fresh replay of the log below the high
 watermark, offsets and groups, and it never writes; at the end it becomes leader and serves at
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +30,12 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 
 from tests.coordinator.conftest import Harness, commit_code, offset_commit
-from tidemark.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
+from tests.coordinator.test_in_flight import INSTANCES as MODEL_INSTANCES
+from tests.coordinator.test_in_flight import delete_group as model_delete_group
+from tests.coordinator.test_in_flight import delete_offsets as model_delete_offsets
+from tests.coordinator.test_in_flight import join as model_join
+from tests.coordinator.test_in_flight import stable_static_group
+from tidemark.coordinator.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
 from tidemark.coordinator.group import GroupState
 from tidemark.coordinator.shard import CoordinatorShard
 from tidemark.records.offsets_schema import GroupMetadataKey, decode_key
@@ -243,5 +253,72 @@ def test_the_live_shard_is_always_its_committed_log_replayed(steps):
         finally:
             await h.coordinator.stop()
             await follower.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+# -- the sequential model ------------------------------------------------------------------------
+# The same requests, once pipelined behind writes in flight (the high watermark moves only when
+# a step says so) and once one at a time (each committed before the next): the records written
+# and the answers given must be the same. Every handler decides on the latest view, so what is
+# in flight counts exactly as if it were committed.
+
+MODEL_GROUPS = ("a", "b", "static")
+model_steps = st.lists(st.one_of(
+    st.tuples(st.just("commit"), st.sampled_from(MODEL_GROUPS), st.integers(0, 1), st.integers(0, 1000)),
+    st.tuples(st.just("rejoin"), st.sampled_from(MODEL_INSTANCES)),
+    st.tuples(st.just("delete_group"), st.sampled_from(MODEL_GROUPS)),
+    st.tuples(st.just("delete_offsets"), st.sampled_from(MODEL_GROUPS), st.integers(0, 1)),
+    st.tuples(st.just("advance"), st.sampled_from([0, 10_000, 60_000])),
+    st.tuples(st.just("commit_log"), st.booleans()),
+), min_size=1, max_size=30)
+
+
+async def _run_model(steps: list[tuple[Any, ...]], pipelined: bool) -> tuple[list[Any], list[Any]]:
+    """(records written, answers given) for `steps`, pipelined or one at a time."""
+    h = Harness({"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "100",
+                 "group.min.session.timeout.ms": "1000", "offsets.retention.minutes": "1",
+                 "offsets.retention.check.interval.ms": "10000", "offsets.commit.timeout.ms": "3600000"})
+    try:
+        await h.start()
+        ids = itertools.count()  # member ids the same in both runs
+        h.shard.shard.membership._new_member_id = lambda prefix: f"{prefix}-{next(ids)}"
+        await stable_static_group(h, "static")
+        h.writer.auto_commit = not pipelined
+        tasks: list[asyncio.Future[Any]] = []
+        for step in steps:
+            kind, args = step[0], step[1:]
+            if kind == "commit":
+                group, partition, offset = args
+                tasks.append(asyncio.ensure_future(offset_commit(h.coordinator, offset, group, partition)))
+            elif kind == "rejoin":
+                tasks.append(model_join(h, "static", args[0]))
+            elif kind == "delete_group":
+                tasks.append(model_delete_group(h, args[0]))
+            elif kind == "delete_offsets":
+                tasks.append(model_delete_offsets(h, args[0], [args[1]]))
+            elif kind == "advance":
+                h.clock.advance(args[0])
+            elif kind == "commit_log" and pipelined:
+                later = [end for end in h.writer.batch_ends if end > h.writer.high_watermark]
+                h.writer.commit(to=None if args[0] or not later else later[0])
+            await h.settle()
+        h.writer.commit()
+        h.writer.auto_commit = True
+        await h.settle()
+        # A request the protocol holds (a JoinGroup waiting for the join phase) stays held in both.
+        return list(h.writer.records), [task.result() if task.done() else None for task in tasks]
+    finally:
+        await h.coordinator.stop()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=model_steps)
+def test_writes_in_flight_give_the_records_of_one_request_at_a_time(steps):
+    async def scenario() -> None:
+        pipelined = await _run_model(steps, pipelined=True)
+        one_at_a_time = await _run_model(steps, pipelined=False)
+        assert [(decode_key(k), v) for k, v in pipelined[0]] == [(decode_key(k), v) for k, v in one_at_a_time[0]]
+        assert pipelined[1] == one_at_a_time[1]
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))

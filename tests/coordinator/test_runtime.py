@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker.group_coordinator import (
+from tidemark.coordinator.runtime.runtime import (
     LOAD_RETRY_BACKOFF_MS,
     IllegalLoadTransition,
     LoadState,

@@ -41,9 +41,11 @@ def test_commit_is_invisible_until_replayed_then_fetched():
     assert len(result.records) == 2
     # Appended but not committed: reads see nothing yet; require_stable sees the pending commit.
     assert shard.fetch_offsets("g", [("orders", [0])], False)[0]["partitions"][0]["committed_offset"] == -1
+    first = log.append_pending(shard, result)
+    assert shard.fetch_offsets("g", [("orders", [0])], False)[0]["partitions"][0]["committed_offset"] == -1
     stable = shard.fetch_offsets("g", [("orders", [0])], True)[0]["partitions"][0]
     assert stable["error_code"] == ErrorCode.unstable_offset_commit
-    log.append_and_replay(shard, result)
+    log.commit_from(shard, first, result)
     (topic,) = shard.fetch_offsets("g", [("orders", [0, 1, 2])], True)
     assert [(p["committed_offset"], p["committed_leader_epoch"], p["error_code"]) for p in topic["partitions"]] == [
         (10, 3, ErrorCode.none), (20, 3, ErrorCode.none), (-1, -1, ErrorCode.none)]

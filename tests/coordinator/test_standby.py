@@ -14,7 +14,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from tests.coordinator.conftest import Harness, commit_code, offset_commit
-from tidemark.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
+from tidemark.coordinator.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
 from tidemark.coordinator.group import GroupState
 from tidemark.coordinator.result import Result
 from tidemark.wire.build import build

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from tests.coordinator.conftest import ManualClock
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.coordinator_io import LogPartitionWriter
-from tidemark.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
+from tidemark.coordinator.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
 from tidemark.log import LogConfig, LogManager
 from tidemark.records import build_batch
 from tidemark.records.compression import CompressionType

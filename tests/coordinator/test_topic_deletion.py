@@ -45,9 +45,10 @@ def test_every_groups_offsets_of_the_topic_are_tombstoned_and_stay_gone():
 def test_a_commit_in_flight_when_the_topic_goes_is_tombstoned_after_it():
     shard, log = new_shard(), InMemoryLog()
     in_flight = shard.commit_offsets(commit_request("a", {"orders": [(0, 5)]}), 8, 1, NOW)
+    first = log.append_pending(shard, in_flight)
     deleted = shard.delete_topic_offsets(["orders"])
     assert tombstones(deleted) == [OffsetCommitKey("a", "orders", 0)]
-    log.append_and_replay(shard, in_flight)  # appended first, so replayed first
+    log.commit_from(shard, first, in_flight)  # appended first, so replayed first
     log.append_and_replay(shard, deleted)
     assert shard.offsets.group_offsets("a") == {}
 

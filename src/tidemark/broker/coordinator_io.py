@@ -1,20 +1,22 @@
-"""How the coordinator runtime reaches the log and time (Kafka's PartitionWriter, our own).
+"""The coordinator runtime's PartitionWriter and topic over this broker's partitions.
 
-The runtime sees an offsets partition only as a `PartitionWriter` and time only as a `Clock`,
-so tests drive it with an in-memory writer and a manual clock, and the cluster work can hand it
-a replicated partition without the runtime changing. The real implementations here wrap the
-broker's `Partition` (through the `PartitionManager`, which owns appends and flushing).
+The interfaces (`PartitionWriter`, `Clock`, `CoordinatorTopic`) are the runtime's own
+(coordinator/runtime/io.py); the implementations here wrap the broker's `Partition` (through the
+`PartitionManager`, which owns appends and flushing).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from tidemark.broker.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
+from kio.schema.errors import ErrorCode
+
+from tidemark.broker.errors import NotEnoughReplicasError, NotLeaderOrFollowerError, error_code_for
 from tidemark.coordinator.result import OffsetsRecord
+from tidemark.coordinator.runtime.io import Cancellable, Clock, CoordinatorTopic, LogRecord, PartitionWriter, \
+    SystemClock
 from tidemark.records import build_batch, iter_batches, iter_key_values
 from tidemark.records.compression import CompressionType
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
@@ -24,81 +26,10 @@ if TYPE_CHECKING:
     from tidemark.replication.partition import Partition
     from tidemark.replication.partition_manager import PartitionManager
 
+__all__ = ["OFFSETS_TOPIC", "Cancellable", "Clock", "CoordinatorTopic", "LogOffsetsTopic", "LogPartitionWriter",
+           "LogRecord", "OffsetsTopic", "PartitionWriter", "SystemClock"]
 
-# (log offset, key, value) of one record read back for loading
-LogRecord = tuple[int, bytes | None, bytes | None]
-
-
-class PartitionWriter(Protocol):
-    """One offsets partition as the coordinator runtime uses it."""
-
-    @property
-    def log_start_offset(self) -> int: ...
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-    @property
-    def high_watermark(self) -> int: ...
-
-    def append(self, records: list[OffsetsRecord], now_ms: int) -> int:
-        """Append records as one batch; the offset they end at (exclusive). Raises on failure."""
-        ...
-
-    def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
-        """Done once the high watermark reaches `offset`; failed if the partition goes away, or
-        (NotLeaderOrFollowerError) if the leadership that appended records not yet committed
-        ends before they are."""
-        ...
-
-    def below_min_insync(self) -> bool:
-        """Whether fewer replicas are in sync than acknowledging a commit needs (a committed
-        write is then answered NOT_ENOUGH_REPLICAS_AFTER_APPEND, as an acks=-1 produce is)."""
-        ...
-
-    def read(self, position: int, upper_bound: int) -> tuple[list[LogRecord], int]:
-        """One chunk of records from `position` below `upper_bound`, and the position after it."""
-        ...
-
-    def on_truncation(self, listener: Callable[[int], None]) -> Callable[[], None]:
-        """Call `listener` after every truncation of the log with the first offset whose record
-        left it; returns what stops the calls."""
-        ...
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
-
-class Clock(Protocol):
-    def now_ms(self) -> int: ...
-
-    def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> Cancellable: ...
-
-
-class OffsetsTopic(Protocol):
-    """The `__consumer_offsets` topic as the coordinator sees it."""
-
-    def partition_count(self) -> int | None:
-        """Its partition count, or None while it does not exist."""
-        ...
-
-    def create(self) -> None: ...
-
-    def writer(self, index: int) -> PartitionWriter | None: ...
-
-    def partition_exists(self, topic: str, partition: int) -> bool: ...
-
-    def on_deleted(self, callback: Callable[[], None]) -> None: ...
-
-
-class SystemClock:
-    def now_ms(self) -> int:
-        return int(time.time() * 1000)
-
-    def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> Cancellable:
-        delay = max(0.0, (deadline_ms - self.now_ms()) / 1000)
-        return asyncio.get_running_loop().call_later(delay, callback)
+OffsetsTopic = CoordinatorTopic  # the coordinator topic of groups and their offsets
 
 
 class LogPartitionWriter:
@@ -243,3 +174,6 @@ class LogOffsetsTopic:
 
     def on_deleted(self, callback: Callable[[], None]) -> None:
         self.replicas.on_topic_deleted(lambda name: callback() if name == OFFSETS_TOPIC else None)
+
+    def error_code(self, exc: BaseException) -> ErrorCode:
+        return error_code_for(exc)

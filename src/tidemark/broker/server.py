@@ -45,9 +45,9 @@ from tidemark.broker.apis import (
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
-from tidemark.broker.coordinator_io import Clock, SystemClock
+from tidemark.broker.coordinator_io import Clock, LogOffsetsTopic, SystemClock
 from tidemark.broker.cluster import ClusterLink
-from tidemark.broker.group_coordinator import GroupCoordinator
+from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
 from tidemark.hold import hold_async
 from tidemark.replication.partition_manager import PartitionManager
@@ -126,7 +126,7 @@ class Broker:
         self.advertised_host, self.advertised_port = config.advertised_address or (host, port)
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
         self.replicas = PartitionManager(config, data_dir)
-        self.coordinator = GroupCoordinator(config, self.replicas, clock=self.clock)
+        self.coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, self.replicas), clock=self.clock)
         # A ZooKeeper cluster's member when zookeeper.connect is set (on one ZooKeeper session,
         # shared with the ZooKeeper offset store); else the embedded single node.
         self.zookeeper = ZkSession(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"]) \

@@ -81,6 +81,38 @@ class Member:
         return self.group_instance_id is not None
 
 
+class Groups(dict[str, "Group"]):
+    """A shard's groups in its two views. The dict itself is the latest view, which handlers
+    read: a group leaves it when its tombstone is appended. The committed view, which reads
+    answer from, is `committed` and `committed_groups`: groups whose tombstone is appended and
+    not committed are kept for it in `deleting`, and a group made by a record not yet committed
+    is not in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleting: dict[str, Group] = {}
+        self.committed_to = 0  # every record below this log offset is committed and replayed
+
+    def _visible(self, group: Group | None) -> Group | None:
+        if group is None or group.state is GroupState.DEAD:
+            return None
+        if group.created_at is not None and group.created_at >= self.committed_to:
+            return None
+        return group
+
+    def committed(self, group_id: str) -> Group | None:
+        """The group as the committed log has it, or None."""
+        deleting = self.deleting.get(group_id)
+        return deleting if deleting is not None else self._visible(self.get(group_id))
+
+    def committed_groups(self) -> list[Group]:
+        groups = dict(self.deleting)
+        for group_id, group in self.items():
+            if group_id not in groups and self._visible(group) is not None:
+                groups[group_id] = group
+        return list(groups.values())
+
+
 class Group:
     """One classic group. Membership logic lives in `membership.GroupMembership`."""
 
@@ -105,9 +137,13 @@ class Group:
         # Members that have not sent SyncGroup since the join phase completed, and the deadline.
         self.pending_sync: set[str] = set()
         self.sync_deadline_ms: int | None = None
-        # Its tombstone is written and not yet committed: requests that would change it are
-        # answered as for a Dead group; reads still see the committed (Empty) group.
+        # Its tombstone is appended and not yet committed: gone from the latest view (a request
+        # holding it answers as for a Dead group), still the committed view's group for reads.
         self.deleting = False
+        # The log offset of the appended record that made the group (a standalone consumer's
+        # first commit) while that record is not committed: reads do not see the group till then.
+        # None for a group the committed log holds, or one that lives in memory (a join).
+        self.created_at: int | None = None
         # Static members rejoining under a new member id whose group record is not committed
         # yet: new member id -> (protocols, rebalance timeout, session timeout) of that JoinGroup.
         self.pending_replacements: dict[str, tuple[tuple[tuple[str, bytes], ...], int, int]] = {}

@@ -1,7 +1,8 @@
 """DescribeGroups and ListGroups: read-only views of a shard's classic groups.
 
-They read what the shard holds; a group's assignment and Stable state are there only once its
-record is committed (replay), so nothing uncommitted is described.
+They read the committed view: a group exists for them once a record of it is committed (or
+while its membership lives in memory, as Kafka's classic groups do), until its tombstone is
+committed, and its assignment and Stable state are there only once its record is committed.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.coordinator.group import Group, GroupState
+from tidemark.coordinator.group import Group, Groups, GroupState
 
 # DescribeGroups' "authorized operations not requested" value.
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -21,11 +22,19 @@ def _code(error: Any) -> int:
     return int(error)
 
 
+def _committed(groups: dict[str, Group], group_id: str) -> Group | None:
+    if isinstance(groups, Groups):
+        return groups.committed(group_id)
+    group = groups.get(group_id)
+    return None if group is None or group.state is GroupState.DEAD else group
+
+
 def describe_groups(groups: dict[str, Group], request: Any, version: int) -> dict[str, Any]:
+    """DescribeGroups from the committed view of `groups` (a shard's `Groups`)."""
     described = []
     for group_id in request.groups:
-        group = groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
+        group = _committed(groups, group_id)
+        if group is None:
             # v6+ (KIP-1043) reports GROUP_ID_NOT_FOUND; older versions describe a Dead group.
             error = ErrorCode.group_id_not_found if version >= 6 else ErrorCode.none
             described.append({
@@ -57,10 +66,12 @@ def describe_groups(groups: dict[str, Group], request: Any, version: int) -> dic
     return {"throttle_time": 0, "groups": described}
 
 def list_groups(groups: dict[str, Group], request: Any, version: int) -> dict[str, Any]:
+    """ListGroups from the committed view of `groups` (a shard's `Groups`)."""
     states = {s.lower() for s in (getattr(request, "states_filter", None) or ())}
     types = {t.lower() for t in (getattr(request, "types_filter", None) or ())}
     listed = []
-    for group in groups.values():
+    committed = groups.committed_groups() if isinstance(groups, Groups) else groups.values()
+    for group in committed:
         if group.state is GroupState.DEAD:
             continue
         if states and group.state.value.lower() not in states:

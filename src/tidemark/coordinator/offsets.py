@@ -1,16 +1,17 @@
-"""The offset manager's cache: committed offsets per group, loaded and updated only by replay.
+"""The offset manager's cache in two views, both changed only by replay.
 
-Each cached offset keeps the position in the offsets log it came from and is replaced only by a
-record from a later position, so replaying any prefix of the log twice changes nothing
-(Redpanda's group_stm does the same). Commits appended but not yet committed are tracked as
-pending: they are invisible to OffsetFetch until replayed, and require_stable fetches see
-UNSTABLE_OFFSET_COMMIT for them.
+The committed view holds what the log holds below the high watermark: each offset keeps the
+position in the offsets log it came from and is replaced only by a record from a later
+position, so replaying any prefix of the log twice changes nothing. The latest view is the
+committed one plus every record appended and not yet committed (commits and tombstones, per
+partition in log order): handlers decide on it (DeleteGroups, OffsetDelete, expiry, deleted
+topics), reads never see it (OffsetFetch; require_stable fetches see UNSTABLE_OFFSET_COMMIT
+where it differs).
 """
 
 from __future__ import annotations
 
 import struct
-from collections import Counter
 from typing import NamedTuple
 
 from tidemark.records.offsets_schema import OffsetCommitValue
@@ -51,16 +52,20 @@ class OffsetStore:
     def __init__(self) -> None:
         # group -> topic -> partition -> packed offset
         self._offsets: dict[str, dict[str, dict[int, bytes]]] = {}
-        self._pending: dict[str, Counter[TopicPartition]] = {}
+        # The latest view's records above the committed view: group -> partition -> (log
+        # offset, packed value or None for a tombstone), in log order.
+        self._pending: dict[str, dict[TopicPartition, list[tuple[int, bytes | None]]]] = {}
 
     # -- replay (the only way committed state changes) ---------------------------------------
 
-    def replay_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue) -> None:
+    def replay_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue,
+                      packed: bytes | None = None) -> None:
+        """`packed`: the value as the latest view packed it at this log offset, if it did."""
         partitions = self._offsets.setdefault(group, {}).setdefault(tp[0], {})
         current = partitions.get(tp[1])
         if current is not None and _log_offset(current) >= log_offset:
             return  # already have this record or a later one
-        partitions[tp[1]] = _pack(value, log_offset)
+        partitions[tp[1]] = packed if packed is not None else _pack(value, log_offset)
 
     def replay_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         topics = self._offsets.get(group)
@@ -74,39 +79,67 @@ class OffsetStore:
             if not topics:
                 del self._offsets[group]
 
-    # -- pending commits ----------------------------------------------------------------------
+    # -- the latest view: replay of appended records --------------------------------------
 
-    def add_pending(self, group: str, tps: list[TopicPartition]) -> None:
-        self._pending.setdefault(group, Counter()).update(tps)
+    def append_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue) -> None:
+        self._pending.setdefault(group, {}).setdefault(tp, []).append((log_offset, _pack(value, log_offset)))
 
-    def remove_pending(self, group: str, tps: list[TopicPartition]) -> None:
-        pending = self._pending.get(group)
-        if pending is None:
-            return
-        pending.subtract(tps)
-        for tp in tps:
-            if pending[tp] <= 0:
-                del pending[tp]
-        if not pending:
-            del self._pending[group]
+    def append_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
+        self._pending.setdefault(group, {}).setdefault(tp, []).append((log_offset, None))
 
-    def remove_one_pending(self, group: str, tp: TopicPartition) -> None:
-        """The replay of one committed record: cheaper than remove_pending for the hot path."""
-        pending = self._pending.get(group)
-        if pending is None or tp not in pending:
-            return
-        if pending[tp] > 1:
-            pending[tp] -= 1
-            return
-        del pending[tp]
-        if not pending:
-            del self._pending[group]
+    def committed(self, log_offset: int, group: str, tp: TopicPartition) -> tuple[bool, bytes | None]:
+        """The record at `log_offset` is committed (and replayed into the committed view): it
+        leaves the latest view's pending records. Whether it was one of them, and its packed
+        value if it was a commit."""
+        partitions = self._pending.get(group)
+        records = partitions.get(tp) if partitions else None
+        if not records or records[0][0] > log_offset:
+            return False, None
+        was_pending, packed = False, None
+        while records and records[0][0] <= log_offset:
+            at, packed = records.pop(0)
+            was_pending = at == log_offset
+        if not records:
+            del partitions[tp]
+            if not partitions:
+                del self._pending[group]
+        return was_pending, packed if was_pending else None
+
+    def drop_pending(self) -> None:
+        """Every appended record failed: the latest view is the committed one again."""
+        self._pending.clear()
 
     def is_pending(self, group: str, tp: TopicPartition) -> bool:
         return tp in self._pending.get(group, ())
 
     def has_pending(self, group: str) -> bool:
         return group in self._pending
+
+    def latest_group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        """The group's offsets in the latest view: committed, then every appended record."""
+        offsets = self.group_offsets(group)
+        for tp, records in self._pending.get(group, {}).items():
+            packed = records[-1][1]
+            if packed is None:
+                offsets.pop(tp, None)
+            else:
+                offsets[tp] = _unpack(packed)
+        return offsets
+
+    def latest_topic_offsets(self, topic: str) -> list[tuple[str, int]]:
+        """(group, partition) of every offset of `topic` in the latest view."""
+        found = {(group, partition) for group, topics in self._offsets.items() for partition in topics.get(topic, ())}
+        for group, pending in self._pending.items():
+            for tp, records in pending.items():
+                if tp[0] == topic:
+                    if records[-1][1] is None:
+                        found.discard((group, tp[1]))
+                    else:
+                        found.add((group, tp[1]))
+        return sorted(found)
+
+    def latest_groups(self) -> set[str]:
+        return set(self._offsets) | set(self._pending)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -118,12 +151,6 @@ class OffsetStore:
         return {(topic, partition): _unpack(packed)
                 for topic, partitions in self._offsets.get(group, {}).items()
                 for partition, packed in partitions.items()}
-
-    def topic_offsets(self, topic: str) -> list[tuple[str, int]]:
-        """(group, partition) of every offset of `topic`, committed or in flight."""
-        found = {(group, partition) for group, topics in self._offsets.items() for partition in topics.get(topic, ())}
-        found.update((group, tp[1]) for group, pending in self._pending.items() for tp in pending if tp[0] == topic)
-        return sorted(found)
 
     def groups(self) -> list[str]:
         return list(self._offsets)

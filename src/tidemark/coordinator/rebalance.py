@@ -74,6 +74,10 @@ class GroupRebalancer:
         self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
         self.timer = timer if timer is not None else CoordinatorTimer()
         self._scheduled: dict[str, set[tuple[str, ...]]] = {}  # group id -> its timer keys
+        # Group records in the latest view and not yet committed, per group in log order: (log
+        # offset, the group it was applied to, whether it is a tombstone, the static members it
+        # replaced as (instance id, old member id, new member id)).
+        self._appended: dict[str, list[tuple[int, Group | None, bool, list[tuple[str, str, str]]]]] = {}
 
     @staticmethod
     def _answer_held(member: Member, error: ErrorCode, result: Result) -> None:
@@ -303,13 +307,94 @@ class GroupRebalancer:
         self._prepare_rebalance(group, now_ms, result)
         self._maybe_complete_join(group, now_ms, result)
 
-    # -- replay of committed group records -------------------------------------------------------
+    # -- replay of group records: into the latest view when appended, the committed one when committed
 
-    def replay_group(self, group_id: str, value: GroupMetadataValue | None, now_ms: int) -> Result:
-        """A group's record is committed: bring the group in line with it (Kafka's
-        GroupMetadataManager.replay). The responses are requests the record completes."""
+    def replay_group_appended(self, log_offset: int, group_id: str, value: GroupMetadataValue | None,
+                              now_ms: int) -> Result:
+        """A group's record was appended here: the latest view takes it. A tombstone marks the
+        group as being deleted; a Stable group's record of the same generation carries static
+        members' new ids, which take the old ones' places now (Kafka replaces a static member in
+        memory at once). An assignment moves the group to Stable only once committed, and a
+        group's removal waits for its tombstone to commit, as in Kafka."""
         result = Result()
         group = self.groups.get(group_id)
+        replaced: list[tuple[str, str, str]] = []
+        if group is not None and value is None:
+            # Gone from the latest view (a commit may start the group afresh); the committed view
+            # keeps it until the tombstone commits.
+            del self.groups[group_id]
+            group.deleting = True
+            for member in group.members.values():
+                self._answer_held(member, ErrorCode.not_coordinator, result)
+            deleting = getattr(self.groups, "deleting", None)
+            if deleting is not None:
+                deleting.setdefault(group_id, group)
+        elif group is not None and value is not None and value.generation == group.generation \
+                and group.state is GroupState.STABLE:
+            replaced = self._replacements_stored(group, value, now_ms, result)
+        self._appended.setdefault(group_id, []).append((log_offset, group, value is None, replaced))
+        self.reschedule(group_id)
+        return result
+
+    def drop_appended(self, now_ms: int) -> Result:
+        """Every appended group record failed: undo what they did to the latest view, newest
+        first (a replaced static member takes its old id back if the new one is still current;
+        a group being deleted is not)."""
+        result = Result()
+        deleting = getattr(self.groups, "deleting", {})
+        for group_id, records in self._appended.items():
+            for _log_offset, group, tombstone, replaced in reversed(records):
+                if group is None:
+                    continue
+                if tombstone:
+                    group.deleting = False
+                    self.groups[group_id] = group
+                    if deleting.get(group_id) is group:
+                        del deleting[group_id]
+                    continue
+                if self.groups.get(group_id) is not group:
+                    continue
+                for instance_id, old_id, new_id in reversed(replaced):
+                    if group.static_members.get(instance_id) == new_id and new_id in group.members:
+                        self._fence(group.members[new_id], result)
+                        group.replace_static_member(instance_id, new_id, old_id)
+            self.reschedule(group_id)
+        self._appended.clear()
+        return result
+
+    def _committed_appended(self, group_id: str, log_offset: int) -> bool:
+        """The record at `log_offset` is committed: whether the latest view already has it."""
+        records = self._appended.get(group_id)
+        if not records or records[0][0] > log_offset:
+            return False
+        was_appended = False
+        while records and records[0][0] <= log_offset:
+            was_appended = records.pop(0)[0] == log_offset
+        if not records:
+            del self._appended[group_id]
+        return was_appended
+
+    def replay_group(self, group_id: str, value: GroupMetadataValue | None, now_ms: int,
+                     log_offset: int | None = None) -> Result:
+        """A group's record is committed: bring the group in line with it (Kafka's
+        GroupMetadataManager.replay), but for what the latest view already took when it was
+        appended here. The responses are requests the record completes."""
+        result = Result()
+        appended = log_offset is not None and self._committed_appended(group_id, log_offset)
+        group = self.groups.get(group_id)
+        if appended:
+            # The latest view took it when it was appended; what is left is the committed view's:
+            # a tombstone removes the group it kept, an assignment makes the group Stable and
+            # answers the held SyncGroups (at commit, as in Kafka).
+            if value is None:
+                deleted = getattr(self.groups, "deleting", {}).pop(group_id, None)
+                if deleted is not None:
+                    deleted.transition_to(GroupState.DEAD, now_ms)
+            elif group is not None and value.generation == group.generation \
+                    and group.state is GroupState.COMPLETING_REBALANCE and value.members:
+                self._assignment_stored(group, value, now_ms, result)
+            self.reschedule(group_id)
+            return result
         if value is None:
             return self.remove_group(group_id, now_ms)  # a tombstone: DeleteGroups or expiry
         if group is None or value.generation > group.generation:
@@ -341,8 +426,11 @@ class GroupRebalancer:
                 member.sync_token = None
                 member.last_heartbeat_ms = now_ms
 
-    def _replacements_stored(self, group: Group, value: GroupMetadataValue, now_ms: int, result: Result) -> None:
-        """A static member's new member id is committed: it takes the old one's place."""
+    def _replacements_stored(self, group: Group, value: GroupMetadataValue, now_ms: int,
+                             result: Result) -> list[tuple[str, str, str]]:
+        """A static member's new member id is in the record: it takes the old one's place.
+        Returns (instance id, old id, new id) of each replacement."""
+        replaced = []
         for persisted in value.members:
             instance_id = persisted.group_instance_id
             current = group.static_members.get(instance_id) if instance_id is not None else None
@@ -354,6 +442,8 @@ class GroupRebalancer:
             if joined is not None:
                 member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = joined
             member.last_heartbeat_ms = now_ms
+            replaced.append((instance_id, current, persisted.member_id))
+        return replaced
 
     # -- for the offset manager -------------------------------------------------------------------
 

@@ -25,8 +25,9 @@ class Result:
     """The outcome of one event (a request or a timer) on a coordinator shard.
 
     A handler never applies what `records` describe: the runtime appends them to the shard's
-    offsets partition and, once the high watermark passes them, replays them into the shard
-    (the one path by which persisted state changes) and only then releases `responses`.
+    partition and replays them into the shard's latest view, and once the high watermark passes
+    them into its committed view (replay is the one path by which persisted state changes), and
+    only then releases `responses`.
     `responses` maps a request token (chosen by the runtime when it calls the shard) to the
     response for that request: an event can answer requests other than its own (a JoinGroup
     completing a rebalance answers every member waiting in JoinGroup).
@@ -34,7 +35,8 @@ class Result:
     If the append fails or is not committed within offsets.commit.timeout.ms, `on_failure`
     (error code, now) runs as an event on the shard and its Result is released instead; it
     builds error responses and may move transient state (a SyncGroup rebalances again), never
-    undoes persisted state, which was never changed. Without it the responses go as they are.
+    undoes persisted state (a record that may still commit stays in the latest view; a log that
+    failed has the runtime rebuild it). Without it the responses go as they are.
     """
 
     records: list[OffsetsRecord] = dataclasses.field(default_factory=list)

@@ -1,11 +1,16 @@
 """One `__consumer_offsets` partition's coordinator: its groups and their committed offsets.
 
 Requests come in with the current time and leave as a `Result`: records to append and
-responses. Persisted state changes only in `replay`, when the runtime replays committed records
-in log order (the same path loading and a standby follow): a commit's offsets, a group's
-assignment and its move to Stable, a static member's new id, a deletion. What Kafka keeps only
-in memory (who is waiting in JoinGroup, sessions, the join and sync phases) the handlers move
-directly, as Kafka's classic group coordinator does.
+responses. Persisted state has two views, as Kafka's timeline state does, and changes only by
+replay. The latest view (the committed state plus every record appended and not yet committed,
+in log order) is what handlers read, validate against and build their records from: the runtime
+replays each record into it when it is appended (`replay_appended`). The committed view is what
+reads are answered from (OffsetFetch, DescribeGroups, ListGroups, lag): the runtime replays each
+record into it when the high watermark passes it (`replay`, the same path loading and a standby
+follow). If appended records fail, the latest view is rebuilt from the committed one and the
+records that survive (`rebuild_latest`). What Kafka keeps only in memory (who is waiting in
+JoinGroup, sessions, the join and sync phases) the handlers move directly, as Kafka's classic
+group coordinator does.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from tidemark.coordinator.group import Group, GroupState
+from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.offsets import OffsetStore
@@ -39,12 +44,15 @@ from tidemark.records.offsets_schema import (
 log = structlog.get_logger("tidemark.coordinator")
 
 NO_OFFSET = -1
+_NOTHING = Result()  # what replaying most records answers (never changed: callers only read it)
 RETENTION_CHECK_KEY = ("retention",)  # the shard's one periodic offsets retention check
 
 
 @dataclasses.dataclass(frozen=True)
 class CoordinatorConfig:
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    retention_ms: int = 7 * 24 * 3_600_000  # offsets.retention.minutes
     group: GroupConfig = dataclasses.field(default_factory=GroupConfig)
 
 
@@ -60,7 +68,7 @@ def _no_offset(partition: int, code: ErrorCode = ErrorCode.none) -> dict[str, An
             "metadata": "", "error_code": code}
 
 
-class CoordinatorShard:
+class GroupCoordinatorShard:
     def __init__(
         self,
         partition_index: int,
@@ -70,7 +78,7 @@ class CoordinatorShard:
         self.partition_index = partition_index
         self.config = config
         self.partition_exists = partition_exists
-        self.groups: dict[str, Group] = {}
+        self.groups = Groups()  # the latest view; reads go through its committed view
         self.offsets = OffsetStore()
         # Every deadline of this shard: members' sessions, groups' join/sync phases, retention.
         self.timer = CoordinatorTimer()
@@ -84,6 +92,12 @@ class CoordinatorShard:
 
     def next_deadline(self) -> int | None:
         return self.timer.next_deadline()
+
+    def activated(self, now_ms: int) -> None:
+        """The shard starts serving: members' sessions restart now (as Kafka reschedules loaded
+        members' heartbeats) and the retention check is armed."""
+        self.membership.restart_sessions(now_ms)
+        self.schedule_retention_check(now_ms, self.config.retention_check_interval_ms, self.config.retention_ms)
 
     def schedule_retention_check(self, now_ms: int, interval_ms: int, retention_ms: int) -> None:
         """Every offsets.retention.check.interval.ms, expire offsets (KIP-211)."""
@@ -154,13 +168,9 @@ class CoordinatorShard:
         response = {"throttle_time": 0, "topics": topics}
         result = Result(records=records).respond(token, response)
         if committed:
-            group_id = request.group_id
-            self.offsets.add_pending(group_id, committed)
-
             def failed(code: ErrorCode, _now_ms: int) -> Result:
-                # Nothing was replayed, so the cache has no trace of the commit (if it commits
-                # after all, replay applies it then).
-                self.offsets.remove_pending(group_id, committed)
+                # The committed view has no trace of the commit (if it commits after all, replay
+                # applies it then); the latest view keeps it while it may still commit.
                 error = offset_commit_append_error(code)
                 for topic_response in topics:
                     for partition_response in topic_response["partitions"]:
@@ -175,7 +185,9 @@ class CoordinatorShard:
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                       require_stable: bool) -> list[dict[str, Any]]:
-        """Committed offsets of a group: every requested partition (-1 where none), or all."""
+        """Committed offsets of a group (the committed view): every requested partition (-1
+        where none), or all; with require_stable, UNSTABLE_OFFSET_COMMIT where a record not yet
+        committed changes a partition's offset."""
         group = self.groups.get(group_id)
         if group is not None and group.state is GroupState.DEAD:
             return [] if topics is None else [
@@ -208,19 +220,13 @@ class CoordinatorShard:
         return [OffsetsRecord(encode_key(OffsetCommitKey(group_id, topic, partition)), None) for topic, partition in tps]
 
     def _group_tombstones(self, group: Group) -> Result:
-        """Tombstones for a group and all its offsets (Kafka's GroupCoordinatorShard.deleteGroups).
-        The group is removed when they are replayed; until then requests that would change it
-        are answered as for a Dead group."""
-        records = self._offset_tombstones(group.group_id, sorted(self.offsets.group_offsets(group.group_id)))
+        """Tombstones for a group and all its offsets in the latest view, commits in flight
+        included (Kafka's GroupCoordinatorShard.deleteGroups). Once appended the group is being
+        deleted (requests that would change it are answered as for a Dead group); it is removed
+        when they are committed."""
+        records = self._offset_tombstones(group.group_id, sorted(self.offsets.latest_group_offsets(group.group_id)))
         records.append(OffsetsRecord(encode_key(GroupMetadataKey(group.group_id)), None))
-        group.deleting = True
-
-        def failed(code: ErrorCode, _now_ms: int) -> Result:
-            if self.groups.get(group.group_id) is group:
-                group.deleting = False  # not deleted after all (unless the tombstone commits later)
-            return Result()
-
-        return Result(records=records, on_failure=failed)
+        return Result(records=records)
 
     def delete_group(self, group_id: str, token: int, now_ms: int) -> Result:
         group = self.groups.get(group_id)
@@ -229,17 +235,14 @@ class CoordinatorShard:
             return Result().respond(token, {"group_id": group_id, "error_code": error})
         assert group is not None
         result = self._group_tombstones(group).respond(token, {"group_id": group_id, "error_code": ErrorCode.none})
-        deleted = result.on_failure
-        assert deleted is not None
-
-        def failed(code: ErrorCode, now: int) -> Result:
-            return deleted(code, now).respond(token, {"group_id": group_id, "error_code": group_append_error(code)})
-
-        result.on_failure = failed
+        result.on_failure = lambda code, _now_ms: Result().respond(
+            token, {"group_id": group_id, "error_code": group_append_error(code)})
         return result
 
     def delete_offsets(self, request: Any, token: int, now_ms: int) -> Result:
-        """OffsetDelete (KIP-496): refused for topics a live consumer group subscribes to."""
+        """OffsetDelete (KIP-496): refused for topics a live consumer group subscribes to; of the
+        others, the partitions with an offset (in the latest view) are tombstoned and answered,
+        and those without one are left out of the answer, as in Kafka."""
         group_id = request.group_id
         group = self.groups.get(group_id)
         error = ErrorCode.group_id_not_found if group is None else group.validate_offset_delete()
@@ -247,18 +250,18 @@ class CoordinatorShard:
             return Result().respond(token, {"error_code": error, "throttle_time": 0, "topics": []})
         assert group is not None
         subscribed = set() if group.state is GroupState.EMPTY else group.subscribed_topics()
+        offsets = self.offsets.latest_group_offsets(group_id)
         tombstoned: list[tuple[str, int]] = []
         topics = []
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
                 if subscribed is None or topic.name in subscribed:
-                    code = ErrorCode.group_subscribed_to_topic
-                else:
-                    code = ErrorCode.none
-                    if self.offsets.get(group_id, (topic.name, p.partition_index)) is not None:
-                        tombstoned.append((topic.name, p.partition_index))
-                partitions.append({"partition_index": p.partition_index, "error_code": code})
+                    partitions.append({"partition_index": p.partition_index,
+                                       "error_code": ErrorCode.group_subscribed_to_topic})
+                elif (topic.name, p.partition_index) in offsets:
+                    tombstoned.append((topic.name, p.partition_index))
+                    partitions.append({"partition_index": p.partition_index, "error_code": ErrorCode.none})
             topics.append({"name": topic.name, "partitions": partitions})
         response = {"error_code": ErrorCode.none, "throttle_time": 0, "topics": topics}
         result = Result(records=self._offset_tombstones(group_id, tombstoned)).respond(token, response)
@@ -268,10 +271,11 @@ class CoordinatorShard:
 
     def delete_topic_offsets(self, topics: list[str]) -> Result:
         """Deleted topics (Kafka's onPartitionsDeleted): a tombstone for every group's offset of
-        them, commits in flight included, so a topic created again under a name starts empty."""
+        them in the latest view (commits in flight included), so a topic created again under a
+        name starts empty."""
         records = []
         for topic in topics:
-            tps = self.offsets.topic_offsets(topic)
+            tps = self.offsets.latest_topic_offsets(topic)
             records += [OffsetsRecord(encode_key(OffsetCommitKey(group, topic, partition)), None)
                         for group, partition in tps]
             if tps:
@@ -295,18 +299,17 @@ class CoordinatorShard:
         return None  # rebalancing, or subscriptions unknown: keep everything (KAFKA-4682)
 
     def expire_offsets(self, now_ms: int, retention_ms: int) -> Result:
-        """The periodic offsets retention check: tombstones for expired offsets, and a group
-        tombstone for an Empty group left without offsets (removed when they are replayed)."""
+        """The periodic offsets retention check, on the latest view (a commit in flight is the
+        offset it decides on): tombstones for expired offsets, and a group tombstone for an
+        Empty group left without offsets (removed when they are committed)."""
         result = Result()
-        for group_id in set(self.groups) | set(self.offsets.groups()):
+        for group_id in sorted(set(self.groups) | self.offsets.latest_groups()):
             group = self.groups.get(group_id)
             if group is not None and group.deleting:
                 continue  # its tombstones are already written
-            committed = self.offsets.group_offsets(group_id)
+            latest = self.offsets.latest_group_offsets(group_id)
             expired = []
-            for (topic, partition), entry in committed.items():
-                if self.offsets.is_pending(group_id, (topic, partition)):
-                    continue  # a commit in flight decides this offset's fate
+            for (topic, partition), entry in latest.items():
                 base = self._expiration_base(group, topic, entry.commit_timestamp)
                 if base is None:
                     continue  # not a candidate at all, whatever retention its commit asked for
@@ -315,9 +318,8 @@ class CoordinatorShard:
                         expired.append((topic, partition))
                 elif now_ms - base >= retention_ms:
                     expired.append((topic, partition))
-            left = len(committed) - len(expired)
-            if group is not None and group.state is GroupState.EMPTY and not group.deleting and left == 0 \
-                    and not self.offsets.has_pending(group_id):
+            left = len(latest) - len(expired)
+            if group is not None and group.state is GroupState.EMPTY and left == 0:
                 result.merge(self._group_tombstones(group))
             else:
                 result.records += self._offset_tombstones(group_id, sorted(expired))
@@ -327,28 +329,66 @@ class CoordinatorShard:
 
     # -- replay: the one path by which persisted state changes ----------------------------
 
+    def replay_appended(self, log_offset: int, record: OffsetsRecord, *, now_ms: int) -> Result:
+        """Apply one record this shard just appended to the latest view; returns the responses
+        it completes (held requests of a static member's replaced incarnation)."""
+        key = record.decoded[0] if record.decoded else decode_key(record.key)
+        if isinstance(key, OffsetCommitKey):
+            tp = (key.topic, key.partition)
+            if record.value is None:
+                self.offsets.append_tombstone(log_offset, key.group, tp)
+            else:
+                value = record.decoded[1] if record.decoded else decode_offset_commit_value(record.value)
+                self.offsets.append_commit(log_offset, key.group, tp, value)
+                if key.group not in self.groups:  # a standalone consumer's group starts here
+                    group = self.groups[key.group] = Group(key.group, now_ms)
+                    group.created_at = log_offset  # not in the committed view until this commits
+        elif isinstance(key, GroupMetadataKey):
+            value = None if record.value is None else (record.decoded[1] if record.decoded else
+                                                       decode_group_metadata_value(record.value))
+            return self.membership.replay_group_appended(log_offset, key.group, value, now_ms)
+        return _NOTHING
+
+    def rebuild_latest(self, surviving: list[tuple[int, OffsetsRecord]], now_ms: int) -> Result:
+        """Appended records failed: the latest view becomes the committed one plus the records
+        that survive (in log order)."""
+        self.offsets.drop_pending()
+        result = self.membership.drop_appended(now_ms)
+        for group_id, group in list(self.groups.items()):
+            if group.created_at is not None and group.created_at >= self.groups.committed_to \
+                    and not group.members and not group.pending_members:
+                del self.groups[group_id]  # made only by a commit that failed
+        for log_offset, record in surviving:
+            result.merge(self.replay_appended(log_offset, record, now_ms=now_ms))
+        return result
+
     def replay(self, log_offset: int, key_bytes: bytes | None, value_bytes: bytes | None, *,
                now_ms: int, decoded: tuple[Any, Any] | None = None) -> Result:
-        """Apply one committed record, whoever wrote it; returns the responses it completes
+        """Apply one committed record, whoever wrote it, to the committed view (and to the
+        latest view too unless it was appended here); returns the responses it completes
         (SyncGroup requests held for the group's assignment). `decoded` is the record's (key,
         value) already decoded, when the caller has it."""
+        if log_offset >= self.groups.committed_to:
+            self.groups.committed_to = log_offset + 1
         if key_bytes is None:
             return Result()
         key = decoded[0] if decoded else decode_key(key_bytes)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
+            appended, packed = self.offsets.committed(log_offset, key.group, tp)
             if value_bytes is None:
                 self.offsets.replay_tombstone(log_offset, key.group, tp)
+            elif packed is not None:  # as the latest view took it when it was appended
+                self.offsets.replay_commit(log_offset, key.group, tp, None, packed)  # type: ignore[arg-type]
             else:
                 value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
                 self.offsets.replay_commit(log_offset, key.group, tp, value)
-                if key.group not in self.groups:  # a standalone consumer's group starts here
+                if not appended and key.group not in self.groups:  # a standalone consumer's group starts here
                     self.groups[key.group] = Group(key.group, now_ms)
-            self.offsets.remove_one_pending(key.group, tp)
         elif isinstance(key, GroupMetadataKey):
             value = None if value_bytes is None else (decoded[1] if decoded else
                                                       decode_group_metadata_value(value_bytes))
-            return self.membership.replay_group(key.group, value, now_ms)
+            return self.membership.replay_group(key.group, value, now_ms, log_offset)
         elif isinstance(key, UnknownKey):
             log.warning("offsets_record_skipped", partition=self.partition_index, offset=log_offset,
                         key_version=key.version)
@@ -360,3 +400,6 @@ class CoordinatorShard:
         for group_id in list(self.groups):
             result.merge(self.membership.remove_group(group_id, now_ms))
         return result
+
+
+CoordinatorShard = GroupCoordinatorShard  # its name before the runtime became generic over shards

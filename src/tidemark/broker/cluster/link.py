@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from tidemark.broker.config import BrokerConfig
     from tidemark.broker.coordinator_io import Clock
-    from tidemark.broker.group_coordinator import GroupCoordinator
+    from tidemark.coordinator.group_coordinator import GroupCoordinator
     from tidemark.replication.partition_manager import PartitionManager
 
 log = structlog.get_logger("tidemark.cluster")

@@ -1,15 +1,22 @@
-"""The coordinator runtime: drives one CoordinatorShard per `__consumer_offsets` partition.
+"""The coordinator runtime: drives one shard per partition of a coordinator's topic.
 
-One writer per offsets partition (DESIGN principle 3): every event of a shard (a request or a
-timer) runs on that shard's own queue, in order, and returns records and responses. Records are
-appended to the partition's log; the shard's state changes only when the high watermark passes
-them and they are replayed, in log order, by the same `CoordinatorShard.replay` that loading
-uses, whoever wrote them. Responses are released only after the records they depend on are
-replayed (acks=all, offsets.commit.timeout.ms); a write that times out is answered with its
-handler's failure path and still replayed if it commits later.
+Generic over the shard it drives (Kafka's CoordinatorRuntime over CoordinatorShard): the group
+coordinator's shard (coordinator/shard.py) over `__consumer_offsets` today; a transaction
+coordinator or KIP-848 groups would be further shard types under the same runtime.
+
+One writer per partition (DESIGN principle 3): every event of a shard (a request or a timer)
+runs on that shard's own queue, in order, and returns records and responses. Records are
+appended to the partition's log and replayed at once into the shard's latest view
+(`replay_appended`), which the next event decides on; when the high watermark passes them they
+are replayed, in log order, into its committed view by the same `CoordinatorShard.replay` that
+loading uses, whoever wrote them. Responses are released only after the records they depend on
+are committed (acks=all, offsets.commit.timeout.ms); a write that times out is answered with its
+handler's failure path and still replayed if it commits later; if the log fails under appended
+writes the shard rebuilds its latest view (`rebuild_latest`).
 
 The runtime reaches the log only through a `PartitionWriter` and time only through a `Clock`
-(broker/coordinator_io.py). Each shard has a load state with a checked transition table;
+(io.py; the broker's implementations are in broker/coordinator_io.py). Each shard has a load
+state with a checked transition table;
 `became_leader(epoch)` and `resigned(epoch)` move it, and an epoch older than the shard's is
 ignored, so a stale load or unload can never finish over a newer one.
 """
@@ -24,28 +31,20 @@ import functools
 import itertools
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker.coordinator_io import OFFSETS_TOPIC, Cancellable, Clock, LogOffsetsTopic, OffsetsTopic, \
-    PartitionWriter, SystemClock
-from tidemark.broker.errors import NotLeaderOrFollowerError, error_code_for
-from tidemark.coordinator.group_views import list_groups
-from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.partitioner import partition_for
-from tidemark.coordinator.result import Result
-from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
+from tidemark.coordinator.result import OffsetsRecord, Result
+from tidemark.coordinator.runtime.io import Cancellable, Clock, CoordinatorTopic, PartitionWriter, SystemClock
 from tidemark.hold import hold_async
-
-if TYPE_CHECKING:
-    from tidemark.broker.config import BrokerConfig
-    from tidemark.replication.partition_manager import PartitionManager
 
 log = structlog.get_logger("tidemark.group_coordinator")
 
-__all__ = ["OFFSETS_TOPIC", "GroupCoordinator", "LoadState", "ShardNotAvailable", "ShardRuntime"]
+__all__ = ["CoordinatorRuntime", "CoordinatorShard", "LoadState", "ShardNotAvailable", "ShardRuntime"]
 
 PROGRESS_INTERVAL_S = 2.0
 LOAD_SLICE_S = 0.01  # longest a load holds the event loop before letting requests through
@@ -95,22 +94,45 @@ class ShardNotAvailable(Exception):
         self.code = code
 
 
-Event = Callable[[CoordinatorShard, int], Result]
+class CoordinatorShard(Protocol):
+    """What the runtime needs of a shard (Kafka's CoordinatorShard): its two views' replay (the
+    latest view takes a record when it is appended, the committed view when it is committed,
+    and the latest is rebuilt when appended records fail), its timers, and hooks when it starts
+    serving and when it is unloaded."""
+
+    def replay_appended(self, log_offset: int, record: OffsetsRecord, *, now_ms: int) -> Result: ...
+
+    def rebuild_latest(self, surviving: list[tuple[int, OffsetsRecord]], now_ms: int) -> Result: ...
+
+    def replay(self, log_offset: int, key_bytes: bytes | None, value_bytes: bytes | None, *,
+               now_ms: int, decoded: tuple[Any, Any] | None = None) -> Result: ...
+
+    def poll(self, now_ms: int) -> Result: ...
+
+    def next_deadline(self) -> int | None: ...
+
+    def activated(self, now_ms: int) -> None: ...
+
+    def unloaded(self, now_ms: int) -> Result: ...
 
 
-class ShardRuntime:
-    """One offsets partition: its shard, its event queue, its timer wake-up and its load state."""
+S = TypeVar("S", bound=CoordinatorShard)
+Event = Callable[[S, int], Result]
 
-    def __init__(self, runtime: GroupCoordinator, index: int) -> None:
+
+class ShardRuntime(Generic[S]):
+    """One coordinator partition: its shard, its event queue, its timer wake-up and its load state."""
+
+    def __init__(self, runtime: CoordinatorRuntime[S], index: int) -> None:
         self.runtime = runtime
         self.index = index
         self.state = LoadState.UNLOADED
         self.epoch = -1
         self.leading = False  # whether this broker leads the partition at `epoch` (else it follows)
-        self.shard: CoordinatorShard | None = None
+        self.shard: S | None = None
         self.writer: PartitionWriter | None = None
         # (event, its future, released at once: a failure path, which waits for no write)
-        self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Result], bool]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[Event[S], asyncio.Future[Result], bool]] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()  # load, event loop, high watermark follower
         self._pending: collections.deque[_PendingWrite] = collections.deque()  # in log order
         self._replayed_to = 0  # the shard holds every committed record below this offset (read, while loading)
@@ -193,7 +215,7 @@ class ShardRuntime:
         """Replay the partition into a new shard: to serve it (leading) or to stand by."""
         self.transition_to(LoadState.LOADING if self.leading else LoadState.STANDBY)
         self.writer = self.runtime.topic.writer(self.index)
-        self.shard = CoordinatorShard(self.index, self.runtime.shard_config, self.runtime.topic.partition_exists)
+        self.shard = self.runtime.new_shard(self.index)
         self._loaded = False
         if self._stop_watching is not None:  # a failed load's
             self._stop_watching()
@@ -272,7 +294,7 @@ class ShardRuntime:
 
     # -- loading ------------------------------------------------------------------------------
 
-    async def _load(self, shard: CoordinatorShard) -> None:
+    async def _load(self, shard: S) -> None:
         try:
             position = await self._replay_to_high_watermark()
         except asyncio.CancelledError:
@@ -297,10 +319,7 @@ class ShardRuntime:
         committed and replayed (a follower's high watermark may trail its leader's by a fetch)."""
         assert self.shard is not None and self.writer is not None
         self.transition_to(LoadState.ACTIVE)
-        config, now = self.runtime.config, self.clock.now_ms()
-        self.shard.membership.restart_sessions(now)
-        self.shard.schedule_retention_check(now, config["offsets.retention.check.interval.ms"],
-                                            config["offsets.retention.minutes"] * 60_000)
+        self.shard.activated(self.clock.now_ms())
         self._last_written = self._serve_from = self.writer.log_end_offset
         self._serving = asyncio.get_running_loop().create_future()
         self._log_failed = None
@@ -372,7 +391,7 @@ class ShardRuntime:
         await hold_async("offsets_load")  # a fault test can hold the partition here, still loading
         seconds = time.perf_counter() - started
         log.info("offsets_partition_loaded", partition=self.index, epoch=self.epoch, records=records, keys=keys,
-                 groups=len(shard.groups), end=position, seconds=round(seconds, 3),
+                 groups=len(getattr(shard, "groups", ())), end=position, seconds=round(seconds, 3),
                  records_per_second=round(records / seconds) if seconds > 0 else None)
         return position
 
@@ -400,7 +419,7 @@ class ShardRuntime:
                 self._complete(result, future)
             self._arm_timer()
 
-    def submit(self, event: Event) -> asyncio.Future[Result]:
+    def submit(self, event: Event[S]) -> asyncio.Future[Result]:
         """Queue an event; the future resolves to its Result once its records are committed."""
         if self.state is not LoadState.ACTIVE:
             raise ShardNotAvailable(NOT_ACTIVE_ERRORS[self.state])
@@ -422,10 +441,11 @@ class ShardRuntime:
                 end = self.writer.append(result.records, now)
             except Exception as exc:  # noqa: BLE001 - nothing was written: the handler's failure path
                 self._write_failed(_PendingWrite(self._last_written, self._last_written, result, future),
-                                   error_code_for(exc))
+                                   self.runtime.topic.error_code(exc))
                 return
             write = _PendingWrite(end - len(result.records), end, result, future)
             self._last_written = end
+            self._replay_appended(write, now)
         else:
             write = _PendingWrite(self._last_written, self._last_written, result, future)
         if write.end <= self._replayed_to:
@@ -434,6 +454,24 @@ class ShardRuntime:
         write.timeout = self.clock.call_at(now + self.runtime.config["offsets.commit.timeout.ms"],
                                            lambda: self._write_failed(write, ErrorCode.request_timed_out))
         self._pending.append(write)
+
+    def _replay_appended(self, write: _PendingWrite, now: int) -> None:
+        """The latest view takes the write's records as they are appended: the next event
+        decides on them."""
+        shard = self.shard
+        assert shard is not None
+        for offset, record in enumerate(write.result.records, start=write.first):
+            replayed = shard.replay_appended(offset, record, now_ms=now)
+            if replayed.responses:
+                self.runtime.release(replayed)
+
+    def _rebuild_latest(self) -> None:
+        """Appended writes failed: the latest view is the committed one plus the writes still
+        pending that did not fail."""
+        assert self.shard is not None
+        surviving = [(offset, record) for write in self._pending if not write.answered
+                     for offset, record in enumerate(write.result.records, start=write.first)]
+        self.runtime.release(self.shard.rebuild_latest(surviving, self.clock.now_ms()))
 
     def _write_failed(self, write: _PendingWrite, code: ErrorCode) -> None:
         """An append that failed, or was not committed in time: answer its requests through the
@@ -463,7 +501,7 @@ class ShardRuntime:
 
     # -- replay: the one path by which the shard's state changes --------------------------------
 
-    async def _follow_high_watermark(self, shard: CoordinatorShard) -> None:
+    async def _follow_high_watermark(self, shard: S) -> None:
         """Replay records as the high watermark passes them, and release what waited on them
         (leading or standing by: the same replay)."""
         writer = self.writer
@@ -485,17 +523,19 @@ class ShardRuntime:
                 await writer.wait_for_high_watermark(waiting_for)
             except asyncio.CancelledError:
                 raise
-            except NotLeaderOrFollowerError:
-                # The leadership that appended the pending writes ended before they committed: not
-                # ours to acknowledge. The log itself is sound: replay goes on (an unload follows
-                # if this broker no longer leads).
-                for write in list(self._pending):
-                    self._write_failed(write, ErrorCode.not_leader_or_follower)
-                continue
-            except Exception as exc:  # noqa: BLE001 - the log failed or went away (its unload follows)
-                self._log_failed = error_code_for(exc)
+            except Exception as exc:  # noqa: BLE001 - the leadership ended, or the log failed or went away
+                code = self.runtime.topic.error_code(exc)
+                if code == ErrorCode.not_leader_or_follower:
+                    # The leadership that appended the pending writes ended before they committed:
+                    # not ours to acknowledge. The log itself is sound: replay goes on (an unload
+                    # follows if this broker no longer leads).
+                    for write in list(self._pending):
+                        self._write_failed(write, code)
+                    continue
+                self._log_failed = code
                 for write in list(self._pending):
                     self._write_failed(write, self._log_failed)
+                self._rebuild_latest()
                 return
 
     def _advance(self) -> None:
@@ -581,39 +621,34 @@ def _consume_result(future: asyncio.Future[Result]) -> None:
         future.exception()
 
 
-class GroupCoordinator:
-    """All offsets partitions this broker leads (on one broker: all of them)."""
+class CoordinatorRuntime(Generic[S]):
+    """All partitions of a coordinator's topic this broker leads (on one broker: all of them),
+    each driving one shard of type S made by `new_shard`.
 
-    def __init__(self, config: BrokerConfig, replicas: PartitionManager | None = None, *,
-                 topic: OffsetsTopic | None = None, clock: Clock | None = None) -> None:
+    `config` is the broker's settings, read by name: offsets.commit.timeout.ms (how long a write
+    may wait for the high watermark), offsets.standby.replay.enable, zookeeper.connect."""
+
+    def __init__(self, topic_name: str, config: Mapping[str, Any], topic: CoordinatorTopic,
+                 new_shard: Callable[[int], S], default_partitions: int, clock: Clock | None = None) -> None:
+        self.topic_name = topic_name
         self.config = config
-        if topic is None:
-            assert replicas is not None
-            topic = LogOffsetsTopic(config, replicas)
         self.topic = topic
+        self.new_shard = new_shard
+        self.default_partitions = default_partitions
         self.clock: Clock = clock or SystemClock()
-        self.shards: dict[int, ShardRuntime] = {}
-        # In a ZooKeeper cluster the offsets partitions this broker leads are loaded as the
-        # cluster hands them over (partition_led / partition_resigned), at their leader epochs.
+        self.shards: dict[int, ShardRuntime[S]] = {}
+        # In a ZooKeeper cluster the partitions this broker leads are loaded as the cluster hands
+        # them over (partition_led / partition_resigned), at their leader epochs.
         self.clustered = bool(config["zookeeper.connect"])
-        self._leader_epoch = 0  # on one broker: bumped each time the offsets topic is deleted
+        self._leader_epoch = 0  # on one broker: bumped each time the topic is deleted
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}  # request token -> its response
-        self.shard_config = CoordinatorConfig(
-            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
-            group=GroupConfig(
-                min_session_timeout_ms=config["group.min.session.timeout.ms"],
-                max_session_timeout_ms=config["group.max.session.timeout.ms"],
-                initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
-                max_size=config["group.max.size"],
-            ),
-        )
         self.topic.on_deleted(self._offsets_topic_deleted)
 
     @property
     def num_partitions(self) -> int:
         count = self.topic.partition_count()
-        return count if count is not None else self.config["offsets.topic.num.partitions"]
+        return count if count is not None else self.default_partitions
 
     def start(self) -> None:
         """Load every offsets partition that exists (asynchronously: requests see LOAD_IN_PROGRESS)."""
@@ -622,20 +657,20 @@ class GroupCoordinator:
 
     def partition_led(self, topic: str, index: int, leader_epoch: int) -> None:
         """This broker became the leader of a partition (of the offsets topic: load it)."""
-        if topic == OFFSETS_TOPIC:
+        if topic == self.topic_name:
             self._runtime(index).became_leader(leader_epoch)
 
     def partition_leader_epoch(self, topic: str, index: int, leader_epoch: int) -> None:
         """This broker leads the partition on, at a higher leader epoch (nothing to load)."""
-        if topic == OFFSETS_TOPIC:
+        if topic == self.topic_name:
             self._runtime(index).leader_epoch_bumped(leader_epoch)
 
     def partition_followed(self, topic: str, index: int, leader_epoch: int) -> None:
         """This broker follows a partition (of the offsets topic: stand by, or unload)."""
-        if topic == OFFSETS_TOPIC:
+        if topic == self.topic_name:
             self._runtime(index).became_follower(leader_epoch)
 
-    def _runtime(self, index: int) -> ShardRuntime:
+    def _runtime(self, index: int) -> ShardRuntime[S]:
         runtime = self.shards.get(index)
         if runtime is None:
             runtime = self.shards[index] = ShardRuntime(self, index)
@@ -666,17 +701,6 @@ class GroupCoordinator:
             runtime.resigned(self._leader_epoch)
         self._leader_epoch += 1
 
-    async def on_topics_deleted(self, topics: list[str]) -> None:
-        """Deleted topics: every active shard tombstones their offsets as one event (Kafka's
-        onPartitionsDeleted), done once those records are committed or have failed. A shard not
-        active keeps them (as in Kafka), for retention to expire."""
-        topics = [topic for topic in topics if topic != OFFSETS_TOPIC]  # that one unloads the shards
-        events = [runtime.submit(lambda shard, now: shard.delete_topic_offsets(topics))
-                  for runtime in self.shards.values() if topics and runtime.state is LoadState.ACTIVE]
-        for outcome in await asyncio.gather(*events, return_exceptions=True):
-            if isinstance(outcome, BaseException):
-                log.warning("offsets_of_deleted_topic_kept", topics=topics, error=repr(outcome))
-
     async def stop(self) -> None:
         """Unload every shard (held requests are answered NOT_COORDINATOR)."""
         await asyncio.gather(*(runtime.close() for runtime in self.shards.values()))
@@ -687,7 +711,7 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def shard_for(self, group_id: str) -> ShardRuntime:
+    def shard_for(self, group_id: str) -> ShardRuntime[S]:
         """The shard serving `group_id`, or ShardNotAvailable with the code to answer."""
         if not self.shards and not self.clustered:
             self.ensure_offsets_topic()  # first use on a fresh broker
@@ -711,7 +735,7 @@ class GroupCoordinator:
             if future is not None and not future.done():
                 future.set_result(response)
 
-    async def call(self, group_id: str, event: Callable[[CoordinatorShard, int, int], Result],
+    async def call(self, group_id: str, event: Callable[[S, int, int], Result],
                    error_response: Callable[[ErrorCode], Any]) -> Any:
         """Run `event(shard, token, now)` on the group's shard and await this request's response
         (which may be released by a later event, e.g. a JoinGroup completed by another member)."""
@@ -731,20 +755,7 @@ class GroupCoordinator:
                 response.cancel()
         return await response
 
-    def list_groups(self, body: Any, version: int) -> tuple[list[dict[str, Any]], ErrorCode]:
-        """ListGroups across every loaded shard: (groups, COORDINATOR_LOAD_IN_PROGRESS while any
-        shard is not loaded, else NONE)."""
-        self.ensure_offsets_topic()
-        groups: list[dict[str, Any]] = []
-        error = ErrorCode.none
-        for runtime in self.shards.values():
-            if runtime.state is LoadState.ACTIVE and runtime.shard is not None:
-                groups.extend(list_groups(runtime.shard.groups, body, version)["groups"])
-            elif runtime.leading:  # loading, or failed and retrying; the others are not ours
-                error = ErrorCode.coordinator_load_in_progress
-        return groups, error
-
-    async def read(self, group_id: str, reader: Callable[[CoordinatorShard], Any],
+    async def read(self, group_id: str, reader: Callable[[S], Any],
                    error_response: Callable[[ErrorCode], Any]) -> Any:
         """A read of committed state (OffsetFetch, DescribeGroups): no queue, no records."""
         try:
