@@ -26,10 +26,12 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
     coordinators = []
     for key in keys:
         if key_type == TRANSACTION_KEY_TYPE:
-            # No transaction coordinator: a non-retriable answer, so init_transactions() fails at
-            # once instead of retrying until its timeout (as InitProducerId refuses them).
-            entry = error_responses.coordinator(key, ErrorCode.transactional_id_authorization_failed,
-                                                "transactions are not supported")
+            # No transaction coordinator, so every broker refuses alike: it names itself, and its
+            # InitProducerId refuses the transactional id with UNSUPPORTED_VERSION, which clients
+            # report as such (librdkafka gives up at this step only on an authorization error,
+            # which would send operators looking at ACLs).
+            entry = {"key": key, "node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port,
+                     "error_code": 0, "error_message": None}
         elif key_type != GROUP_KEY_TYPE:
             entry = error_responses.coordinator(key, ErrorCode.invalid_request, f"unknown key type {key_type}")
         elif not key:
