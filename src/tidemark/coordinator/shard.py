@@ -122,6 +122,10 @@ class CoordinatorShard:
             self.membership.keep_alive(group, group.members[request.member_id], now_ms)
         return error
 
+    def validate_commit(self, request: Any, version: int, now_ms: int) -> ErrorCode | None:
+        """An OffsetCommit's group checks alone, for commits stored in ZooKeeper."""
+        return self._commit_error(request, version, now_ms)
+
     def commit_offsets(self, request: Any, version: int, token: int, now_ms: int,
                        topic_names: Callable[[Any], str | None] = lambda t: t.name) -> Result:
         """OffsetCommit: per-partition checks, then one record per accepted partition."""
