@@ -170,24 +170,6 @@ def running_broker(broker: Broker):
         loop.close()
 
 
-def test_find_coordinator_for_transactions_is_refused_for_good(broker):
-    with RawClient(broker.bootstrap) as client:
-        response = client.request(FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["txn"]})
-        (coordinator,) = response.coordinators
-        assert coordinator.error_code == ErrorCode.transactional_id_authorization_failed
-        assert coordinator.error_message == "transactions are not supported"
-
-
-def test_init_transactions_fails_at_once(broker):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn"})
-    with pytest.raises(confluent_kafka.KafkaException) as raised:
-        producer.init_transactions(60)
-    error = raised.value.args[0]
-    assert error.code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert not error.retriable()
-
-
 def test_deleting_the_offsets_topic_unloads_its_groups(make_broker):
     broker = make_broker().start()
     with RawClient(broker.bootstrap) as client:

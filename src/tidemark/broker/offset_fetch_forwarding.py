@@ -5,12 +5,14 @@ NOT_COORDINATOR, and the client looks the coordinator up and asks again. With fo
 broker asks the coordinator itself (the leader of the group's offsets partition) and returns its
 answer, so a client that reads offsets from any broker gets them in one round trip.
 
-One pooled connection per destination broker, used by one request at a time (a BrokerConnection
-reads the answer to the request it just sent), opened on first use and closed when the broker
-stops. Every forward is bounded by request.timeout.ms, connecting included. A forward that fails
-(the coordinator down, moved, slow) drops its connection (a late answer would be read by the
-next request) and is answered NOT_COORDINATOR, as without forwarding: the client finds the
-coordinator itself. A forwarded request is never forwarded again, so two brokers with different
+One pooled connection per destination broker, opened on first use and closed when the broker
+stops, carries every forward to it at once (MultiplexedConnection: answers are matched to
+requests by correlation id), so a forward never waits for another to be answered before it is
+sent. Every forward is bounded by request.timeout.ms, connecting included. A forward that fails
+(the coordinator down, moved, slow) is answered NOT_COORDINATOR, as without forwarding: the client
+finds the coordinator itself. A connection that failed, or on which a forward timed out (the peer
+answers in order, so what follows would wait behind it), is dropped and the next forward
+connects afresh. A forwarded request is never forwarded again, so two brokers with different
 views of the leader cannot bounce it between them.
 """
 
@@ -22,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from tidemark.wire.client import BrokerConnection
+from tidemark.wire.client import MultiplexedConnection
 
 log = structlog.get_logger("tidemark.offset_fetch_forwarding")
 
@@ -36,12 +38,21 @@ class ForwardFailed(Exception):
 
 
 class _Pooled:
-    """One broker's connection, and the lock that gives it to one request at a time."""
+    """One broker's connection, and the lock that makes concurrent first uses share one connect."""
 
     def __init__(self, address: tuple[str, int]) -> None:
         self.address = address
-        self.lock = asyncio.Lock()
-        self.connection: BrokerConnection | None = None
+        self.connecting = asyncio.Lock()
+        self.connection: MultiplexedConnection | None = None
+
+    async def connected(self, timeout_s: float) -> MultiplexedConnection:
+        async with self.connecting:
+            if self.connection is None or self.connection.broken:
+                stale, self.connection = self.connection, None
+                if stale is not None:
+                    await stale.close()
+                self.connection = await MultiplexedConnection.connect(*self.address, FORWARDED_CLIENT_ID, timeout_s)
+            return self.connection
 
 
 class OffsetFetchForwarder:
@@ -64,30 +75,29 @@ class OffsetFetchForwarder:
         pooled = self._pool.get(broker_id)
         if pooled is None or pooled.address != address:  # new, or the broker came back elsewhere
             if pooled is not None:
-                await self._drop(pooled)
+                await self._drop(pooled, pooled.connection)
             pooled = self._pool[broker_id] = _Pooled(address)
-        held = False  # a timeout while waiting for the lock leaves the holder's connection alone
+        connection = None
         try:
             async with asyncio.timeout(self._timeout_s):
-                async with pooled.lock:
-                    held = True
-                    if pooled.connection is None:
-                        pooled.connection = await BrokerConnection.connect(*address, FORWARDED_CLIENT_ID,
-                                                                           self._timeout_s)
-                    return await pooled.connection.request(OFFSET_FETCH, version, body, self._timeout_s)
+                connection = await pooled.connected(self._timeout_s)
+                return await connection.request(OFFSET_FETCH, version, body, self._timeout_s)
         except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
             log.info("offset_fetch_forward_failed", broker=broker_id, error=repr(exc))
-            if held:
-                await self._drop(pooled)
+            if connection is not None:
+                await self._drop(pooled, connection)
             raise ForwardFailed(str(exc)) from exc
 
-    async def _drop(self, pooled: _Pooled) -> None:
-        connection, pooled.connection = pooled.connection, None
-        if connection is not None:
-            await connection.close()
+    async def _drop(self, pooled: _Pooled, connection: MultiplexedConnection | None) -> None:
+        """Close `connection` and forget it, unless the pool holds a newer one already."""
+        if connection is None:
+            return
+        if pooled.connection is connection:
+            pooled.connection = None
+        await connection.close()
 
     async def close(self) -> None:
         """Close every pooled connection (the broker stops); later forwards fail at once."""
         self._closed = True
         pooled, self._pool = list(self._pool.values()), {}
-        await asyncio.gather(*(self._drop(p) for p in pooled))
+        await asyncio.gather(*(self._drop(p, p.connection) for p in pooled))

@@ -2,7 +2,8 @@
 
 As Kafka's ZooKeeper storage: a commit writes each offset as a decimal string to
 /consumers/[group]/offsets/[topic]/[partition], a fetch reads it, metadata is not kept (fetches
-return ""), group generations are not checked, and nothing goes to __consumer_offsets. What a
+return ""), and nothing goes to __consumer_offsets. Group generations and members are checked by
+the coordinator from v1, as Kafka did; only v0 commits unchecked. What a
 request commits is one ZooKeeper transaction; ZooKeeper not answering within
 offsets.commit.timeout.ms fails the request with COORDINATOR_NOT_AVAILABLE (retriable), never
 with a partial commit reported as done.
@@ -62,8 +63,10 @@ def _timeout_s(ctx: RequestContext) -> float:
     return ctx.config["offsets.commit.timeout.ms"] / 1000
 
 
-async def commit(ctx: RequestContext, body: Any, topic_name: Callable[[Any], str | None]) -> dict[str, Any]:
-    """An OffsetCommit response (Kafka's field names) after writing the request's offsets."""
+async def commit(ctx: RequestContext, body: Any, topic_name: Callable[[Any], str | None],
+                 group_error: ErrorCode | None = None) -> dict[str, Any]:
+    """An OffsetCommit response (Kafka's field names) after writing the request's offsets;
+    `group_error` is the coordinator's refusal of the committing member (v1+), if any."""
     max_metadata = ctx.config["offset.metadata.max.bytes"]
     offsets: dict[tuple[str, int], int] = {}
     accepted: list[dict[str, Any]] = []
@@ -77,6 +80,8 @@ async def commit(ctx: RequestContext, body: Any, topic_name: Callable[[Any], str
                 response["error_code"] = ErrorCode.invalid_group_id
             elif name is None or not ctx.replicas.has_partition(name, p.partition_index):
                 response["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif group_error is not None:
+                response["error_code"] = group_error
             elif p.committed_metadata is not None and len(p.committed_metadata) > max_metadata:
                 response["error_code"] = ErrorCode.offset_metadata_too_large
             else:

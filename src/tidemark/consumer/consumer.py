@@ -1,12 +1,13 @@
 """ZookeeperConsumer: Kafka's ZooKeeper-coordinated consumer, fetching over the Kafka protocol.
 
 Coordination is ZooKeeper's (registry.py): the consumer registers its id, watches the group's
-consumers and the brokers and topics, and on any change rebalances: it commits what it consumed,
-stops fetching, releases its owner znodes, computes the range assignment (assignment.py) from
-the registry, claims the owner znode of each partition it was given (waiting, bounded by
-rebalance.max.retries, for a previous owner that has not let go yet), reads the partitions'
-committed offsets (offsets.py) and only then fetches from them. Fetching is a confluent-kafka
-Consumer with assign() (never subscribe(): the broker's group protocol plays no part).
+consumers, the brokers and topics, and each subscribed topic's partitions, and on any change
+rebalances: it commits what it consumed, stops fetching, releases its owner znodes, computes the
+range assignment (assignment.py) from the registry, claims the owner znode of each partition it
+was given (waiting, bounded by rebalance.max.retries, for a previous owner that has not let go
+yet, or for the broker to know a grown topic's partitions), reads the partitions' committed
+offsets (offsets.py) and only then fetches from them. Fetching is a confluent-kafka Consumer with
+assign() (never subscribe(): the broker's group protocol plays no part).
 
 Everything runs in the caller's thread inside poll(); kazoo's watches only raise a flag, so a
 record is never delivered from a partition this consumer no longer owns.
@@ -193,7 +194,8 @@ class ZookeeperConsumer:
                 self._start_fetching()
                 return
             self.registry.release()
-            # Until the owner in the way lets go or the registry changes; bounded.
+            # Until the owner in the way lets go, the registry changes or the broker catches up
+            # with a grown topic; bounded.
             self._wake.wait(backoff_s)
         raise ConsumerRebalanceFailed(f"{self.consumer_id} could not claim its partitions in {retries + 1} attempts")
 
@@ -211,16 +213,26 @@ class ZookeeperConsumer:
         self._members = sorted(subscriptions)
         if self.consumer_id not in subscriptions:
             return True  # not registered any more (closing): nothing to own
-        mine = owned_by(range_assign(self._partitions(), subscriptions), self.consumer_id)
+        partitions = self._partitions()
+        if partitions is None:
+            return False  # the broker has not caught up with ZooKeeper's partitions yet: try again
+        mine = owned_by(range_assign(partitions, subscriptions), self.consumer_id)
         for tp, thread in sorted(mine.items()):
             if self.registry.claim(tp, thread, self._wake) is not None:
                 return False
         return True
 
-    def _partitions(self) -> dict[str, list[int]]:
+    def _partitions(self) -> dict[str, list[int]] | None:
+        """The subscribed topics' partitions: ZooKeeper's, as Kafka's consumer read them, for a
+        topic registered there, else the broker's metadata; None while the broker does not know
+        every partition ZooKeeper has (a topic that just grew)."""
         metadata = self.fetcher.list_topics(timeout=self._timeout_s)
-        return {topic: sorted(metadata.topics[topic].partitions) for topic in self.registry.topic_counts
-                if topic in metadata.topics and metadata.topics[topic].error is None}
+        known = {topic: sorted(metadata.topics[topic].partitions) for topic in self.registry.topic_counts
+                 if topic in metadata.topics and metadata.topics[topic].error is None}
+        registered = self.registry.topic_partitions()
+        if any(not set(partitions) <= set(known.get(topic, ())) for topic, partitions in registered.items()):
+            return None
+        return {**known, **registered}
 
     def _start_fetching(self) -> None:
         owned = sorted(self.registry.owned)

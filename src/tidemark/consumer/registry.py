@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from tidemark.zk import paths
 
@@ -61,15 +61,35 @@ class ConsumerRegistry:
         except NoNodeError:
             pass
 
-    def watch(self, changed: Callable[[], None]) -> list[ChildrenWatch]:
+    def watch(self, changed: Callable[[], None]) -> list[ChildrenWatch | DataWatch]:
         """Call `changed` (in kazoo's thread) when a consumer of the group, a broker or a topic
-        comes or goes; it is also called once at once per watch."""
+        comes or goes, or a subscribed topic's partitions change (Kafka's
+        ZKTopicPartitionChangeListener: a watch on /brokers/topics/[topic]'s data, which
+        CreatePartitions rewrites); it is also called once at once per watch."""
         watched = [paths.ids_path(self.group_id), paths.BROKER_IDS, paths.BROKER_TOPICS]
-        watches = []
+        watches: list[ChildrenWatch | DataWatch] = []
         for path in watched:
             self.client.ensure_path(path)
             watches.append(ChildrenWatch(self.client, path, lambda _children: changed()))
+        for topic in sorted(self.topic_counts):
+            watches.append(DataWatch(self.client, f"{paths.BROKER_TOPICS}/{topic}", lambda _data, _stat: changed()))
         return watches
+
+    def topic_partitions(self) -> dict[str, list[int]]:
+        """The partitions of each subscribed topic registered in ZooKeeper (Kafka's JSON at
+        /brokers/topics/[topic]); a topic not registered there is left out."""
+        found = {}
+        for topic in self.topic_counts:
+            try:
+                data, _ = self.client.get(f"{paths.BROKER_TOPICS}/{topic}")
+            except NoNodeError:
+                continue
+            try:
+                assignment = json.loads(data.decode() or "{}").get("partitions", {})
+                found[topic] = sorted(int(p) for p in assignment)
+            except (ValueError, AttributeError):
+                continue  # not Kafka's JSON: the broker's metadata decides
+        return found
 
     def subscriptions(self) -> dict[str, dict[str, int]]:
         """Every registered consumer's topic counts (a consumer gone meanwhile is left out)."""

@@ -62,6 +62,13 @@ def _retention_ms(request: Any) -> int:
     return -1 if retention is None else round(retention.total_seconds() * 1000)
 
 
+def _commit_timestamp(partition: Any, now_ms: int) -> int:
+    """OffsetCommit v1's per-partition commit timestamp, which Kafka 0.9-2.x kept (it is where
+    KIP-211's retention counts from); -1, and every other version, mean now."""
+    timestamp = getattr(partition, "commit_timestamp", -1)
+    return now_ms if timestamp == -1 else timestamp
+
+
 def _no_offset(partition: int, code: ErrorCode = ErrorCode.none) -> dict[str, Any]:
     """A partition without a committed offset: -1, epoch -1, metadata "" (and no error)."""
     return {"partition_index": partition, "committed_offset": NO_OFFSET, "committed_leader_epoch": -1,
@@ -129,6 +136,10 @@ class GroupCoordinatorShard:
             self.membership.keep_alive(group, group.members[request.member_id], now_ms)
         return error
 
+    def validate_commit(self, request: Any, version: int, now_ms: int) -> ErrorCode | None:
+        """An OffsetCommit's group checks alone, for commits stored in ZooKeeper."""
+        return self._commit_error(request, version, now_ms)
+
     def commit_offsets(self, request: Any, version: int, token: int, now_ms: int,
                        topic_names: Callable[[Any], str | None] = lambda t: t.name) -> Result:
         """OffsetCommit: per-partition checks, then one record per accepted partition."""
@@ -155,7 +166,7 @@ class GroupCoordinatorShard:
                         offset=p.committed_offset,
                         leader_epoch=getattr(p, "committed_leader_epoch", -1),
                         metadata=p.committed_metadata or "",
-                        commit_timestamp=now_ms,
+                        commit_timestamp=_commit_timestamp(p, now_ms),
                         expire_timestamp=expire_timestamp,
                     )
                     key = OffsetCommitKey(request.group_id, name, p.partition_index)

@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
+AUTHORIZED_OPERATIONS_FROM = 3  # the first DescribeGroups version with authorized operations
+# Kafka's AclOperation codes of the operations a group supports, as its bit field (bit = code).
+READ, DELETE, DESCRIBE = 3, 6, 8
+GROUP_OPERATIONS = (1 << READ) | (1 << DELETE) | (1 << DESCRIBE)
+
 
 async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body, version = request.body, ctx.api_version
@@ -26,10 +31,12 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
     coordinators = []
     for key in keys:
         if key_type == TRANSACTION_KEY_TYPE:
-            # No transaction coordinator: a non-retriable answer, so init_transactions() fails at
-            # once instead of retrying until its timeout (as InitProducerId refuses them).
-            entry = error_responses.coordinator(key, ErrorCode.transactional_id_authorization_failed,
-                                                "transactions are not supported")
+            # No transaction coordinator, so every broker refuses alike: it names itself, and its
+            # InitProducerId refuses the transactional id with UNSUPPORTED_VERSION, which clients
+            # report as such (librdkafka gives up at this step only on an authorization error,
+            # which would send operators looking at ACLs).
+            entry = {"key": key, "node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port,
+                     "error_code": 0, "error_message": None}
         elif key_type != GROUP_KEY_TYPE:
             entry = error_responses.coordinator(key, ErrorCode.invalid_request, f"unknown key type {key_type}")
         elif not key:
@@ -112,6 +119,10 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
             group_id, lambda shard, g=group_id: describe_groups(shard.groups, _OneGroup(g), version), failed
         )
         groups.extend(described["groups"])
+    if version >= AUTHORIZED_OPERATIONS_FROM and body.include_authorized_operations:
+        # As Kafka, only for a group described without error; with no ACLs, every operation.
+        groups = [{**g, "authorized_operations": GROUP_OPERATIONS} if g["error_code"] == ErrorCode.none else g
+                  for g in groups]
     return {"throttle_time": 0, "groups": groups}
 
 

@@ -15,8 +15,10 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     if body.transactional_id == "":
         return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "producer_id": -1, "producer_epoch": -1}
     if body.transactional_id is not None:
-        # No transaction coordinator: refuse clearly instead of letting the client retry forever.
-        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
+        # No transaction coordinator: "not supported", never an authorization failure (which
+        # sends operators looking at ACLs). Kafka's and kafka-python's producers fail at once on
+        # it; librdkafka retries it and reports it when init_transactions() times out.
+        return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version,
                 "producer_id": -1, "producer_epoch": -1}
     # Without a transactional id Kafka always hands out a fresh producer id at epoch 0, even
     # when the client names its current id and epoch (KIP-360): bumping a named id would let

@@ -1,7 +1,8 @@
 """OffsetCommit, OffsetFetch and OffsetDelete: the offset manager's APIs.
 
 OffsetCommit/OffsetFetch go to the offsets topic's coordinator, or to ZooKeeper
-(broker.zk_offsets) with offsets.storage=zookeeper and for v0, as Kafka did. With
+(broker.zk_offsets) with offsets.storage=zookeeper and for v0, as Kafka did; a v1+ commit to
+ZooKeeper passes the coordinator's group checks first. With
 offsets.fetch.forward.enable a group this broker does not coordinate is fetched from its
 coordinator (broker.offset_fetch_forwarding) instead of answered NOT_COORDINATOR.
 
@@ -21,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.broker import zk_offsets
 from tidemark.broker.offset_fetch_forwarding import ForwardFailed, OffsetFetchForwarder
+from tidemark.coordinator.result import Result
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.wire import error_responses
 from tidemark.wire.build import build
@@ -61,7 +63,14 @@ async def _commit(ctx: RequestContext, body: Any, names: Names | None) -> dict[s
     version = ctx.api_version
     name_of = (lambda t: t.name) if names is None else (lambda t: names[t.topic_id])
     if zk_offsets.serves(ctx, zk_offsets.OFFSET_COMMIT):
-        return await zk_offsets.commit(ctx, body, name_of)
+        # Only v0 is unchecked, as in Kafka: from v1 the coordinator's generation and member
+        # checks fence a zombie member wherever its offsets are stored.
+        group_error = None if version == 0 else await ctx.coordinator.call(
+            body.group_id,
+            lambda shard, token, now: Result().respond(token, shard.validate_commit(body, version, now)),
+            lambda code: code,
+        )
+        return await zk_offsets.commit(ctx, body, name_of, group_error)
     return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.commit_offsets(body, version, token, now, name_of),
