@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker.acl_operations import GROUP_OPERATIONS, authorized_operations
 from tidemark.coordinator.group_views import describe_groups
 from tidemark.coordinator.result import Result
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
@@ -19,9 +20,6 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
 AUTHORIZED_OPERATIONS_FROM = 3  # the first DescribeGroups version with authorized operations
-# Kafka's AclOperation codes of the operations a group supports, as its bit field (bit = code).
-READ, DELETE, DESCRIBE = 3, 6, 8
-GROUP_OPERATIONS = (1 << READ) | (1 << DELETE) | (1 << DESCRIBE)
 
 
 async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict[str, Any]:
@@ -121,7 +119,8 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
         groups.extend(described["groups"])
     if version >= AUTHORIZED_OPERATIONS_FROM and body.include_authorized_operations:
         # As Kafka, only for a group described without error; with no ACLs, every operation.
-        groups = [{**g, "authorized_operations": GROUP_OPERATIONS} if g["error_code"] == ErrorCode.none else g
+        operations = authorized_operations(GROUP_OPERATIONS, requested=True)
+        groups = [{**g, "authorized_operations": operations} if g["error_code"] == ErrorCode.none else g
                   for g in groups]
     return {"throttle_time": 0, "groups": groups}
 
