@@ -2,7 +2,7 @@
 
     python -m bench.coordinator_timers [--groups 10000 100000] [--repeats 5]
 
-One CoordinatorShard holds N Stable groups of 3 members (built as loading builds them, with
+One GroupCoordinatorShard holds N Stable groups of 3 members (built as loading builds them, with
 their session deadlines scheduled). The event is a Heartbeat from a random member, the most
 common event a shard sees; after each event the runtime asks for the shard's next deadline to
 arm its wake-up. "scan" is what the runtime did before the heap: after every event it walked
@@ -21,15 +21,15 @@ from types import SimpleNamespace
 
 from tidemark.coordinator.group import Group, GroupState, Member
 from tidemark.coordinator.rebalance import _session_deadline
-from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
+from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
 
 MEMBERS = 3
 SESSION_MS = 45_000
 NOW = 1_700_000_000_000
 
 
-def build_shard(groups: int) -> tuple[CoordinatorShard, list[tuple[str, str]]]:
-    shard = CoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: True)
+def build_shard(groups: int) -> tuple[GroupCoordinatorShard, list[tuple[str, str]]]:
+    shard = GroupCoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: True)
     members = []
     for g in range(groups):
         group = Group(f"group-{g}", NOW)
@@ -48,7 +48,7 @@ def build_shard(groups: int) -> tuple[CoordinatorShard, list[tuple[str, str]]]:
     return shard, members
 
 
-def scan_next_deadline(shard: CoordinatorShard) -> int | None:
+def scan_next_deadline(shard: GroupCoordinatorShard) -> int | None:
     """The runtime's old way: every member of every group, after every event."""
     deadlines: list[int] = []
     for group in shard.groups.values():
@@ -66,7 +66,7 @@ def scan_next_deadline(shard: CoordinatorShard) -> int | None:
     return min(deadlines, default=None)
 
 
-def per_event_seconds(shard: CoordinatorShard, members: list[tuple[str, str]], events: int, scan: bool,
+def per_event_seconds(shard: GroupCoordinatorShard, members: list[tuple[str, str]], events: int, scan: bool,
                       rng: random.Random) -> float:
     next_deadline = (lambda: scan_next_deadline(shard)) if scan else shard.next_deadline
     picks = [rng.choice(members) for _ in range(events)]

@@ -17,7 +17,7 @@ Cases (confluent-kafka Consumers, assign() only, never subscribe(); one group pe
       straight into its log while the broker is down; the broker's `offsets_partition_loaded`
       log line gives records/s.
   (f) tidemark only, in this process: bytes per cached offset after replaying --memory-groups x
-      --memory-partitions distinct offset commit records into a CoordinatorShard (tracemalloc,
+      --memory-partitions distinct offset commit records into a GroupCoordinatorShard (tracemalloc,
       and the RSS delta of a separate untraced pass, which also gives the raw replay rate).
 
 After (a) and (b) every committed offset is read back and checked. tidemark runs with
@@ -59,7 +59,7 @@ from bench.produce_fetch import (
 )
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
-from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
+from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
 from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
@@ -395,7 +395,7 @@ class MemoryResult:
     replay_per_second: float
 
 
-def _replay(shard: CoordinatorShard, groups: int, partitions: int) -> None:
+def _replay(shard: GroupCoordinatorShard, groups: int, partitions: int) -> None:
     """groups x partitions distinct offset commits, encoded one group at a time (the encoded
     records of a group are garbage once replayed)."""
     log_offset = 0
@@ -408,8 +408,8 @@ def _replay(shard: CoordinatorShard, groups: int, partitions: int) -> None:
             log_offset += 1
 
 
-def _new_shard() -> CoordinatorShard:
-    return CoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: True)
+def _new_shard() -> GroupCoordinatorShard:
+    return GroupCoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: True)
 
 
 def _rss_bytes() -> int:

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from tests.broker.inprocess import until
 from tests.broker.test_replication import NOW, _produce, _roles, two_brokers
 from tests.integration.raw import AsyncRawClient
-from tidemark.broker.coordinator_io import SystemClock
+from tidemark.coordinator.runtime.io import SystemClock
 from tidemark.replication.fetch_sessions import SESSION_SWEEP_MS, FollowerSession
 
 FETCH = 1

@@ -37,7 +37,7 @@ from tests.coordinator.test_in_flight import join as model_join
 from tests.coordinator.test_in_flight import stable_static_group
 from tidemark.coordinator.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, LoadState
 from tidemark.coordinator.group import GroupState
-from tidemark.coordinator.shard import CoordinatorShard
+from tidemark.coordinator.shard import GroupCoordinatorShard
 from tidemark.records.offsets_schema import GroupMetadataKey, decode_key
 from tidemark.wire.build import build
 
@@ -64,7 +64,7 @@ class Driver:
         self.calls: list[asyncio.Future[Any]] = []
 
     @property
-    def shard(self) -> CoordinatorShard:
+    def shard(self) -> GroupCoordinatorShard:
         return self.h.shard.shard
 
     def _call(self, group: str, event) -> None:
@@ -132,15 +132,15 @@ class Driver:
 
     # -- invariants ---------------------------------------------------------------------------
 
-    def replayed(self, upto: int) -> CoordinatorShard:
+    def replayed(self, upto: int) -> GroupCoordinatorShard:
         """A fresh shard that replayed the log below `upto`."""
-        fresh = CoordinatorShard(0, self.shard.config, self.shard.partition_exists)
+        fresh = GroupCoordinatorShard(0, self.shard.config, self.shard.partition_exists)
         for offset, (key, value) in enumerate(self.h.writer.records[:upto]):
             fresh.replay(offset, key, value, now_ms=self.h.clock.now_ms())
         return fresh
 
     @staticmethod
-    def offsets(shard: CoordinatorShard) -> dict[str, Any]:
+    def offsets(shard: GroupCoordinatorShard) -> dict[str, Any]:
         return {group: {tp: (o.offset, o.metadata) for tp, o in shard.offsets.group_offsets(group).items()}
                 for group in GROUPS if shard.offsets.group_offsets(group)}
 
@@ -152,7 +152,7 @@ class Driver:
         return {key.group for key in (decode_key(k) for k, _ in self.h.writer.records[:upto])
                 if isinstance(key, GroupMetadataKey)}
 
-    def check_standby(self, standby: CoordinatorShard) -> None:
+    def check_standby(self, standby: GroupCoordinatorShard) -> None:
         """The standby is a fresh replay of the committed log: the same offsets and groups."""
         upto = self.h.writer.high_watermark
         fresh = self.replayed(upto)

@@ -6,7 +6,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.group import Group, GroupState
-from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
+from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
 from tidemark.records.offsets_schema import decode_key, decode_offset_commit_value
 from tidemark.wire.build import build
 
@@ -16,8 +16,8 @@ from .test_group import member, subscription
 TOPICS = {("orders", 0), ("orders", 1), ("orders", 2)}
 
 
-def new_shard() -> CoordinatorShard:
-    return CoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: (topic, partition) in TOPICS)
+def new_shard() -> GroupCoordinatorShard:
+    return GroupCoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: (topic, partition) in TOPICS)
 
 
 def commit_request(group, offsets, version=8, generation=-1, member="", metadata=None, retention=-1):

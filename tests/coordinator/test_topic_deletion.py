@@ -8,7 +8,7 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from tests.coordinator.test_shard import commit_request
-from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
+from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
 from tidemark.records.offsets_schema import OffsetCommitKey, decode_key
 
 from .memory_log import NOW, InMemoryLog
@@ -16,8 +16,8 @@ from .memory_log import NOW, InMemoryLog
 TOPICS = {("orders", 0), ("orders", 1), ("payments", 0)}
 
 
-def new_shard() -> CoordinatorShard:
-    return CoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: (topic, partition) in TOPICS)
+def new_shard() -> GroupCoordinatorShard:
+    return GroupCoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: (topic, partition) in TOPICS)
 
 
 def tombstones(result):

@@ -18,7 +18,7 @@ from tests.conftest import BrokerProcess
 from tests.integration.clients import create_topic, produce_all
 from tests.integration.raw import RawClient
 from tidemark.cli.groups import groups as groups_cli
-from tidemark.coordinator.shard import CoordinatorConfig, CoordinatorShard
+from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
 from tidemark.log.offline import iter_log_records, topic_partition_dirs
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
@@ -222,7 +222,7 @@ def test_lag_report_from_the_cluster_and_from_files(spark, cluster, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Expiry: the report against CoordinatorShard.expire_offsets over the same records
+# Expiry: the report against GroupCoordinatorShard.expire_offsets over the same records
 
 T = 1_700_000_000_000
 MINUTE = 60_000
@@ -287,7 +287,7 @@ def expiry_records(spark, tmp_path_factory):
 
 def _coordinator_expires(at_ms: int) -> tuple[set[tuple[str, str, int]], set[str]]:
     """What the broker's retention check tombstones at at_ms, after loading EXPIRY_RECORDS."""
-    shard = CoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: True)
+    shard = GroupCoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: True)
     for offset, (key, value) in enumerate(EXPIRY_RECORDS):
         shard.replay(offset, key, value, now_ms=T)
     offsets, groups = set(), set()

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
 
     from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.coordinator_io import Clock
+    from tidemark.coordinator.runtime.io import Clock
     from tidemark.replication.partition_manager import PartitionManager
     from tidemark.broker.cluster import ClusterLink
     from tidemark.coordinator.result import Result
-    from tidemark.coordinator.shard import CoordinatorShard
+    from tidemark.coordinator.shard import GroupCoordinatorShard
     from tidemark.wire.codec import Request
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +38,10 @@ class Coordinator(Protocol):
 
     def partition_for(self, group_id: str) -> int: ...
 
-    async def call(self, group_id: str, event: Callable[[CoordinatorShard, int, int], Result],
+    async def call(self, group_id: str, event: Callable[[GroupCoordinatorShard, int, int], Result],
                    error_response: Callable[[ErrorCode], Any]) -> Any: ...
 
-    def read(self, group_id: str, reader: Callable[[CoordinatorShard], Any],
+    def read(self, group_id: str, reader: Callable[[GroupCoordinatorShard], Any],
              error_response: Callable[[ErrorCode], Any]) -> Any: ...
 
     def list_groups(self, body: Any, version: int) -> tuple[list[dict[str, Any]], ErrorCode]: ...

@@ -15,8 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.broker.errors import NotEnoughReplicasError, NotLeaderOrFollowerError, error_code_for
 from tidemark.coordinator.result import OffsetsRecord
-from tidemark.coordinator.runtime.io import Cancellable, Clock, CoordinatorTopic, LogRecord, PartitionWriter, \
-    SystemClock
+from tidemark.coordinator.runtime.io import LogRecord, PartitionWriter
 from tidemark.records import build_batch, iter_batches, iter_key_values
 from tidemark.records.compression import CompressionType
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
@@ -26,10 +25,6 @@ if TYPE_CHECKING:
     from tidemark.replication.partition import Partition
     from tidemark.replication.partition_manager import PartitionManager
 
-__all__ = ["OFFSETS_TOPIC", "Cancellable", "Clock", "CoordinatorTopic", "LogOffsetsTopic", "LogPartitionWriter",
-           "LogRecord", "OffsetsTopic", "PartitionWriter", "SystemClock"]
-
-OffsetsTopic = CoordinatorTopic  # the coordinator topic of groups and their offsets
 
 
 class LogPartitionWriter:

@@ -45,7 +45,8 @@ from tidemark.broker.apis import (
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
-from tidemark.broker.coordinator_io import Clock, LogOffsetsTopic, SystemClock
+from tidemark.broker.coordinator_io import LogOffsetsTopic
+from tidemark.coordinator.runtime.io import Clock, SystemClock
 from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession

@@ -413,4 +413,3 @@ class GroupCoordinatorShard:
         return result
 
 
-CoordinatorShard = GroupCoordinatorShard  # its name before the runtime became generic over shards

@@ -20,7 +20,7 @@ from tidemark.cluster.zk.errors import ClusterError
 
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.coordinator_io import Clock
+    from tidemark.coordinator.runtime.io import Clock
     from tidemark.cluster.zk.session import ZkSession
     from tidemark.replication.partition import Partition
     from tidemark.replication.partition_manager import PartitionManager

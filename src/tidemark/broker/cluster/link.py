@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.coordinator_io import Clock
+    from tidemark.coordinator.runtime.io import Clock
     from tidemark.coordinator.group_coordinator import GroupCoordinator
     from tidemark.replication.partition_manager import PartitionManager
 

@@ -25,7 +25,7 @@ from tidemark.replication.replica_fetcher import ReplicaFetcher
 
 if TYPE_CHECKING:
     from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.coordinator_io import Clock
+    from tidemark.coordinator.runtime.io import Clock
     from tidemark.coordinator.group_coordinator import GroupCoordinator
     from tidemark.cluster.zk.metadata_view import PartitionView
     from tidemark.replication.partition import Partition
