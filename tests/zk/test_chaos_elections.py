@@ -16,9 +16,9 @@ offset, no offset holds two records, OffsetFetch never answered less than the la
 commit and ends at the log end, the replicas' logs are identical (read offline from their
 segment files), and librdkafka reported no fatal error.
 
-A run whose only failure is an ISR that did not heal because a broker's ISR maintenance task
-died (its log shows it: issue 23, defect 10) is reported as an expected failure naming it; any
-other failure fails the test.
+A run whose only failure is an OffsetFetch answered below an acknowledged commit (a
+coordinator that lost its ZooKeeper session serving from its cache: found here, still open) is
+reported as an expected failure naming it; any other failure fails the test.
 
 Each run draws its schedule (which fault, on whom, for how long) from a seed it prints; set
 TIDEMARK_CHAOS_SEED to replay a schedule (the machine's timing is not replayed). Fault time is
@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import subprocess
 import threading
 import time
@@ -461,17 +460,10 @@ def run_chaos(c: Chaos, faults) -> None:
         # ZooKeeper session (paused past it, or cut off) answers OffsetFetch from its cache until
         # it learns another broker leads the offsets partition; nothing acknowledged is lost.
         pytest.xfail(f"open: OffsetFetch served by a coordinator that lost its ZooKeeper session; {c.report()}")
-    if c.violations and all(v.startswith(RECOVERY_VIOLATIONS) for v in c.violations):
-        dead = _isr_tasks_dead(c)
-        if dead:  # only the ISR stayed short, and for the known reason: say so, do not hide it
-            pytest.xfail(f"issue 23 defect 10: the ISR maintenance task died (broker: exceptions {dead}) and the "
-                         f"ISR never recovered; {c.report()}")
     assert not c.violations, c.report()
 
 
 STALE_READ_VIOLATION = "OffsetFetch below an acknowledged commit"
-# Violations that only say the ISR did not come back (and what was waited on after it).
-RECOVERY_VIOLATIONS = ("not within", "out of sync:")
 
 
 def _truncated_ranges(c: Chaos) -> dict[int, list[tuple[int, int]]]:
@@ -485,18 +477,6 @@ def _truncated_ranges(c: Chaos) -> dict[int, list[tuple[int, int]]]:
             if event.get("topic") == TOPIC:
                 ranges.setdefault(event["partition"], []).append((event["to_offset"], event["from_offset"]))
     return ranges
-
-
-def _isr_tasks_dead(c: Chaos) -> dict[int, list[str]]:
-    """Brokers whose `isr-maintenance` task ended with an exception (issue 23, defect 10: it dies
-    with a ZooKeeper session expiry or connection loss and nobody restarts it), and the
-    exceptions, as their logs show them."""
-    dead = {}
-    for broker_id, broker in c.brokers.items():
-        found = re.findall(r"Task finished name='isr-maintenance'.*? exception=(\w+)", broker.log_text())
-        if found:
-            dead[broker_id] = found
-    return dead
 
 
 def _committed(workload: Workload) -> dict[int, int]:
