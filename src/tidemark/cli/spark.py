@@ -199,10 +199,25 @@ def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master
         console.print(f"written as {fmt} to {output}")
 
 
+def _chart_path(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Checked before Spark starts: a chart that cannot be written would fail the job at its end."""
+    if value is None:
+        return None
+    directory = os.path.dirname(value) or "."
+    if not os.path.isdir(directory):
+        raise click.BadParameter(f"{value}: no directory {directory}")
+    if not os.access(directory, os.W_OK):
+        raise click.BadParameter(f"{value}: {directory} is not writable")
+    if os.path.isdir(value):
+        raise click.BadParameter(f"{value} is a directory; give a file name such as lag.png")
+    return value
+
+
 @spark.command("lag-report")
 @_source_options
-@click.option("--chart", default=None, help="Draw a PNG here: total lag per group, and each group's lag over time "
-                                            "(after each commit in the offsets log).")
+@click.option("--chart", default=None, callback=_chart_path,
+              help="Draw a PNG here: total lag of the groups with most lag, and their lag over time (after each "
+                   "commit in the offsets log).")
 def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
                        show: int, chart: str | None) -> None:
     """Committed offset against log-end offset per group, topic and partition, with the lag in
