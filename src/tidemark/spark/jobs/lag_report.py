@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark import lag as lag_math
+from tidemark.hold import hold
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -255,6 +256,7 @@ def main(spark: SparkSession, *, bootstrap_servers: str | None = None, data_dir:
     snapshot = offsets_snapshot(records).cache()
     committed = {(r.group, r.topic, r.partition): r.committed_offset
                  for r in snapshot.select("group", "topic", "partition", "committed_offset").collect()}
+    hold("lag_report")  # a test's Ctrl-C lands here, with Spark running
     partitions = sorted({key[1:] for key in committed})
     if bootstrap_servers is not None:
         ends = log_end_offsets_from_cluster(bootstrap_servers, partitions, client_config)
