@@ -694,7 +694,9 @@ def delete_offsets_command(group: str, topics: tuple[str, ...], bootstrap: str, 
             wanted += [(topic, p) for p in partitions]
     wanted = list(dict.fromkeys(wanted))
 
-    top_error, results = _offset_delete(cluster, group, wanted) if wanted else (ErrorCode.none, {})
+    # Asked even when every topic is unknown, as Kafka's tool does: a group that does not exist is
+    # the error to report, not its topics.
+    top_error, results = _offset_delete(cluster, group, wanted)
     rows: list[tuple[str, int | str, str]] = []
     for topic in unknown_topics:
         rows.append((topic, "Not Provided", "Error: UNKNOWN_TOPIC_OR_PARTITION"))
