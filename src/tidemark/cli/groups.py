@@ -378,6 +378,10 @@ def describe_command(group_args: tuple[str, ...], group_opts: tuple[str, ...], a
         try:
             in_zookeeper = zk_groups.get(group)
             on_cluster = in_zookeeper is None or group in listed
+            if in_zookeeper and on_cluster and not in_zookeeper.members:
+                # A cluster group without ZooKeeper consumers: its znode offsets are the broker's own
+                # storage (offsets.storage=zookeeper), the same offsets the cluster view shows.
+                in_zookeeper = None
             if output == "json":
                 if in_zookeeper:
                     described.append(_describe_zookeeper(cluster, in_zookeeper))
