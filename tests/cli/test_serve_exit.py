@@ -4,7 +4,6 @@ cleanly (exit 0, clean on the next start); a new data directory is not called un
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -21,8 +21,8 @@ HANG_GUARD_S = 600.0
 def test_ctrl_c_during_a_job_is_one_line_and_exit_130(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     (data_dir / "__consumer_offsets-0").mkdir(parents=True)
-    commit = (encode_key(OffsetCommitKey("etl", "orders", 0)), encode_offset_commit_value(OffsetCommitValue(4, 2, "", T)),
-              (), T)
+    commit = (encode_key(OffsetCommitKey("etl", "orders", 0)),
+              encode_offset_commit_value(OffsetCommitValue(4, 2, "", T)), (), T)
     (data_dir / "__consumer_offsets-0" / "00000000000000000000.log").write_bytes(build_batch([commit]))
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     with open(out, "wb") as stdout, open(err, "wb") as stderr:

@@ -33,8 +33,8 @@ def history(count: int) -> dict[str, list[tuple[int, int]]]:
 def test_one_size_for_any_number_of_groups(tmp_path: Path, count: int) -> None:
     path = tmp_path / "lag.png"
     lag_report.draw_chart(groups(count), path, over_time=history(count))
-    assert png_size(path) == (lag_report.CHART_WIDTH_IN * lag_report.CHART_DPI,
-                              (lag_report.CHART_BARS_HEIGHT_IN + lag_report.CHART_TIME_HEIGHT_IN) * lag_report.CHART_DPI)
+    height_in = lag_report.CHART_BARS_HEIGHT_IN + lag_report.CHART_TIME_HEIGHT_IN
+    assert png_size(path) == (lag_report.CHART_WIDTH_IN * lag_report.CHART_DPI, height_in * lag_report.CHART_DPI)
 
 
 def test_the_bars_are_named_the_top_20_by_lag_then_the_others() -> None:

@@ -227,7 +227,8 @@ def restart_command(broker_id: int, directory: Path) -> None:
     """Start one broker again (after a controlled shutdown if it runs); ElectLeaders (preferred)
     then moves its leaderships back."""
     if not directory.is_dir():
-        raise click.ClickException(f"no cluster under {directory}/ (is `tidemark cluster run --dir {directory}` running?)")
+        raise click.ClickException(f"no cluster under {directory}/ "
+                                   f"(is `tidemark cluster run --dir {directory}` running?)")
     request = _restart_request(directory, broker_id)
     request.write_text("restart\n")
     _wait_gone(request, f"restart of broker {broker_id}")
