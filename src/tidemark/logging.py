@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -117,7 +118,14 @@ class _Stderr:
                 self._closed = True
 
 
+def quiet_kazoo_chroot_warning() -> None:
+    """kazoo warns (warnings.warn, a bare stderr line) when zookeeper.connect's chroot does not
+    exist yet; the broker creates it (as Kafka does), so the warning only misleads."""
+    warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning)
+
+
 def configure(level: str = "INFO", fmt: str = "auto") -> None:
+    quiet_kazoo_chroot_warning()
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
     renderer = structlog.dev.ConsoleRenderer(colors=False) if fmt == "console" else structlog.processors.JSONRenderer()

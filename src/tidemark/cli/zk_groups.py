@@ -8,12 +8,14 @@ import logging
 from dataclasses import dataclass, field
 
 from tidemark.cli.reach import unreachable
+from tidemark.logging import quiet_kazoo_chroot_warning
 from tidemark.zk.offset_store import ZookeeperOffsetManager, ZookeeperUnavailable
 
 # kazoo logs every failed connect and a missing chroot itself; the command says what failed in one
 # line (ZookeeperUnavailable), and a command has nobody to read kazoo's retries.
 logging.getLogger("kazoo").addHandler(logging.NullHandler())
 logging.getLogger("kazoo").propagate = False
+quiet_kazoo_chroot_warning()
 
 
 @dataclass
