@@ -28,8 +28,11 @@ serve: install
 	$(BIN)/tidemark serve --listen $(LISTEN) --data-dir $(DATA_DIR)
 
 # ZooKeeper and three brokers on 127.0.0.1:9092-9094 (data under ./tidemark-cluster); Ctrl-C stops all.
+# `make cluster FIRST_PORT=19092 ZK_PORT=12181` moves them; a port in use stops it before it starts.
+FIRST_PORT ?= 9092
+ZK_PORT ?= 2181
 cluster: install system-deps
-	$(BIN)/tidemark cluster run --brokers 3 --first-port 9092 --dir tidemark-cluster
+	$(BIN)/tidemark cluster run --brokers 3 --first-port $(FIRST_PORT) --zookeeper-port $(ZK_PORT) --dir tidemark-cluster
 
 test: install system-deps
 	$(BIN)/pytest -q

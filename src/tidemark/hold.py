@@ -8,7 +8,8 @@ long a step takes. Unset, a hold point costs one environment lookup.
 Points: `broker_start` (Broker.start with its logs open, before it listens and joins its
 cluster), `offsets_load` (an offsets partition has read and replayed its log, before it becomes active),
 `cleaner_write` (a cleaned segment is partly written), `swap_<step>` (each step of swapping a
-cleaned segment in: cleaned, swap, deleted, renamed).
+cleaned segment in: cleaned, swap, deleted, renamed), `lag_report` (the lag report's job has read
+the offsets log).
 """
 
 from __future__ import annotations

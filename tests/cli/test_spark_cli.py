@@ -178,3 +178,11 @@ def test_a_cluster_without_an_offsets_topic_is_an_error(make_broker):
 
     assert "__consumer_offsets" not in AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(
         timeout=30).topics
+
+
+@pytest.mark.parametrize("chart", ["/nonexistent/dir/lag.png", "."])
+def test_a_chart_that_cannot_be_written_is_refused_before_spark_starts(data_dir, chart):
+    result = CliRunner().invoke(main, ["spark", "lag-report", "--data-dir", str(data_dir), "--chart", chart])
+    assert result.exit_code == 2
+    assert "Invalid value for '--chart'" in result.output
+    assert "starting Spark" not in result.output

@@ -64,10 +64,11 @@ def test_time_lag_and_status_per_partition_and_group(spark, data_dir, tmp_path):
     }
     assert {r.group: r.status for r in per_group.collect()} == {
         "caught": "OK", "rewind": "ERR", "stopped": "ERR", "warn": "WARN"}
-    # Given history, the PNG has a second panel: lag over time (twice the height of the bars alone).
+    # Given history, the PNG has a second panel: lag over time.
     png = chart.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (
-        lag_report.CHART_WIDTH_IN * 100, 2 * lag_report.CHART_PANEL_HEIGHT_IN * 100)
+        lag_report.CHART_WIDTH_IN * lag_report.CHART_DPI,
+        (lag_report.CHART_BARS_HEIGHT_IN + lag_report.CHART_TIME_HEIGHT_IN) * lag_report.CHART_DPI)
 
 
 def test_lag_over_time_is_the_lag_at_each_commit(spark, data_dir):

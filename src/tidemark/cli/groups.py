@@ -378,6 +378,10 @@ def describe_command(group_args: tuple[str, ...], group_opts: tuple[str, ...], a
         try:
             in_zookeeper = zk_groups.get(group)
             on_cluster = in_zookeeper is None or group in listed
+            if in_zookeeper and on_cluster and not in_zookeeper.members:
+                # A cluster group without ZooKeeper consumers: its znode offsets are the broker's own
+                # storage (offsets.storage=zookeeper), the same offsets the cluster view shows.
+                in_zookeeper = None
             if output == "json":
                 if in_zookeeper:
                     described.append(_describe_zookeeper(cluster, in_zookeeper))
@@ -694,7 +698,9 @@ def delete_offsets_command(group: str, topics: tuple[str, ...], bootstrap: str, 
             wanted += [(topic, p) for p in partitions]
     wanted = list(dict.fromkeys(wanted))
 
-    top_error, results = _offset_delete(cluster, group, wanted) if wanted else (ErrorCode.none, {})
+    # Asked even when every topic is unknown, as Kafka's tool does: a group that does not exist is
+    # the error to report, not its topics.
+    top_error, results = _offset_delete(cluster, group, wanted)
     rows: list[tuple[str, int | str, str]] = []
     for topic in unknown_topics:
         rows.append((topic, "Not Provided", "Error: UNKNOWN_TOPIC_OR_PARTITION"))

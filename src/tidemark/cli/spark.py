@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import datetime
 import functools
+import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -118,11 +121,60 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
+class _Interrupted(Exception):
+    """Ctrl-C during a job."""
+
+
+def _on_interrupt(_signum: int, _frame: Any) -> None:
+    # Instead of PySpark's handler, which asks the JVM to cancel its jobs: the terminal sent the
+    # same Ctrl-C to the JVM, which is going away, and the call would fail with a traceback.
+    raise _Interrupted
+
+
+def _interruptible(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Ctrl-C ends a job with one line and exit code 130, not pages of py4j tracebacks about the
+    JVM that went with it."""
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        try:
+            return func(**kwargs)
+        except (KeyboardInterrupt, _Interrupted):
+            pass
+        except Exception:  # noqa: BLE001 - a py4j error of the JVM stopped by the same Ctrl-C
+            if signal.getsignal(signal.SIGINT) is not _on_interrupt:
+                raise
+            import py4j.protocol
+
+            if not _py4j_failed(sys.exc_info()[1], py4j.protocol.Py4JError):
+                raise
+        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+        click.echo("interrupted", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)  # Spark's exit hooks would talk to the JVM that is gone
+
+    return wrapper
+
+
+def _py4j_failed(exc: BaseException | None, kind: type) -> bool:
+    while exc is not None:
+        if isinstance(exc, kind):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _session(console, app_name: str, master: str):
     from tidemark.spark.jobs.common import spark_session
 
     with _status(console, "starting Spark"):
         session = spark_session(app_name, master)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_interrupt)
+    # py4j logs every call the JVM did not answer (a Ctrl-C, a JVM that died) with a traceback;
+    # the failure reaches the command as an exception anyway.
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     context = session.sparkContext
     console.print(f"Spark {session.version}, master {context.master}, application {context.appName}", style="dim",
                   highlight=False)
@@ -182,6 +234,7 @@ def spark() -> None:
 
 @spark.command("offsets-snapshot")
 @_source_options
+@_interruptible
 def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None,
                              fmt: str, show: int) -> None:
     """The committed offsets as the coordinator would load them (last record per key, tombstones applied)."""
@@ -199,10 +252,26 @@ def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master
         console.print(f"written as {fmt} to {output}")
 
 
+def _chart_path(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Checked before Spark starts: a chart that cannot be written would fail the job at its end."""
+    if value is None:
+        return None
+    directory = os.path.dirname(value) or "."
+    if not os.path.isdir(directory):
+        raise click.BadParameter(f"{value}: no directory {directory}")
+    if not os.access(directory, os.W_OK):
+        raise click.BadParameter(f"{value}: {directory} is not writable")
+    if os.path.isdir(value):
+        raise click.BadParameter(f"{value} is a directory; give a file name such as lag.png")
+    return value
+
+
 @spark.command("lag-report")
 @_source_options
-@click.option("--chart", default=None, help="Draw a PNG here: total lag per group, and each group's lag over time "
-                                            "(after each commit in the offsets log).")
+@_interruptible
+@click.option("--chart", default=None, callback=_chart_path,
+              help="Draw a PNG here: total lag of the groups with most lag, and their lag over time (after each "
+                   "commit in the offsets log).")
 def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
                        show: int, chart: str | None) -> None:
     """Committed offset against log-end offset per group, topic and partition, with the lag in
@@ -226,6 +295,7 @@ def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str,
 
 @spark.command("expiry-report")
 @_source_options
+@_interruptible
 @click.option("--at", "at_ms", required=True, callback=lambda _ctx, _param, value: parse_time(value),
               help="When: epoch milliseconds or an ISO-8601 date-time (UTC if naive).")
 @click.option("--retention-minutes", type=click.IntRange(min=1), default=10080, show_default=True,

@@ -61,6 +61,7 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self.clean_shutdown = False  # how the last run ended, as found by open()
+        self.new_directory = False  # no run ever ended here, as found by open()
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
@@ -86,6 +87,9 @@ class LogManager:
         self.lock()
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
+        # Nothing ever ran here: no shutdown, clean or not, to report.
+        self.new_directory = not self.clean_shutdown and not (self.data_dir / RECOVERY_POINT_CHECKPOINT).exists() \
+            and not any(parse_partition_dir(p.name) for p in self.data_dir.iterdir() if p.is_dir())
         recovery_points = read_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_checkpoint(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
         high_watermarks = read_checkpoint(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)

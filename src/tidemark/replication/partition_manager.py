@@ -61,8 +61,8 @@ class PartitionManager:
         self.logs.lock()  # before the metadata file is read or created
         self.metadata = metadata() if metadata is not None else EmbeddedMetadata(self.data_dir, self.config.node_id)
         self.logs.open(config_for=config_for)
-        log.info("logs_loaded", logs=len(self.logs.logs()), clean_shutdown=self.logs.clean_shutdown,
-                 seconds=round(time.perf_counter() - started, 3))
+        last_run = {"new_data_dir": True} if self.logs.new_directory else {"clean_shutdown": self.logs.clean_shutdown}
+        log.info("logs_loaded", logs=len(self.logs.logs()), seconds=round(time.perf_counter() - started, 3), **last_run)
         for (topic_name, index), partition_log in self.logs.logs().items():
             topic = self.metadata.get(topic_name)
             if topic is None or index >= topic.partitions or not topic.hosted_by(self.config.node_id, index):

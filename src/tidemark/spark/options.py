@@ -97,6 +97,7 @@ class SourceOptions:
     group_id_prefix: str = DEFAULT_GROUP_ID_PREFIX
     fetch_offset_retries: int = DEFAULT_FETCH_OFFSET_RETRIES
     fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
+    max_records_per_partition: int | None = None
 
     def consumer_config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.bootstrap_servers, **self.client_config}
@@ -107,7 +108,7 @@ SOURCE_OPTIONS = ("bootstrap.servers", "subscribe", "subscribePattern", "assign"
                   "kafkaConsumer.pollTimeoutMs", "startingTimestamp", "startingOffsetsByTimestamp",
                   "startingOffsetsByTimestampStrategy", "endingTimestamp", "endingOffsetsByTimestamp",
                   "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "includeHeaders", "groupIdPrefix",
-                  "fetchOffset.numRetries", "fetchOffset.retryIntervalMs")
+                  "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "maxRecordsPerPartition")
 # Spark's DataFrameWriter / DataStreamWriter hand their own settings to the sink among the options.
 SINK_OPTIONS = ("bootstrap.servers", "topic", "checkpointLocation", "path")
 
@@ -133,7 +134,7 @@ def _client_config(options: Mapping[str, str]) -> dict[str, str]:
 def _required(options: Mapping[str, str], name: str) -> str:
     value = options.get(name) or options.get(f"kafka.{name}")
     if not value:
-        raise OptionError(f'option "{name}" is required')
+        raise OptionError(f'option "kafka.{name}" or "{name}" is required')
     return value
 
 
@@ -251,6 +252,10 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     starting = _timestamp_spec(options, "startingTimestamp", "startingOffsetsByTimestamp", strategy) or (
         parse_offset_spec(options, "startingOffsets", "latest" if streaming else "earliest",
                           ("earliest", "latest", "group")))
+    if not streaming and (starting.kind == "latest" or LATEST in starting.specific.values()):
+        # As Spark's connector: a batch would start where it ends, at the latest offset, and read nothing.
+        raise OptionError('startingOffsets "latest" (or -1) is for streaming queries only: a batch query would '
+                          'read nothing; use "earliest", offsets or a timestamp')
     if starting.kind == "group" and not group_id:
         raise OptionError('startingOffsets "group" needs the option "group.id"')
     for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
@@ -285,6 +290,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         fetch_offset_retries=_non_negative_int(options, "fetchOffset.numRetries", DEFAULT_FETCH_OFFSET_RETRIES),
         fetch_offset_retry_interval_ms=_non_negative_int(options, "fetchOffset.retryIntervalMs",
                                                          DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS),
+        max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
     )
 
 

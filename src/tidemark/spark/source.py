@@ -181,25 +181,31 @@ class _Planner:
                                           {**self.options.consumer_config(), "group.id": self.reader_group_id},
                                           self.options.fail_on_data_loss, self.options.poll_timeout_ms,
                                           self.options.include_headers))
-        return split_ranges(ranges, self.options.min_partitions)
+        return split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """minPartitions: with fewer ranges than that, split each in proportion to its size (at least
-    one piece, at most one per offset), into pieces whose sizes differ by one at most."""
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
+                 max_records: int | None = None) -> list[OffsetRange]:
+    """As Spark's connector: maxRecordsPerPartition first splits each range into pieces of at most
+    that many offsets; then, with fewer ranges than minPartitions, each is split in proportion to
+    its size (at least one piece, at most one per offset). Pieces of one range differ by one at most."""
+    if max_records:
+        ranges = [piece for r in ranges for piece in _pieces(r, -(-(r.end - r.start) // max_records))]
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.end - r.start for r in ranges)
+    return [piece for r in ranges
+            for piece in _pieces(r, max(1, min(r.end - r.start, round((r.end - r.start) * min_partitions / total))))]
+
+
+def _pieces(r: OffsetRange, count: int) -> list[OffsetRange]:
+    step, extra = divmod(r.end - r.start, count)
     pieces = []
-    for r in ranges:
-        size = r.end - r.start
-        count = max(1, min(size, round(size * min_partitions / total)))
-        step, extra = divmod(size, count)
-        start = r.start
-        for i in range(count):
-            end = start + step + (1 if i < extra else 0)
-            pieces.append(dataclasses.replace(r, start=start, end=end))
-            start = end
+    start = r.start
+    for i in range(count):
+        end = start + step + (1 if i < extra else 0)
+        pieces.append(dataclasses.replace(r, start=start, end=end))
+        start = end
     return pieces
 
 

@@ -88,19 +88,26 @@ def lag_details(history: Iterable[tuple[str, str, int, int, int]], committed: Ma
 
 def group_lag_over_time(details: Mapping[Key, Details], current: Mapping[Key, int | None], now_ms: int
                         ) -> dict[str, list[tuple[int, int]]]:
-    """Per group, (time ms, total lag) after each of its commits (a partition counts with the lag
-    of its latest commit so far), ending with the lag now."""
+    """Per group, (time ms, total lag) after its commits of each millisecond (a partition counts
+    with the lag of its latest commit so far), ending with the lag now.
+
+    Commits of one millisecond (a consumer restarting commits again at once) keep their log
+    order: the later one is the partition's lag, whatever the numbers."""
     by_group: dict[str, list[tuple[int, TP, int]]] = {}
     for (group, topic, partition), detail in details.items():
         events = by_group.setdefault(group, [])
-        events.extend((c.timestamp_ms, (topic, partition), c.lag) for c in detail.history)
+        events.extend((c.timestamp_ms, (topic, partition), c.lag) for c in detail.history)  # history: log order
     series = {}
     for group, events in by_group.items():
         lags: dict[TP, int] = {}
-        points = []
-        for ts, tp, value in sorted(events):
+        points: list[tuple[int, int]] = []
+        for ts, tp, value in sorted(events, key=lambda event: event[0]):  # stable: log order within a ms
             lags[tp] = value
-            points.append((ts, sum(lags.values())))
+            total = sum(lags.values())
+            if points and points[-1][0] == ts:
+                points[-1] = (ts, total)
+            else:
+                points.append((ts, total))
         now_total = sum(v or 0 for (g, _t, _p), v in current.items() if g == group)
         series[group] = [*points, (now_ms, now_total)]
     return series

@@ -7,8 +7,8 @@ partition's end is unknown, e.g. its topic was deleted), and with each partition
 and status (lag_history: from the commit history in the offsets log). `lag_per_group` sums the
 lag per group and takes its worst status. Log-end offsets come from the cluster (the high
 watermark, through confluent-kafka on the driver) or, offline, from the segment files of the
-data directory. The chart shows the total lag per group now and, once a group has commits to
-show, its lag over time (after each commit).
+data directory. The chart shows the total lag now of the groups with most lag (named bars, the
+rest as one) and, once they have commits to show, their lag over time (after each commit).
 
     tidemark spark lag-report (--bootstrap-server HOST:PORT | --data-dir DIR)
         [--output PATH --format parquet|csv] [--chart lag.png]
@@ -22,14 +22,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark import lag as lag_math
+from tidemark.hold import hold
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 REPORT_COLUMNS = ("group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "lag_seconds", "status")
 PER_GROUP_COLUMNS = ("group", "partitions", "total_lag", "status")
-CHART_WIDTH_IN = 6  # at least; wider with more groups
-CHART_PANEL_HEIGHT_IN = 4.5
+# One size for any number of groups: the top CHART_TOP_GROUPS by lag get a bar each, the rest one.
+CHART_WIDTH_IN = 12
+CHART_BARS_HEIGHT_IN = 6.5
+CHART_TIME_HEIGHT_IN = 4.5
+CHART_DPI = 100
+CHART_TOP_GROUPS = 20
+CHART_TOP_SERIES = 10
+CHART_NAME_CHARS = 48
+CHART_MIN_SLOTS = 8
 
 
 def log_end_schema():
@@ -126,50 +134,113 @@ def log_end_offsets_from_data_dir(data_dir: str | Path, partitions: Iterable[tup
     return result
 
 
+def chart_groups(per_group: Iterable[tuple[str, int]], top: int = CHART_TOP_GROUPS
+                 ) -> tuple[list[tuple[str, int]], tuple[int, int] | None]:
+    """The `top` groups by lag (most first, then by name) and (how many others, their total lag),
+    None when there are no others."""
+    rows = sorted(per_group, key=lambda row: (-(row[1] or 0), row[0]))
+    shown, rest = rows[:top], rows[top:]
+    return shown, ((len(rest), sum(lag or 0 for _, lag in rest)) if rest else None)
+
+
+def _compact(value: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"
+
+
+def _short(name: str, limit: int = CHART_NAME_CHARS) -> str:
+    return name if len(name) <= limit else name[: limit // 2 - 1] + "…" + name[-(limit - limit // 2):]
+
+
 def draw_chart(per_group: Iterable[tuple[str, int]], path: str | Path, title: str = "consumer lag per group",
                over_time: dict[str, list[tuple[int, int]]] | None = None) -> None:
-    """A PNG (matplotlib, Agg backend: no display needed): a bar chart of total lag per group and,
-    when `over_time` has a group with two points or more, a second panel with each group's total
-    lag over time ((epoch ms, lag) points, a step after each commit)."""
+    """chart_figure as a PNG at `path`."""
+    import matplotlib.pyplot as plt
+
+    fig = chart_figure(per_group, title, over_time)
+    try:
+        fig.savefig(path, format="png", dpi=CHART_DPI)
+    finally:
+        plt.close(fig)
+
+
+def chart_figure(per_group: Iterable[tuple[str, int]], title: str = "consumer lag per group",
+                 over_time: dict[str, list[tuple[int, int]]] | None = None):
+    """A figure of one size whatever the number of groups (matplotlib, Agg backend: no display
+    needed). Top: a bar per group, named, for the CHART_TOP_GROUPS groups with most lag and one
+    for all the others. Below, when `over_time` has a group with two points or more: the total
+    lag over time ((epoch ms, lag) points, a step after each commit) of the CHART_TOP_SERIES of
+    them with most lag now."""
     import datetime
 
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     rows = list(per_group)
-    series = {group: points for group, points in sorted((over_time or {}).items()) if len(points) >= 2}
-    groups = [group for group, _ in rows]
-    lags = [lag for _, lag in rows]
-    width = max(CHART_WIDTH_IN, 0.6 * len(rows) + 2)
+    shown, others = chart_groups(rows)
+    series = {group: points for group, points in (over_time or {}).items() if len(points) >= 2}
+    by_lag = [group for group, _ in chart_groups(rows, len(rows))[0] if group in series]
+    by_lag += sorted(set(series) - set(by_lag))
+    lines = by_lag[:CHART_TOP_SERIES]
+    rest = by_lag[CHART_TOP_SERIES:]
     panels = 2 if series else 1
-    fig, axes = plt.subplots(panels, 1, figsize=(width, CHART_PANEL_HEIGHT_IN * panels), squeeze=False)
-    try:
-        ax = axes[0][0]
-        bars = ax.bar(range(len(rows)), lags, color="#3b7dd8")
-        ax.set_xticks(range(len(rows)), groups, rotation=30 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center")
-        ax.bar_label(bars, labels=[f"{lag:,}" for lag in lags], padding=2, fontsize=8)
+    heights = [CHART_BARS_HEIGHT_IN, CHART_TIME_HEIGHT_IN][:panels]
+    fig, axes = plt.subplots(panels, 1, figsize=(CHART_WIDTH_IN, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    compact = FuncFormatter(lambda value, _pos: _compact(value))
+    ax = axes[0][0]
+    labels = [_short(group) for group, _ in shown]
+    lags = [lag or 0 for _, lag in shown]
+    colors = ["#3b7dd8"] * len(shown)
+    if others is not None:
+        labels.append(f"{others[0]:,} other groups")
+        lags.append(others[1])
+        colors.append("#9a9a9a")
+    positions = list(range(len(labels)))
+    # The named groups set the scale: the others' bar (often the largest) is cut at its edge,
+    # hatched, and labelled with its true total rather than flattening every other bar.
+    scale = max([1, *(lags[: len(shown)] if shown else lags)]) * 1.25
+    drawn = [min(lag, scale) for lag in lags]
+    bars = ax.barh(positions, drawn, color=colors, height=0.7)
+    if others is not None and others[1] > scale:
+        bars[-1].set_hatch("//")
+    ax.set_yticks(positions, labels, fontsize=9)
+    ax.set_ylim(max(len(labels), CHART_MIN_SLOTS) - 0.5, -0.5)  # most lag at the top; bars of one thickness
+    ax.bar_label(bars, labels=[f"{lag:,}" for lag in lags], padding=3, fontsize=8)
+    ax.set_xlim(left=0, right=scale * 1.12)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+    ax.xaxis.set_major_formatter(compact)
+    ax.set_xlabel("total lag (messages)")
+    total = len(rows)
+    ax.set_title(title if others is None else f"{title}: the {len(shown)} of {total:,} groups with most lag",
+                 loc="left")
+    if not rows:
+        ax.text(0.5, 0.5, "no committed offsets", transform=ax.transAxes, ha="center", va="center")
+    if series:
+        ax = axes[1][0]
+        for group, points in [(group, series[group]) for group in lines]:
+            times = [datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC) for ts, _ in points]
+            ax.step(times, [value for _, value in points], where="post", label=_short(group, 30))
         ax.set_ylabel("total lag (messages)")
-        ax.set_title(title)
-        ax.set_ylim(bottom=0, top=max([1, *lags]) * 1.15)
+        ax.set_title("lag over time (after each commit)" if not rest else
+                     f"lag over time (after each commit): the {len(lines)} of {len(series):,} groups with most lag "
+                     f"now", loc="left")
+        ax.set_ylim(bottom=0)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        if series:
-            ax = axes[1][0]
-            for group, points in series.items():
-                times = [datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC) for ts, _ in points]
-                ax.step(times, [value for _, value in points], where="post", label=group)
-            ax.set_ylabel("total lag (messages)")
-            ax.set_title("lag over time (at each commit)")
-            ax.set_ylim(bottom=0)
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.legend(fontsize=8)
-            fig.autofmt_xdate()
-        fig.tight_layout()
-        fig.savefig(path, format="png", dpi=100)
-    finally:
-        plt.close(fig)
+        ax.yaxis.set_major_formatter(compact)
+        locator = mdates.AutoDateLocator()
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        ax.set_xlabel("time (UTC)")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    return fig
 
 
 def main(spark: SparkSession, *, bootstrap_servers: str | None = None, data_dir: str | None = None,
@@ -185,6 +256,7 @@ def main(spark: SparkSession, *, bootstrap_servers: str | None = None, data_dir:
     snapshot = offsets_snapshot(records).cache()
     committed = {(r.group, r.topic, r.partition): r.committed_offset
                  for r in snapshot.select("group", "topic", "partition", "committed_offset").collect()}
+    hold("lag_report")  # a test's Ctrl-C lands here, with Spark running
     partitions = sorted({key[1:] for key in committed})
     if bootstrap_servers is not None:
         ends = log_end_offsets_from_cluster(bootstrap_servers, partitions, client_config)
