@@ -161,8 +161,9 @@ def test_a_replica_the_leader_asks_to_add_counts_for_the_high_watermark_at_once(
     assert partition.high_watermark == 5  # replica 3, being added, has none of them
     partition.follower_fetched(3, 7, NOW)
     assert partition.high_watermark == 7
+    assert partition.isr_unconfirmed == frozenset({1, 2, 3})  # the ISR loop asks again until learned
     partition.update_isr(frozenset({1, 2}), zk_version=1)  # the write lost: the stored ISR is learned
-    assert partition.maximal_isr == frozenset({1, 2})
+    assert partition.maximal_isr == frozenset({1, 2}) and partition.isr_unconfirmed is None
     assert partition.high_watermark == 8
 
 

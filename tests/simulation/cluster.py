@@ -810,7 +810,8 @@ class Simulation:
         p = broker.partition
         if not p.is_leader or broker.isr_write_in_flight or broker.session is None:
             return
-        wanted = p.isr_to_shrink(self.now, self.settings.replica_lag_time_max_ms) or p.isr_to_expand()
+        wanted = (p.isr_to_shrink(self.now, self.settings.replica_lag_time_max_ms) or p.isr_to_expand()
+                  or p.isr_unconfirmed)
         if wanted is None:
             return
         epoch, version = p.leader_epoch, p.zk_version

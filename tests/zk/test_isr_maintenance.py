@@ -72,6 +72,7 @@ class LedPartition:
     followers: dict[int, Any] = field(default_factory=dict)
     log: Log = field(default_factory=Log)
     asked: list[frozenset[int]] = field(default_factory=list)  # isr_write_pending's calls
+    isr_unconfirmed: frozenset[int] | None = None
 
     def isr_to_shrink(self, _now_ms: int, _lag_ms: int) -> frozenset[int] | None:
         return None
@@ -143,6 +144,21 @@ def test_the_isr_asked_for_counts_before_the_write_and_after_it_failed() -> None
         await maintenance.check()
         assert session.asked_at_call[-1] == [frozenset({1, 2}), frozenset({1, 2})]
         assert (partition.isr, partition.zk_version) == ({1, 2}, 4)
+
+    asyncio.run(scenario())
+
+
+def test_an_isr_write_left_without_answer_is_asked_again() -> None:
+    """As Kafka resends an AlterPartition until answered: the ISR last asked for is written
+    again while unconfirmed, even once nobody wants it any more (the replica it adds may never
+    fetch again, and holds the high watermark until the leader learns the stored ISR)."""
+    async def scenario() -> None:
+        session, partition = FakeSession(), LedPartition(isr=frozenset({1, 2}))
+        session.failures = []
+        partition.isr_unconfirmed = frozenset({1, 2, 3})
+        maintenance = IsrMaintenance(Config({"replica.lag.time.max.ms": 200}), session, Replicas(partition), Clock())
+        await maintenance.check()
+        assert session.calls == 1 and partition.isr == {1, 2, 3}
 
     asyncio.run(scenario())
 

@@ -73,6 +73,10 @@ class Partition:
         # The ISRs this leader asked ZooKeeper for since it last learned the stored one: their
         # replicas count for the high watermark (see maximal_isr) whether or not the write took.
         self._isr_asked: frozenset[int] = frozenset()
+        # The last ISR asked for, until the stored one is learned: the ISR loop asks again (as
+        # Kafka resends its AlterPartition), so a write lost without a trace cannot leave a
+        # replica that never fetches again holding the high watermark for good.
+        self.isr_unconfirmed: frozenset[int] | None = None
         self.zk_version = 0
         self.leader_epoch_start_offset = 0
         self.followers: dict[int, FollowerState] = {}
@@ -126,7 +130,7 @@ class Partition:
         self.log.assign_epoch_start_offset(leader_epoch)
         self.replicas = replicas
         self.isr = isr
-        self._isr_asked = frozenset()
+        self._isr_asked, self.isr_unconfirmed = frozenset(), None
         self.zk_version = zk_version
         self.followers = {replica: FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
                           for replica in replicas if replica != self.local_id}
@@ -146,7 +150,7 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.replicas = replicas
         self.isr = isr
-        self._isr_asked = frozenset()
+        self._isr_asked, self.isr_unconfirmed = frozenset(), None
         self.zk_version = zk_version
         self.followers = {}
         return True
@@ -169,6 +173,7 @@ class Partition:
         too. A write refused or failed leaves it so (Kafka keeps its pending state until it
         learns the real one): the write may have taken, and a retry asks for the same."""
         self._isr_asked |= wanted
+        self.isr_unconfirmed = wanted
 
     def update_isr(self, isr: frozenset[int], zk_version: int) -> None:
         """The ISR as now stored (by this leader's own write, or read back): no write of this
@@ -177,7 +182,7 @@ class Partition:
             if replica not in isr:
                 state.fetched_out_of_isr = False
         self.isr = isr
-        self._isr_asked = frozenset()
+        self._isr_asked, self.isr_unconfirmed = frozenset(), None
         self.zk_version = zk_version
         self._maybe_advance_high_watermark()
 

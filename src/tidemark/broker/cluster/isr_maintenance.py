@@ -56,7 +56,8 @@ class IsrMaintenance:
         for partition in list(self.replicas.partitions.values()):
             if not partition.is_leader or len(partition.replicas) < 2:
                 continue
-            wanted = partition.isr_to_shrink(now, self.lag_ms) or partition.isr_to_expand()
+            wanted = (partition.isr_to_shrink(now, self.lag_ms) or partition.isr_to_expand()
+                      or partition.isr_unconfirmed)  # a write with no answer: asked again
             if wanted is not None:
                 await self._write_isr(partition, wanted)
             under_replicated += len(partition.isr) < len(partition.replicas)
