@@ -141,3 +141,55 @@ def test_acks_all_waiters_are_released_when_the_last_isr_member_has_the_records(
         assert committed.done()
 
     asyncio.run(scenario())
+
+
+def test_a_replica_the_leader_asks_to_add_counts_for_the_high_watermark_at_once(tmp_path):
+    """KIP-497's maximal ISR: once the leader asks ZooKeeper to add a replica, ZooKeeper may list
+    it (and the controller elect it) before the answer comes, so the leader commits nothing that
+    replica lacks, whatever becomes of the write, until it learns the ISR as stored."""
+    partition = _partition(tmp_path, 5)
+    _lead(partition, isr=(1, 2))  # the epoch starts at offset 5
+    partition.follower_fetched(2, 5, NOW)
+    partition.follower_fetched(3, 5, NOW)
+    wanted = partition.isr_to_expand()
+    assert wanted == frozenset({1, 2, 3})
+    partition.isr_write_pending(wanted)
+    assert partition.maximal_isr == frozenset({1, 2, 3})
+    for i in range(3):
+        partition.log.append(build_batch([(None, f"w{i}".encode(), (), NOW)]), now_ms=NOW)
+    partition.follower_fetched(2, 8, NOW)
+    assert partition.high_watermark == 5  # replica 3, being added, has none of them
+    partition.follower_fetched(3, 7, NOW)
+    assert partition.high_watermark == 7
+    assert partition.isr_unconfirmed == frozenset({1, 2, 3})  # the ISR loop asks again until learned
+    partition.update_isr(frozenset({1, 2}), zk_version=1)  # the write lost: the stored ISR is learned
+    assert partition.maximal_isr == frozenset({1, 2}) and partition.isr_unconfirmed is None
+    assert partition.high_watermark == 8
+
+
+def test_a_replica_the_leader_asks_to_remove_counts_until_the_write_is_confirmed(tmp_path):
+    partition = _partition(tmp_path, 5)
+    _lead(partition, isr=(1, 2, 3))
+    partition.follower_fetched(2, 5, NOW)
+    partition.follower_fetched(3, 2, NOW)
+    assert partition.high_watermark == 2
+    partition.isr_write_pending(frozenset({1, 2}))
+    partition.follower_fetched(2, 5, NOW + 1)
+    assert partition.high_watermark == 2  # replica 3 may still be listed: still waited for
+    partition.update_isr(frozenset({1, 2}), zk_version=1)
+    assert partition.high_watermark == 5
+
+
+def test_a_refused_isr_write_keeps_counting_the_replica_until_a_new_role(tmp_path):
+    """A refused or failed write may still have been stored: the pending replicas count until
+    the leader learns the state (here a new leadership epoch from the controller)."""
+    partition = _partition(tmp_path, 5)
+    _lead(partition, isr=(1, 2))
+    partition.follower_fetched(2, 5, NOW)
+    partition.follower_fetched(3, 5, NOW)
+    partition.isr_write_pending(frozenset({1, 2, 3}))
+    partition.log.append(build_batch([(None, b"w", (), NOW)]), now_ms=NOW)
+    partition.follower_fetched(2, 6, NOW)
+    assert partition.high_watermark == 5
+    partition.become_leader(2, (1, 2, 3), frozenset({1, 2}), zk_version=1, now_ms=NOW)
+    assert partition.maximal_isr == frozenset({1, 2})

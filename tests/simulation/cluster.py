@@ -6,10 +6,11 @@ What runs is tidemark's: `Partition` (roles, ISR shrink and expand, the high wat
 waiters), `truncation_state` (the follower's OffsetForLeaderEpoch loop), `LeaderEpochFileCache`
 (every log's epoch history), `leader_election` (each of the controller's decisions), `alter_isr`
 (the leader's conditional ISR write), fetch.py's `_refusal` (KIP-320's epoch checks) and
-offset_for_leader_epoch.py's `end_offset` (the leader's answer). What is modelled around them, by
-the rules of the code it stands for (each function names its model): the network, the disks
-(simlog.py), ZooKeeper (zookeeper.py), the broker's application of the cluster's view
-(cluster_link.py), the follower's fetcher loop, the leader's side of a follower fetch, the
+offset_for_leader_epoch.py's `end_offset` (the leader's answer), roles.py's `leads_from` (a
+leadership only from a state written after the broker's registration). What is modelled around
+them, by the rules of the code it stands for (each function names its model): the network, the
+disks (simlog.py), ZooKeeper (zookeeper.py), the broker's application of the cluster's view
+(roles.py's ReplicaRoles._apply_partition), the follower's fetcher loop, the leader's side of a follower fetch, the
 produce handler's acks=all answer, the flusher and the controller's event handling.
 
 Time is simulated milliseconds; events run in (time, order of scheduling). Asyncio is only
@@ -32,7 +33,6 @@ import asyncio
 import collections
 import dataclasses
 import heapq
-import inspect
 import random
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +43,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.broker.apis import fetch as fetch_api
 from tidemark.broker.apis import offset_for_leader_epoch
+from tidemark.broker.cluster import roles
 from tidemark.broker.errors import error_code_for
 from tidemark.cluster.zk import isr as zk_isr
 from tidemark.cluster.zk import leader_election, zk_data
@@ -63,9 +64,6 @@ ZK = 0  # the network's name for ZooKeeper
 CLIENT = -1  # and for the producers
 STATE_PATH = zk_data.partition_state_path(TOPIC, INDEX)
 BROKER_PATHS = {zk_data.broker_path(b): b for b in REPLICAS}
-
-
-_WAIT_TAKES_EPOCH = "leader_epoch" in inspect.signature(Partition.wait_for_high_watermark).parameters
 
 
 class _NotYet(Exception):
@@ -109,22 +107,18 @@ class Settings:
     replica_flush_interval_ms: int = 60
     hw_checkpoint_interval_ms: int = 300
     produce_timeout_ms: int = 1200
+    # Where the simulation models a rule instead of calling the code, the default is the rule the
+    # code follows (Kafka's); the tests that show the simulator finds a defect switch its old
+    # rule on here (or monkeypatch the real function the simulation calls).
     # "kafka": the follower decides with truncation_state and asks again until completed.
     # "legacy": replica_fetcher.py's rule before issue 23 (defect 2), one answer, leader's end.
     truncation: str = "kafka"
-    # What a restarted replica's high watermark is: "log_end" (UnifiedLog's constructor on main,
-    # defect 5) or "checkpoint" (the replication-offset-checkpoint, capped by the log end).
-    restart_high_watermark: str = "log_end"
-    # Where fetch.py records a follower's fetch position: before its read (main before issue 23's
-    # fix of defect 2) or only after the read succeeded.
-    follower_position_after_read: bool = False
-
-    @classmethod
-    def of_tree(cls) -> Settings:
-        """The rules this tree's code follows where the simulation models them (tree.py)."""
-        from . import tree
-        return cls(truncation=tree.fetcher_truncation(), restart_high_watermark=tree.restart_high_watermark(),
-                   follower_position_after_read=tree.follower_position_after_read())
+    # What a restarted replica's high watermark is: "checkpoint" (the
+    # replication-offset-checkpoint, capped by the log end) or "log_end" (before issue 23, defect 5).
+    restart_high_watermark: str = "checkpoint"
+    # Where fetch.py records a follower's fetch position: only after the read succeeded, or
+    # before its read (before issue 23's fix of defect 2).
+    follower_position_after_read: bool = True
 
     @property
     def isr_check_interval_ms(self) -> int:  # ClusterLink._maintain_isrs
@@ -170,6 +164,7 @@ class Broker:
         self.partition: Partition | None = None
         self.session: int | None = None
         self.registered = False
+        self.registration_czxid: int | None = None  # of its current /brokers/ids/N
         self.applied_version = -1
         self.view: zk_data.PartitionState | None = None
         self.latest: zk_data.PartitionState | None = None  # the newest state the view has seen
@@ -266,7 +261,7 @@ class Simulation:
                     p = broker.partition
                     pending.completed_as = (p.is_leader, broker.leadership, p.leader_epoch)
                     state = self.zk.partition_state(TOPIC, INDEX)
-                    pending.isr_then = (p.isr, state.isr)
+                    pending.isr_then = (p.maximal_isr, state.isr)
                     done = True
             if done and not broker.waiter_check_scheduled:
                 broker.waiter_check_scheduled = True  # the produce handler resumes in a later loop turn
@@ -496,8 +491,8 @@ class Simulation:
         def op() -> Any:
             stat = self.zk.exists(zk_data.broker_path(broker.id))
             if stat is None or stat.ephemeralOwner != session:  # ours: made before a lost answer
-                self.zk.create(zk_data.broker_path(broker.id), b"{}", session=session)
-            return self.zk.partition_state(TOPIC, INDEX)
+                stat = self.zk.create(zk_data.broker_path(broker.id), b"{}", session=session)
+            return stat.czxid, self.zk.partition_state(TOPIC, INDEX)
 
         def reply(result: Any) -> None:
             if session != broker.session or broker.registered:
@@ -506,9 +501,10 @@ class Simulation:
                 self.on_broker(broker, 100, self._register, broker)
                 return
             broker.registered = True
-            self.log_event("broker %d: registered (session %d)", (broker.id, session))
+            broker.registration_czxid, state = result
+            self.log_event("broker %d: registered (session %d, czxid %d)", (broker.id, session, result[0]))
             self._stand_for_controller(broker, session)
-            self._watch_fired(broker, session, result)
+            self._watch_fired(broker, session, state)
         self.zk_call(broker, op, reply)
 
     def _watch_fired(self, broker: Broker, session: int, state: zk_data.PartitionState | None) -> None:
@@ -589,7 +585,7 @@ class Simulation:
 
         def settle(live: set[int]) -> None:
             update_state(lambda state: leader_election.elect_after_change(
-                REPLICAS, state, live, memory.epoch, not_leader=memory.shutting_down))
+                REPLICAS, state, live, memory.epoch, not_leader=memory.shutting_down, registrations=memory.live))
 
         def op() -> Any:
             if not fenced():
@@ -611,6 +607,8 @@ class Simulation:
                 update_state(lambda state: leader_election.elect_preferred(
                     REPLICAS, state, set(memory.live), memory.epoch, not_leader=memory.shutting_down))
             elif event == "shutdown":
+                if args[0] not in memory.live:  # Controller._shutdown_broker: gone already
+                    return "done"
                 memory.shutting_down.add(args[0])
                 update_state(lambda state: leader_election.elect_for_controlled_shutdown(
                     REPLICAS, state, set(memory.live), memory.shutting_down, memory.epoch))
@@ -727,6 +725,10 @@ class Simulation:
         # stale leadership (an epoch not above its own) changes no role.
         if state.leader == broker.id:
             if not p.is_leader or p.leader_epoch != state.leader_epoch:
+                if not roles.leads_from(state, broker.registration_czxid):  # ReplicaRoles._apply_partition
+                    self.log_event("broker %d: leadership of epoch %d is from before its registration", (
+                        broker.id, state.leader_epoch))
+                    return
                 # What the election itself moves the high watermark over is checked too (check()).
                 self.hw_seen.setdefault((broker.id, broker.incarnation, state.leader_epoch), p.high_watermark)
                 was_leading = p.is_leader
@@ -808,11 +810,13 @@ class Simulation:
         p = broker.partition
         if not p.is_leader or broker.isr_write_in_flight or broker.session is None:
             return
-        wanted = p.isr_to_shrink(self.now, self.settings.replica_lag_time_max_ms) or p.isr_to_expand()
+        wanted = (p.isr_to_shrink(self.now, self.settings.replica_lag_time_max_ms) or p.isr_to_expand()
+                  or p.isr_unconfirmed)
         if wanted is None:
             return
         epoch, version = p.leader_epoch, p.zk_version
         broker.isr_write_in_flight = True
+        p.isr_write_pending(wanted)  # counted from now on (KIP-497's maximal ISR)
 
         def reply(result: Any) -> None:
             broker.isr_write_in_flight = False
@@ -1015,8 +1019,7 @@ class Simulation:
         self._wake_fetches(broker)
         self.log_event("broker %d: appended %s at %d, epoch %d", (broker.id, value, offset, p.leader_epoch))
         # produce.py waits once every partition of the request is appended, under the append's epoch.
-        future = (p.wait_for_high_watermark(offset + 1, p.leader_epoch) if _WAIT_TAKES_EPOCH
-                  else p.wait_for_high_watermark(offset + 1))
+        future = p.wait_for_high_watermark(offset + 1, p.leader_epoch)
         broker.pending.append(Pending(future, offset, value, p.leader_epoch,
                                       self.now + self.settings.produce_timeout_ms, producer, attempt,
                                       broker.leadership))

@@ -19,13 +19,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--seeds", default="0-100", help="FIRST-END (end excluded)")
     parser.add_argument("--trace", action="store_true", help="print every step of a single seed")
-    tree = Settings.of_tree()  # by default the rules of the code in this tree
-    parser.add_argument("--truncation", choices=["kafka", "legacy"], default=tree.truncation)
+    kafka = Settings()  # by default the rules the code follows (Kafka's)
+    parser.add_argument("--truncation", choices=["kafka", "legacy"], default=kafka.truncation)
     parser.add_argument("--restart-high-watermark", choices=["log_end", "checkpoint"],
-                        default=tree.restart_high_watermark)
+                        default=kafka.restart_high_watermark)
+    parser.add_argument("--follower-position-before-read", action="store_true",
+                        help="record a follower's fetch position before its read (before issue 23)")
     parser.add_argument("--stop-at-first", action="store_true")
     args = parser.parse_args(argv)
-    settings = Settings(truncation=args.truncation, restart_high_watermark=args.restart_high_watermark)
+    settings = Settings(truncation=args.truncation, restart_high_watermark=args.restart_high_watermark,
+                        follower_position_after_read=not args.follower_position_before_read)
     if args.seed is not None:
         seeds = range(args.seed, args.seed + 1)
     else:

@@ -21,23 +21,20 @@ from tidemark.log.config import LogConfig
 from tidemark.log.unified_log import UnifiedLog
 from tidemark.records.batch import build_batch
 
-from . import tree
 from .cluster import CAUSES, Settings, quiet_logs, simulate
 from .simlog import Record, SimLog
 
 SEEDS = int(os.environ.get("TIDEMARK_SIM_SEEDS", "2000"))
 WORKERS = 2
-OPEN_DEFECTS = tree.open_defects()
-# Found by this simulator, not among the issue's defects, not fixed yet: reported, tolerated by
-# the seed run, and each kept as an expected failure below until fixed.
-OPEN_FINDINGS = {"isr-write-unseen", "leader-after-power-loss"}
-TOLERATED = OPEN_DEFECTS | OPEN_FINDINGS
+# Found by this simulator and not fixed yet: reported, tolerated by the seed run, and each kept
+# as an expected failure below until fixed (none now).
+OPEN_FINDINGS: set[str] = set()
 
 
 def _run_seeds(seeds: range) -> list[tuple[int, list[tuple[str, str | None, str]]]]:
     """In a worker process: each seed's violations as (invariant, cause, message)."""
     quiet_logs()
-    settings = Settings.of_tree()
+    settings = Settings()
     out = []
     for seed in seeds:
         sim = simulate(seed, settings)
@@ -59,9 +56,9 @@ def seed_results() -> dict[int, list[tuple[str, str | None, str]]]:
 @pytest.mark.timeout(1800)  # a hang guard: 2,000 seeds take 30-40 s of CPU per core, more on a busy machine
 def test_seeds_hold_every_invariant(seed_results: dict[int, list[tuple[str, str | None, str]]]) -> None:
     """Every invariant after every step of every seed, but for violations whose run points at a
-    defect still open in this tree (their own tests below expect them)."""
+    finding still open (its own test below expects it)."""
     failures = [(seed, message) for seed, found in seed_results.items()
-                for _, cause, message in found if cause not in TOLERATED]
+                for _, cause, message in found if cause not in OPEN_FINDINGS]
     if failures:
         seed, message = failures[0]
         pytest.fail(f"{len(failures)} violations in {len({s for s, _ in failures})} of {SEEDS} seeds; "
@@ -69,8 +66,6 @@ def test_seeds_hold_every_invariant(seed_results: dict[int, list[tuple[str, str 
 
 
 def _expected(cause: str) -> list[pytest.MarkDecorator]:
-    if cause in OPEN_DEFECTS:
-        return [pytest.mark.xfail(reason=f"open in this tree: {CAUSES[cause]}", strict=False)]
     if cause in OPEN_FINDINGS:
         return [pytest.mark.xfail(reason=f"found by this simulator, not fixed yet: {CAUSES[cause]}", strict=False)]
     return []
@@ -92,7 +87,7 @@ def test_replay() -> None:
     if seed is None:
         pytest.skip("set TIDEMARK_SIM_SEED to replay a seed")
     quiet_logs()
-    sim = simulate(int(seed), Settings.of_tree(), trace=True)
+    sim = simulate(int(seed), Settings(), trace=True)
     print(sim.format_trace())
     print(sim.describe())
     print(dict(sim.stats))
@@ -102,7 +97,7 @@ def test_replay() -> None:
 
 def test_a_seed_replays_exactly() -> None:
     quiet_logs()
-    settings = Settings.of_tree()
+    settings = Settings()
     for seed in (3, 41):
         first, second = simulate(seed, settings, trace=True), simulate(seed, settings, trace=True)
         assert first.format_trace() == second.format_trace()
@@ -115,11 +110,11 @@ def test_the_simulator_finds_defect_2_with_the_legacy_truncation_rule() -> None:
     epoch the follower does not have), leaves records below the high watermark that differ
     between replicas; Kafka's rule (truncation_state, asked again until it completes) does not.
     The seeds are ones where the simulator's fast leader changes reach that case (found with
-    `python -m tests.simulation.run --seeds 0-2000 --truncation legacy --restart-high-watermark
-    checkpoint`; a change to the simulation changes what a seed does: search again then)."""
+    `python -m tests.simulation.run --seeds 0-1500 --truncation legacy --follower-position-before-read`;
+    a change to the simulation changes what a seed does: search again then)."""
     quiet_logs()
-    legacy = Settings(truncation="legacy", restart_high_watermark="checkpoint")
-    kafka = Settings(truncation="kafka", restart_high_watermark="checkpoint")
+    legacy = Settings(truncation="legacy", follower_position_after_read=False)
+    kafka = Settings(truncation="kafka", follower_position_after_read=False)
     diverging = [seed for seed in LEGACY_DIVERGING_SEEDS
                  if any(v.invariant == "replicas are identical below the high watermark" and v.cause == "defect2"
                         for v in simulate(seed, legacy).findings)]
@@ -129,16 +124,15 @@ def test_the_simulator_finds_defect_2_with_the_legacy_truncation_rule() -> None:
                        for v in simulate(seed, kafka).findings), seed
 
 
-# Found on the tree with issue 23's fetcher and waiter fixes (7 of seeds 0-1,500 diverge), and
-# before them (39).
-LEGACY_DIVERGING_SEEDS = [13, 125, 544, 692, 39]
+# Found with the controller's registration rule (4 of seeds 0-1,500 diverge).
+LEGACY_DIVERGING_SEEDS = [177, 283, 671, 1324]
 
 
 def test_the_simulator_finds_defect_5_when_restarts_take_the_log_end() -> None:
     """Issue 23's defect 5: a replica restarted with its log end as high watermark claims
     records nobody committed."""
     quiet_logs()
-    settings = Settings(truncation="kafka", restart_high_watermark="log_end")
+    settings = Settings(restart_high_watermark="log_end", follower_position_after_read=False)
     found = {v.cause for seed in range(20) for v in simulate(seed, settings).findings}
     assert "defect5" in found
 
@@ -147,8 +141,6 @@ def test_the_simulator_finds_defect_1_when_waiters_outlive_their_epoch(monkeypat
     """Issue 23's defect 1 with its fix undone: waiters not failed when the leadership they were
     appended under ends. Some seed then acknowledges a record that is not at its offset."""
     from tidemark.replication.partition import Partition
-    if "defect1" in OPEN_DEFECTS:
-        pytest.skip("defect 1 is open in this tree: the seed run shows it")
     monkeypatch.setattr(Partition, "_fail_tied_waiters", lambda self, *args, **kwargs: None)
     original = Partition.wait_for_high_watermark
 
@@ -157,10 +149,45 @@ def test_the_simulator_finds_defect_1_when_waiters_outlive_their_epoch(monkeypat
     monkeypatch.setattr(Partition, "wait_for_high_watermark", untied)
     assert original is not untied
     quiet_logs()
-    settings = Settings.of_tree()
+    settings = Settings()
     harmful = [v for seed in range(200) for v in simulate(seed, settings).findings
                if v.cause == "defect1" and v.invariant != "acks=all succeeds only within the leadership it appended in"]
     assert harmful, "no seed acknowledged a record its offset does not hold"
+
+
+def _found_with(seeds: list[int], cause: str) -> list[int]:
+    quiet_logs()
+    return [seed for seed in seeds if any(v.cause == cause for v in simulate(seed).findings)]
+
+
+def test_the_simulator_finds_isr_write_unseen_without_the_maximal_isr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the leader counting a replica it adds only once its ISR write comes back (before
+    KIP-497's maximal ISR), some seed acknowledges a record that the replica being added lacks,
+    and that replica, listed in ZooKeeper, is then elected. The seeds were found with the rule
+    undone over seeds 0-9,000 (a change to the simulation changes what a seed does: search
+    again then)."""
+    from tidemark.replication.partition import Partition
+    assert not _found_with(ISR_WRITE_UNSEEN_SEEDS, "isr-write-unseen")
+    monkeypatch.setattr(Partition, "isr_write_pending", lambda self, wanted: None)
+    assert _found_with(ISR_WRITE_UNSEEN_SEEDS, "isr-write-unseen"), \
+        f"none of seeds {ISR_WRITE_UNSEEN_SEEDS} finds it any more: search again"
+
+
+def test_the_simulator_finds_a_leader_after_power_loss_taking_a_stale_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a restarted broker taking a leadership from any state (not only one written after
+    its registration, roles.leads_from), some seed has a broker back from a power loss lead from
+    the controller's state of before the restart, without the records it lost."""
+    from tidemark.broker.cluster import roles
+    assert not _found_with(POWER_LOSS_LEADER_SEEDS, "leader-after-power-loss")
+    monkeypatch.setattr(roles, "leads_from", lambda state, registration_czxid: True)
+    assert _found_with(POWER_LOSS_LEADER_SEEDS, "leader-after-power-loss"), \
+        f"none of seeds {POWER_LOSS_LEADER_SEEDS} finds it any more: search again"
+
+
+# Found with each rule undone (`python -m tests.simulation.run` has no switch for them: the
+# tests monkeypatch the real function the simulation calls).
+ISR_WRITE_UNSEEN_SEEDS = [7358, 7631]  # 2 of seeds 0-9,000
+POWER_LOSS_LEADER_SEEDS = [1206, 1475, 2661]  # 3 of seeds 0-3,000
 
 
 # -- the in-memory log against UnifiedLog -----------------------------------------------------------

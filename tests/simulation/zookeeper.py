@@ -23,6 +23,7 @@ class Stat:
     version: int
     czxid: int
     ephemeralOwner: int  # noqa: N815 - kazoo's name
+    mzxid: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -86,7 +87,7 @@ class SimZooKeeper:
         if session and session not in self.sessions:
             raise NoNodeError("session expired")  # never reached: callers check their session
         self._zxid += 1
-        node = Znode(data, Stat(0, self._zxid, session))
+        node = Znode(data, Stat(0, self._zxid, session, self._zxid))
         self.nodes[path] = node
         self.on_change(path)
         return dataclasses.replace(node.stat)
@@ -99,6 +100,8 @@ class SimZooKeeper:
             raise BadVersionError(path)
         node.data = data
         node.stat.version += 1
+        self._zxid += 1
+        node.stat.mzxid = self._zxid
         self.on_change(path)
         return dataclasses.replace(node.stat)
 
@@ -117,7 +120,7 @@ class SimZooKeeper:
             data, stat = self.get(zk_data.partition_state_path(topic, partition))
         except NoNodeError:
             return None
-        return zk_data.decode_partition_state(data, stat.version)
+        return zk_data.decode_partition_state(data, stat.version, stat.mzxid)
 
 
 class KazooLike:

@@ -148,3 +148,24 @@ def test_a_lost_session_answers_the_waiters_of_led_partitions() -> None:
     roles.session_lost()
     assert [type(exc) for exc in led.failed] == [NotLeaderOrFollowerError]
     assert followed.failed == []
+
+
+def test_a_leadership_written_before_this_registration_is_not_taken() -> None:
+    """A broker restarted (after a power loss its log may lack what it acknowledged before)
+    takes a leadership only from a state written after its current registration (the state's
+    mzxid above the registration's czxid, Kafka's broker epoch): an older one is the controller's
+    decision from before it saw the restart, and the controller writes a new one."""
+    partition = FakePartition("t", 0)
+    replicas, coordinator = FakeReplicas([partition]), FakeCoordinator()
+    roles = ReplicaRoles(Config(), replicas, coordinator, Clock(), lambda _b: None, registration_czxid=lambda: 100)
+    key = ("t", 0)
+
+    def snapshot(epoch: int, version: int, mzxid: int) -> ClusterSnapshot:
+        state = zk_data.PartitionState(leader=NODE, leader_epoch=epoch, isr=(1, 2), controller_epoch=1,
+                                       zk_version=version, mzxid=mzxid)
+        return ClusterSnapshot(MappingProxyType({}), 1, MappingProxyType({}),
+                               MappingProxyType({key: PartitionView("t", 0, (1, 2), state)}))
+    roles.apply(snapshot(4, 7, 90), None, topics_changed=False)
+    assert partition.calls == [] and not partition.is_leader and coordinator.calls == []
+    roles.apply(snapshot(6, 9, 120), {key}, topics_changed=False)  # the controller's new state
+    assert partition.calls == [("leader", 6)] and coordinator.calls == [("led", 0, 6)]

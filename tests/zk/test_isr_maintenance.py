@@ -24,12 +24,16 @@ class FakeSession:
         self.client = None
         self.failures: list[Exception] = [SessionExpiredError()]
         self.calls = 0
+        self.asked_at_call: list[list[frozenset[int]]] = []  # what the partition was told before each call
+        self.partition: LedPartition | None = None
         self.called = asyncio.Event()
         self._connected = asyncio.Event()
         self._connected.set()
 
     async def call(self, _function: Any, *args: Any, **_kwargs: Any) -> zk_data.PartitionState:
         self.calls += 1
+        if self.partition is not None:
+            self.asked_at_call.append(list(self.partition.asked))
         self.called.set()
         if self.failures:
             self._connected.clear()  # kazoo is opening a new session
@@ -67,12 +71,17 @@ class LedPartition:
     isr: frozenset[int] = frozenset({1})
     followers: dict[int, Any] = field(default_factory=dict)
     log: Log = field(default_factory=Log)
+    asked: list[frozenset[int]] = field(default_factory=list)  # isr_write_pending's calls
+    isr_unconfirmed: frozenset[int] | None = None
 
     def isr_to_shrink(self, _now_ms: int, _lag_ms: int) -> frozenset[int] | None:
         return None
 
     def isr_to_expand(self) -> frozenset[int] | None:
         return None if 2 in self.isr else self.isr | {2}
+
+    def isr_write_pending(self, wanted: frozenset[int]) -> None:
+        self.asked.append(wanted)
 
     def update_isr(self, isr: frozenset[int], zk_version: int) -> None:
         self.isr, self.zk_version = isr, zk_version
@@ -114,6 +123,42 @@ def test_the_isr_loop_survives_a_session_expiry_and_expands_the_isr_afterwards()
         assert not loop.done(), loop.exception()
         assert (partition.isr, partition.zk_version, session.calls) == ({1, 2}, 4, 2)
         loop.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_the_isr_asked_for_counts_before_the_write_and_after_it_failed() -> None:
+    """KIP-497: the leader counts the ISR it asks for from before the write (ZooKeeper may list
+    it before the answer comes); a failed write does not end that (it may have been stored)."""
+    async def scenario() -> None:
+        session, partition = FakeSession(), LedPartition()
+        session.partition = partition
+        maintenance = IsrMaintenance(Config({"replica.lag.time.max.ms": 200}), session, Replicas(partition), Clock())
+        try:
+            await maintenance.check()
+        except SessionExpiredError:
+            pass
+        assert session.asked_at_call == [[frozenset({1, 2})]]
+        assert partition.isr == {1}
+        session.reconnected()
+        await maintenance.check()
+        assert session.asked_at_call[-1] == [frozenset({1, 2}), frozenset({1, 2})]
+        assert (partition.isr, partition.zk_version) == ({1, 2}, 4)
+
+    asyncio.run(scenario())
+
+
+def test_an_isr_write_left_without_answer_is_asked_again() -> None:
+    """As Kafka resends an AlterPartition until answered: the ISR last asked for is written
+    again while unconfirmed, even once nobody wants it any more (the replica it adds may never
+    fetch again, and holds the high watermark until the leader learns the stored ISR)."""
+    async def scenario() -> None:
+        session, partition = FakeSession(), LedPartition(isr=frozenset({1, 2}))
+        session.failures = []
+        partition.isr_unconfirmed = frozenset({1, 2, 3})
+        maintenance = IsrMaintenance(Config({"replica.lag.time.max.ms": 200}), session, Replicas(partition), Clock())
+        await maintenance.check()
+        assert session.calls == 1 and partition.isr == {1, 2, 3}
 
     asyncio.run(scenario())
 

@@ -7,7 +7,11 @@ it. This broker's own end counts as appended while another replica is in sync, a
 recovery point (what is fsynced: the one record of it, lowered by truncation; the flusher calls
 `flushed_to` after each fsync) while it is alone in the ISR, so an acknowledged write is always
 on two replicas or on disk. On one broker the ISR is just this broker, so the high watermark is
-the durably flushed end of the log. Every path that acknowledges a committed write (acks=-1,
+the durably flushed end of the log. The ISR the high watermark counts is the maximal ISR (Kafka's
+KIP-497): the stored ISR plus every replica this leader has asked ZooKeeper to add, and still
+every replica it has asked to remove, until it learns the ISR as stored (its write's answer, or
+a new state in the view); a replica ZooKeeper may already list, which the controller may elect,
+is never behind what this leader commits. Every path that acknowledges a committed write (acks=-1,
 offset commits) waits on the high watermark, never on the write call.
 
 A follower's high watermark is what its leader last reported, never past its own log end.
@@ -66,6 +70,13 @@ class Partition:
         self._led_since: int | None = leader_epoch
         self.replicas: tuple[int, ...] = (local_id,)
         self.isr: frozenset[int] = frozenset({local_id})
+        # The ISRs this leader asked ZooKeeper for since it last learned the stored one: their
+        # replicas count for the high watermark (see maximal_isr) whether or not the write took.
+        self._isr_asked: frozenset[int] = frozenset()
+        # The last ISR asked for, until the stored one is learned: the ISR loop asks again (as
+        # Kafka resends its AlterPartition), so a write lost without a trace cannot leave a
+        # replica that never fetches again holding the high watermark for good.
+        self.isr_unconfirmed: frozenset[int] | None = None
         self.zk_version = 0
         self.leader_epoch_start_offset = 0
         self.followers: dict[int, FollowerState] = {}
@@ -88,6 +99,11 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_id
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        """The stored ISR and every replica of an ISR write not yet confirmed (KIP-497)."""
+        return self.isr | self._isr_asked
 
     @property
     def has_in_sync_followers(self) -> bool:
@@ -114,6 +130,7 @@ class Partition:
         self.log.assign_epoch_start_offset(leader_epoch)
         self.replicas = replicas
         self.isr = isr
+        self._isr_asked, self.isr_unconfirmed = frozenset(), None
         self.zk_version = zk_version
         self.followers = {replica: FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
                           for replica in replicas if replica != self.local_id}
@@ -133,6 +150,7 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.replicas = replicas
         self.isr = isr
+        self._isr_asked, self.isr_unconfirmed = frozenset(), None
         self.zk_version = zk_version
         self.followers = {}
         return True
@@ -149,12 +167,22 @@ class Partition:
                         epoch=leader_epoch, current_leader=self.leader_id, current_epoch=self.leader_epoch)
         return False
 
+    def isr_write_pending(self, wanted: frozenset[int]) -> None:
+        """This leader is about to ask ZooKeeper for ISR `wanted`: from now until it learns the
+        stored ISR (`update_isr`, or a new role), the high watermark counts `wanted`'s replicas
+        too. A write refused or failed leaves it so (Kafka keeps its pending state until it
+        learns the real one): the write may have taken, and a retry asks for the same."""
+        self._isr_asked |= wanted
+        self.isr_unconfirmed = wanted
+
     def update_isr(self, isr: frozenset[int], zk_version: int) -> None:
-        """The ISR as now stored (by this leader's own write, or read back)."""
+        """The ISR as now stored (by this leader's own write, or read back): no write of this
+        leader is pending any more."""
         for replica, state in self.followers.items():
             if replica not in isr:
                 state.fetched_out_of_isr = False
         self.isr = isr
+        self._isr_asked, self.isr_unconfirmed = frozenset(), None
         self.zk_version = zk_version
         self._maybe_advance_high_watermark()
 
@@ -205,8 +233,10 @@ class Partition:
     def _maybe_advance_high_watermark(self) -> None:
         if not self.is_leader:
             return
+        # Its own end counts unflushed only while the stored ISR has another replica: a replica
+        # only asked for may never be listed.
         high_watermark = self.log.log_end_offset if self.has_in_sync_followers else self.log.recovery_point
-        for replica in self.isr:
+        for replica in self.maximal_isr:
             if replica != self.local_id:
                 state = self.followers.get(replica)
                 high_watermark = min(high_watermark, max(state.log_end_offset, 0) if state is not None else 0)

@@ -1,6 +1,7 @@
 """A leader's ISR maintenance: shrink the ISRs of led partitions by followers not caught up for
 replica.lag.time.max.ms, expand them by followers that caught up, with writes conditional on the
-state znode's version (ZooKeeper-era Kafka's Partition.shrinkIsr/expandIsr).
+state znode's version (ZooKeeper-era Kafka's Partition.shrinkIsr/expandIsr). The high watermark
+counts the ISR asked for from before the write (Partition.isr_write_pending, KIP-497).
 
 The loop outlives ZooKeeper trouble: a failed or timed-out call, or a session that expired
 under it, ends only that round; the loop waits for a connected session and goes on.
@@ -55,7 +56,8 @@ class IsrMaintenance:
         for partition in list(self.replicas.partitions.values()):
             if not partition.is_leader or len(partition.replicas) < 2:
                 continue
-            wanted = partition.isr_to_shrink(now, self.lag_ms) or partition.isr_to_expand()
+            wanted = (partition.isr_to_shrink(now, self.lag_ms) or partition.isr_to_expand()
+                      or partition.isr_unconfirmed)  # a write with no answer: asked again
             if wanted is not None:
                 await self._write_isr(partition, wanted)
             under_replicated += len(partition.isr) < len(partition.replicas)
@@ -66,6 +68,10 @@ class IsrMaintenance:
 
     async def _write_isr(self, partition: Partition, wanted: frozenset[int]) -> None:
         epoch, version = partition.leader_epoch, partition.zk_version
+        # Counted from now (KIP-497's maximal ISR): ZooKeeper may list `wanted` before the
+        # answer comes back, or without it ever coming; the pending state lasts until this
+        # leader learns the stored ISR (the answer below or the view), refused or failed alike.
+        partition.isr_write_pending(wanted)
         try:
             written = await self.session.call(isr.alter_isr, self.session.client, self.node_id, partition.topic,
                                               partition.index, epoch, sorted(wanted), version)

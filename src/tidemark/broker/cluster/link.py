@@ -65,7 +65,8 @@ class ClusterLink:
         self.session = session if session is not None else ZkSession(
             config["zookeeper.connect"], config["zookeeper.session.timeout.ms"])
         self.view = AppliedView(config["request.timeout.ms"])
-        self.roles = ReplicaRoles(config, replicas, coordinator, clock, self._address)
+        self.roles = ReplicaRoles(config, replicas, coordinator, clock, self._address,
+                                  lambda: self._registration.czxid if self._registration is not None else None)
         self.isr = IsrMaintenance(config, self.session, replicas, clock)
         self.admin = ClusterAdmin(config, self.session, self.view)
         self.config_reloads = ConfigReloads(self.session, replicas)

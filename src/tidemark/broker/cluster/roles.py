@@ -8,6 +8,13 @@ changed) per change); the first application after start visits them all.
 The offsets topic's shards move with leadership: a broker that newly leads a partition loads
 its shard; the same leader at a higher epoch (an ISR change by the controller, a follower's
 restart) only moves the shard's epoch, and the shard keeps serving.
+
+A broker takes a leadership only from a state written after its current registration (Kafka's
+broker takes it only from the LeaderAndIsr its controller sends after seeing it start, KIP-380):
+a state from before may be one the controller wrote before this broker restarted (after a power
+loss its log may lack what it acknowledged then), and the controller, seeing the new
+registration, moves or gives that leadership again in a new state (leader_election's
+`registrations`).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import structlog
 
 from tidemark import metrics
 from tidemark.cluster.zk.metadata_view import ClusterSnapshot, TopicPartition
+from tidemark.cluster.zk.zk_data import PartitionState
 from tidemark.replication.errors import NotLeaderOrFollowerError
 from tidemark.replication.replica_fetcher import ReplicaFetcher
 
@@ -34,10 +42,20 @@ if TYPE_CHECKING:
 log = structlog.get_logger("tidemark.cluster")
 
 
+def leads_from(state: PartitionState | None, registration_czxid: int | None) -> bool:
+    """Whether a broker registered at `registration_czxid` takes the leadership `state` gives it:
+    only if the state was written after that registration (unknown on either side: yes)."""
+    if state is None or registration_czxid is None or state.mzxid < 0:
+        return True
+    return state.mzxid > registration_czxid
+
+
 class ReplicaRoles:
     def __init__(self, config: BrokerConfig, replicas: PartitionManager, coordinator: GroupCoordinator, clock: Clock,
-                 address: Callable[[int], tuple[str, int] | None]) -> None:
+                 address: Callable[[int], tuple[str, int] | None],
+                 registration_czxid: Callable[[], int | None] = lambda: None) -> None:
         self.config = config
+        self._registration_czxid = registration_czxid
         self.node_id = config.node_id
         self.replicas = replicas
         self.coordinator = coordinator
@@ -76,6 +94,10 @@ class ReplicaRoles:
         replicas, isr_now = tuple(view.replicas), frozenset(view.isr)
         if view.leader == self.node_id:
             if not partition.is_leader or partition.leader_epoch < view.leader_epoch:
+                if not leads_from(view.state, self._registration_czxid()):
+                    log.info("leadership_from_before_registration_ignored", topic=topic, partition=index,
+                             epoch=view.leader_epoch)
+                    return  # the controller gives it again once it sees this registration
                 newly_leading = not partition.is_leader
                 if not partition.become_leader(view.leader_epoch, replicas, isr_now, view.zk_version, now):
                     return  # a stale view (an epoch not above the partition's): nothing changes

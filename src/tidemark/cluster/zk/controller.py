@@ -288,7 +288,9 @@ class Controller:
 
     def _settle(self, topics: dict[str, zk_data.TopicAssignment], live: Collection[int] | None = None) -> None:
         """Give each partition of `topics` a state: create the missing ones, elect where the
-        leader is not live, drop lost brokers from ISRs."""
+        leader is not live, drop lost brokers from ISRs, and handle a broker registered since
+        the state was written (a bounce this controller did not see, as after a failover) as
+        lost, then back (elect_after_change's `registrations`)."""
         live = set(self._live) if live is None else set(live)
         for topic, assignment in _offsets_topic_first(topics):
             known = self._read_states([(topic, p) for p in assignment.partitions])
@@ -298,8 +300,8 @@ class Controller:
                 if known[topic, partition] is None:
                     continue  # just created, or waiting for a live replica
                 self._update_state(topic, partition, lambda state, replicas=replicas: leader_election.elect_after_change(
-                    replicas, state, live, self._require_fence().epoch, not_leader=self._shutting_down),
-                    known=known[topic, partition])
+                    replicas, state, live, self._require_fence().epoch, not_leader=self._shutting_down,
+                    registrations=self._live), known=known[topic, partition])
 
     def _read_states(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, tuple[bytes, Any] | None]:
         """The state znodes (data, stat) of many partitions, read in one pipelined round (None:
@@ -356,7 +358,7 @@ class Controller:
                     data, stat = self.client.get(path)
                 except NoNodeError:
                     return None
-            current = zk_data.decode_partition_state(data, stat.version)
+            current = zk_data.decode_partition_state(data, stat.version, stat.mzxid)
             wanted = decide(current)
             if wanted is None:
                 return current
@@ -460,6 +462,8 @@ class Controller:
 
     def _shutdown_broker(self, broker_id: int) -> list[TopicPartition]:
         fence = self._require_fence()
+        if broker_id not in self._live:
+            return []  # gone already (Kafka: BROKER_NOT_AVAILABLE): kept, it would never lead again
         self._shutting_down.add(broker_id)
         live = set(self._live)
         remaining = []

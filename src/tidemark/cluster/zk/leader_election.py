@@ -10,7 +10,7 @@ Each function answers the new state, or None when nothing changes.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from tidemark.cluster.zk.zk_data import NO_LEADER, PartitionState
 
@@ -31,11 +31,30 @@ def initial_state(replicas: Sequence[int], live: Collection[int], controller_epo
     return PartitionState(leader=in_sync[0], leader_epoch=0, isr=tuple(in_sync), controller_epoch=controller_epoch)
 
 
+def registered_since(state: PartitionState, registrations: Mapping[int, int]) -> set[int]:
+    """The leader and ISR members of `state` registered after it was written (their
+    registration's czxid, Kafka's broker epoch of KIP-380, above the state's mzxid): each
+    restarted or lost its session since, so what the state says of it is from before."""
+    if state.mzxid < 0:
+        return set()
+    named = set(state.isr) | ({state.leader} if state.leader != NO_LEADER else set())
+    return {b for b in named if registrations.get(b, -1) > state.mzxid}
+
+
 def elect_after_change(replicas: Sequence[int], state: PartitionState, live: Collection[int],
-                       controller_epoch: int, not_leader: Collection[int] = ()) -> PartitionState | None:
+                       controller_epoch: int, not_leader: Collection[int] = (),
+                       registrations: Mapping[int, int] | None = None) -> PartitionState | None:
     """After brokers were lost or came back: dead brokers leave the ISR; a partition without a
     live leader gets the first live ISR member in assignment order (brokers in controlled
-    shutdown, `not_leader`, excepted), or goes offline."""
+    shutdown, `not_leader`, excepted), or goes offline. With `registrations` (live broker ->
+    czxid), a broker registered since `state` was written is handled as a failure, then a
+    startup (Kafka's controller on a bounced broker epoch): it leaves the ISR, and its
+    leadership moves to another live ISR member or, if it was the only one, is given again at a
+    new epoch, a state written after its registration (the only kind it takes, see roles.py)."""
+    bounced = registered_since(state, registrations) & set(live) if registrations else set()
+    if bounced:
+        failed = elect_after_change(replicas, state, set(live) - bounced, controller_epoch, not_leader)
+        return elect_after_change(replicas, failed or state, live, controller_epoch, not_leader) or failed
     live_isr = [r for r in state.isr if r in live]
     if state.leader != NO_LEADER and state.leader in live:
         return _changed(state, state.leader, live_isr, controller_epoch)

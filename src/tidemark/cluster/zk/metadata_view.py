@@ -216,7 +216,7 @@ class ZkMetadataView:
                             self._publish()
                         return False
                 else:
-                    self._states[topic, partition] = zk_data.decode_partition_state(data, stat.version)
+                    self._states[topic, partition] = zk_data.decode_partition_state(data, stat.version, stat.mzxid)
                     changed = True
                 if changed:
                     assignment = self._topics.get(topic)

@@ -60,6 +60,9 @@ class BrokerRegistration:
         self._session_lost = False
         self._closed = False
         self.registered = threading.Event()  # set while the znode is ours (tests, status)
+        # The czxid of the current registration (Kafka's broker epoch): states written before it
+        # give no leadership (roles.leads_from).
+        self.czxid: int | None = None
 
     def register(self) -> None:
         """BrokerIdInUseError when another live broker has this id (still, after wait_for_owner_s)."""
@@ -73,8 +76,14 @@ class BrokerRegistration:
                     and not gone.wait(self.wait_for_owner_s):
                 raise
             create_checked_ephemeral(self.client, path, data)
+        self._learn_czxid()
         self.registered.set()
         self.client.add_listener(self._state_changed)
+
+    def _learn_czxid(self) -> None:
+        stat = self.client.exists(zk_data.broker_path(self.broker.id))
+        if stat is not None:
+            self.czxid = stat.czxid
 
     def close(self) -> None:
         self._closed = True
@@ -92,6 +101,7 @@ class BrokerRegistration:
         try:
             create_checked_ephemeral(self.client, zk_data.broker_path(self.broker.id),
                                      zk_data.encode_broker(self.broker))
+            self._learn_czxid()
             self.registered.set()
             log.info("broker %d registered again after its session expired", self.broker.id)
         except Exception:  # noqa: BLE001 - logged; the broker sees registered unset

@@ -218,6 +218,10 @@ class PartitionState:
     isr: tuple[int, ...]
     controller_epoch: int
     zk_version: int = -1
+    # The zxid of the write that made this content (the znode's mzxid; -1 when not read from
+    # ZooKeeper): compared with a broker's registration czxid (its broker epoch, KIP-380), it
+    # tells whether the state was written after that broker (re)registered.
+    mzxid: int = dataclasses.field(default=-1, compare=False)
 
     @property
     def online(self) -> bool:
@@ -229,11 +233,11 @@ def encode_partition_state(state: PartitionState) -> bytes:
                    "leader_epoch": state.leader_epoch, "isr": list(state.isr)})
 
 
-def decode_partition_state(data: bytes, zk_version: int = -1) -> PartitionState:
+def decode_partition_state(data: bytes, zk_version: int = -1, mzxid: int = -1) -> PartitionState:
     value = _loads(data)
     return PartitionState(leader=int(value["leader"]), leader_epoch=int(value["leader_epoch"]),
                           isr=tuple(value["isr"]), controller_epoch=int(value["controller_epoch"]),
-                          zk_version=zk_version)
+                          zk_version=zk_version, mzxid=mzxid)
 
 
 # /controller, /controller_epoch ---------------------------------------------------------------
