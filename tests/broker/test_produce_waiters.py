@@ -24,7 +24,6 @@ from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.replication.errors import NotLeaderOrFollowerError
 from tidemark.replication.partition import Partition
 from tidemark.replication.partition_manager import PartitionManager
-from tidemark.replication.replica_fetcher import ReplicaFetcher
 
 NOW = 1_700_000_000_000
 
@@ -51,12 +50,7 @@ def test_acks_all_waiting_on_a_deposed_leader_is_not_leader_even_once_the_new_le
             await until(lambda: ap.log.log_end_offset == 2)
             assert not held.done()
             # b is elected at epoch 2 and a follows it.
-            bp.become_leader(2, (2, 1), frozenset({2, 1}), zk_version=1, now_ms=NOW)
-            ap.become_follower(2, 2, (2, 1), frozenset({2, 1}), zk_version=1)
-            fetcher = ReplicaFetcher(1, 2, lambda: ("127.0.0.1", b.port), append=a.replicas.append_as_follower,
-                                     max_wait_ms=100)
-            fetcher.add(ap)
-            fetcher.start()
+            bp, ap, fetcher = _roles(b, a, epoch=2)
             client_b = await AsyncRawClient.connect(b.port)
             assert await _produce(client_b, b"another producer") == (ErrorCode.none, 1)
             await until(lambda: ap.high_watermark == 2)  # a's high watermark is past offset 1

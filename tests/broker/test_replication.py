@@ -137,12 +137,7 @@ def test_a_follower_with_divergent_history_is_truncated_to_the_new_leaders_epoch
             await client.close()
             assert ap.log.log_end_offset == 5
             # ... then b becomes leader at epoch 2 and takes new writes; a follows it.
-            bp.become_leader(2, (2, 1), frozenset({2, 1}), zk_version=1, now_ms=NOW)
-            ap.become_follower(2, 2, (2, 1), frozenset({2, 1}), zk_version=1)
-            fetcher = ReplicaFetcher(1, 2, lambda: ("127.0.0.1", b.port), append=a.replicas.append_as_follower,
-                                     max_wait_ms=100)
-            fetcher.add(ap)
-            fetcher.start()
+            bp, ap, fetcher = _roles(b, a, epoch=2)
             client = await AsyncRawClient.connect(b.port)
             assert await _produce(client, b"new leader") == (ErrorCode.none, 3)
             await until(lambda: ap.log.log_end_offset == 4)
