@@ -86,6 +86,17 @@ class RecordingFetcher(ReplicaFetcher):
         return connection
 
 
+def _diverged_at_epoch_3(leader: Broker, follower: Broker):
+    """The issue's histories: both hold offsets 0-1 of epoch 0; the leader then 2-4 of epoch 1,
+    the follower 2-5 of epoch 2; the leader leads again at epoch 3 (from offset 5)."""
+    lp, fp = leader.replicas.partition("t", 0), follower.replicas.partition("t", 0)
+    _write(lp, [(0, 2)], "both")
+    _write(fp, [(0, 2)], "both")
+    _write(lp, [(1, 3)], "leader")
+    _write(fp, [(2, 4)], "follower")
+    return _roles(leader, follower, epoch=3)
+
+
 def _fetcher(leader: Broker, follower: Broker, **kwargs) -> RecordingFetcher:
     return RecordingFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", leader.port),
                             append=follower.replicas.append_as_follower, max_wait_ms=100, **kwargs)
@@ -99,12 +110,7 @@ def test_a_follower_truncates_to_its_own_end_of_an_epoch_the_leader_never_had(tm
     (2, not the leader's 5), ask again, and fetch 2-4 from the leader."""
     async def scenario():
         async with leader_and_follower(tmp_path) as (leader, follower):
-            lp, fp = leader.replicas.partition("t", 0), follower.replicas.partition("t", 0)
-            _write(lp, [(0, 2)], "both")
-            _write(fp, [(0, 2)], "both")
-            _write(lp, [(1, 3)], "leader")
-            _write(fp, [(2, 4)], "follower")
-            lp, fp = _roles(leader, follower, epoch=3)
+            lp, fp = _diverged_at_epoch_3(leader, follower)
             _write(lp, [(3, 1)], "leader")
             fetcher = _fetcher(leader, follower)
             fetcher.add(fp)
@@ -152,12 +158,7 @@ def test_no_truncation_by_an_answer_to_a_leadership_that_moved_meanwhile(tmp_pat
     and asks again at epoch 4 (which this leader, still at 3, refuses: nothing is truncated)."""
     async def scenario():
         async with leader_and_follower(tmp_path) as (leader, follower):
-            lp, fp = leader.replicas.partition("t", 0), follower.replicas.partition("t", 0)
-            _write(lp, [(0, 2)], "both")
-            _write(fp, [(0, 2)], "both")
-            _write(lp, [(1, 3)], "leader")
-            _write(fp, [(2, 4)], "follower")
-            lp, fp = _roles(leader, follower, epoch=3)
+            lp, fp = _diverged_at_epoch_3(leader, follower)
             fetcher = None
 
             def leadership_moves():
