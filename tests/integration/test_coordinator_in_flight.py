@@ -148,6 +148,18 @@ def _committed(bootstrap: str, group: str) -> list[int]:
 GROUPS = [f"deleted-{n}" for n in range(20)]
 
 
+async def _commit_offset_3_then_hold_offset_5(broker, group: str):
+    """A consumer of `group` that committed offset 3 of partition 0, and its commit of offset 5
+    of partition 1 appended but held in flight (the flusher holds): (consumer, that commit)."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{broker.port}", "group.id": group, "log_level": 0,
+                         "enable.auto.commit": False})
+    await _commit_in_thread(consumer, 0, 3)
+    broker.replicas.flusher.holding = True
+    commit = asyncio.ensure_future(_commit_in_thread(consumer, 1, 5))
+    await until(lambda: _pending(broker.coordinator) == 1)
+    return consumer, commit
+
+
 def test_delete_groups_after_a_commit_in_flight_leaves_no_offset(tmp_path):
     """In 20 groups: an offset committed, then a commit in flight and DeleteGroups behind it, both
     answered NONE; the group and both offsets are gone, also after a restart."""
@@ -155,12 +167,7 @@ def test_delete_groups_after_a_commit_in_flight_leaves_no_offset(tmp_path):
         bootstrap = f"127.0.0.1:{broker.port}"
         admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         for group in GROUPS:
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0,
-                                 "enable.auto.commit": False})
-            await _commit_in_thread(consumer, 0, 3)
-            broker.replicas.flusher.holding = True
-            commit = asyncio.ensure_future(_commit_in_thread(consumer, 1, 5))
-            await until(lambda: _pending(broker.coordinator) == 1)
+            consumer, commit = await _commit_offset_3_then_hold_offset_5(broker, group)
             deleted = admin.delete_consumer_groups([group], request_timeout=30)[group]
             await until(lambda: _pending(broker.coordinator) == 2)
             broker.replicas.flusher.release()
@@ -193,12 +200,7 @@ def test_offset_delete_after_a_commit_in_flight_leaves_no_offset(tmp_path):
         bootstrap = f"127.0.0.1:{broker.port}"
         admin = await AsyncRawClient.connect(broker.port)
         for group in GROUPS:
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0,
-                                 "enable.auto.commit": False})
-            await _commit_in_thread(consumer, 0, 3)
-            broker.replicas.flusher.holding = True
-            commit = asyncio.ensure_future(_commit_in_thread(consumer, 1, 5))
-            await until(lambda: _pending(broker.coordinator) == 1)
+            consumer, commit = await _commit_offset_3_then_hold_offset_5(broker, group)
             deleted = await admin.send(OFFSET_DELETE, 0, {"group_id": group, "topics": [
                 {"name": TOPIC, "partitions": [{"partition_index": 1}]}]})
             await until(lambda: _pending(broker.coordinator) == 2)
