@@ -27,6 +27,7 @@ from tidemark.broker.cluster.applied_view import AppliedView
 from tidemark.broker.cluster.config_reloads import ConfigReloads
 from tidemark.broker.cluster.isr_maintenance import IsrMaintenance
 from tidemark.broker.cluster.roles import ReplicaRoles
+from tidemark.broker.cluster.session_fence import CoordinatorFence
 from tidemark.broker.cluster.tasks import BackgroundTasks, halt
 from tidemark.broker.config import validate_topic_configs
 from tidemark.broker.offset_fetch_forwarding import OffsetFetchForwarder
@@ -71,6 +72,8 @@ class ClusterLink:
         self.admin = ClusterAdmin(config, self.session, self.view)
         self.config_reloads = ConfigReloads(self.session, replicas)
         self.tasks = BackgroundTasks(on_fatal)
+        # The group coordinator serves only while the session's lease holds (session_fence.py).
+        self.coordinator_fence = CoordinatorFence(self.node_id, self.session, coordinator, replicas, self.tasks)
         # Offsets in ZooKeeper (offsets.storage=zookeeper, OffsetCommit/OffsetFetch v0) on this
         # broker's session.
         self.offset_store = ZookeeperOffsetManager(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],

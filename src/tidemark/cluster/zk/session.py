@@ -6,12 +6,23 @@ pool (not asyncio's default executor, which the flusher and the cleaner share), 
 a timeout (zookeeper.session.timeout.ms). A stalled ZooKeeper so parks at most these threads,
 and a caller waiting past the timeout gets ZkCallTimeoutError, a failed ZooKeeper call, never a
 hang: produce and fetch of partitions whose leadership does not change go on meanwhile.
+
+The session also holds a lease (`may_lead`): whether this broker may still act as the leader of
+what it leads. ZooKeeper cannot expire a session sooner than its timeout after it last heard from
+the client, and another broker leads only once the controller saw the expiry, so a round trip
+sent at t proves no other leader before t + timeout. The lease runs to t + 2/3 of it (ZooKeeper's
+client read timeout: room for clocks and the controller's own delays), is renewed every 1/6 of
+it, and is void at once when kazoo reports the connection suspended or the session lost (its
+connection thread writes that here directly, not through the event loop). A broker paused past
+the lease (SIGSTOP, a stalled event loop) so finds it expired when it runs again, before kazoo
+learns anything. `on_fence` tells the loop each time the lease ends and is held again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -29,6 +40,8 @@ DEFAULT_SESSION_TIMEOUT_MS = 18000  # Kafka's zookeeper.session.timeout.ms
 # requests at once; more callers queue (their wait counts against their timeout).
 ZOOKEEPER_THREADS = 4
 CONNECT_TIMEOUT_S = 30.0
+LEASE_FRACTION = 2 / 3  # of the session timeout: how long a round trip keeps the lease
+LEASE_RENEW_FRACTION = 1 / 6  # of the session timeout: how often the lease is renewed
 
 
 class ZkCallTimeoutError(KazooException, TimeoutError):
@@ -58,6 +71,22 @@ class ZkSession:
                  call_timeout_ms: int | None = None, threads: int = ZOOKEEPER_THREADS) -> None:
         self.connect_string = zookeeper_connect
         self.call_timeout_s = (call_timeout_ms or session_timeout_ms) / 1000
+        self.session_timeout_s = session_timeout_ms / 1000
+        # The lease's clock (monotonic seconds); tests replace it to stand for a pause.
+        self.monotonic: Callable[[], float] = time.monotonic
+        # Written by kazoo's connection thread at each state change, read anywhere: whether the
+        # connection is up, and a count of its interruptions (a renewal sent before one proves
+        # nothing after it).
+        self._live = False
+        self._interruptions = 0
+        # (until, the interruption count it was taken under): one tuple, written at once, so a
+        # lease renewed as the connection drops belongs to the old connection
+        self._lease: tuple[float, int] = (0.0, -1)
+        self._fenced = True  # as last announced to on_fence's callbacks
+        self._on_fence: list[Callable[[bool], None]] = []
+        self._lease_task: asyncio.Task[None] | None = None
+        self._lease_timer: asyncio.TimerHandle | None = None
+        self._reconnected = asyncio.Event()
         self.client = new_client(zookeeper_connect, session_timeout_ms)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zookeeper")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -76,7 +105,9 @@ class ZkSession:
         self.client.add_listener(self._state_changed)
         await self.call(self.client.start, timeout_s, timeout_s=timeout_s + 1)
         if self.client.connected:
+            self._live = True
             self._connected.set()
+        self._lease_task = self._loop.create_task(self._renew_lease(), name="zookeeper-lease")
 
     async def call(self, function: Callable[..., T], *args: Any, timeout_s: float | None = None, **kwargs: Any) -> T:
         """`function(*args, **kwargs)` (blocking kazoo work) on the session's threads, within
@@ -104,15 +135,104 @@ class ZkSession:
         """Call `callback()` on the event loop each time the session is lost (expired)."""
         self._on_lost.append(callback)
 
+    # -- the lease ------------------------------------------------------------------------------
+
+    @property
+    def lease_s(self) -> float:
+        return self.session_timeout_s * LEASE_FRACTION
+
+    def may_lead(self) -> bool:
+        """Whether this broker may act as the leader of what it leads: connected, and a round
+        trip on this connection answered recently enough that no other broker can lead yet."""
+        until, taken_under = self._lease
+        return self._live and taken_under == self._interruptions and self.monotonic() < until
+
+    def on_fence(self, callback: Callable[[bool], None]) -> None:
+        """Call `callback(fenced)` on the event loop each time the lease ends (True) and each
+        time it is held again (False)."""
+        self._on_fence.append(callback)
+
+    def _announce(self) -> None:
+        """Tell on_fence's callbacks if the lease ended or was taken again since they last heard."""
+        fenced = not self.may_lead()
+        if self._lease_timer is not None:
+            self._lease_timer.cancel()
+            self._lease_timer = None
+        if not fenced and self._loop is not None:  # the lease's end, unless renewed before
+            self._lease_timer = self._loop.call_later(max(0.0, self._lease[0] - self.monotonic()), self._announce)
+        if fenced == self._fenced:
+            return
+        self._fenced = fenced
+        if fenced:
+            log.warning("zookeeper_lease_ended", connected=self._live)
+        else:
+            log.info("zookeeper_lease_held")
+        for callback in list(self._on_fence):
+            try:
+                callback(fenced)
+            except Exception:  # noqa: BLE001 - one listener's bug must not hide the others
+                log.exception("zookeeper_lease_listener_failed")
+
+    async def _renew_lease(self) -> None:
+        """A round trip every 1/6 of the session timeout; each answered one, sent while connected
+        and not interrupted since, extends the lease to its send time plus the lease."""
+        while True:
+            if self._live:
+                sent_at, interruptions = self.monotonic(), self._interruptions
+                try:
+                    await self._round_trip(self.lease_s)
+                except (KazooException, TimeoutError) as exc:
+                    log.debug("zookeeper_lease_not_renewed", error=repr(exc))
+                else:
+                    if self._live and interruptions == self._interruptions:
+                        if not self.may_lead():  # it lapsed unannounced (a pause): fence first
+                            self._announce()
+                        until = self._lease[0] if self._lease[1] == interruptions else 0.0
+                        self._lease = (max(until, sent_at + self.lease_s), interruptions)
+            self._announce()
+            try:  # a reconnection renews at once
+                await asyncio.wait_for(self._reconnected.wait(), self.session_timeout_s * LEASE_RENEW_FRACTION)
+            except TimeoutError:
+                pass
+            self._reconnected.clear()
+
+    async def _round_trip(self, timeout_s: float) -> None:
+        """One request answered by ZooKeeper on this session, parking no thread of ours."""
+        answered: asyncio.Future[None] = self.loop.create_future()
+
+        def done(result: Any) -> None:  # kazoo's callback thread
+            def settle() -> None:
+                if answered.done():
+                    return
+                try:
+                    result.get_nowait()
+                except Exception as exc:  # noqa: BLE001 - handed to the waiter
+                    answered.set_exception(exc)
+                else:
+                    answered.set_result(None)
+            if not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(settle)
+
+        self.client.exists_async("/").rawlink(done)
+        async with asyncio.timeout(timeout_s):
+            await answered
+
     def _state_changed(self, state: str) -> None:  # kazoo's connection thread: must not block
+        # The lease is void the moment kazoo knows: a request being answered on the event loop
+        # meanwhile must not see it held.
+        self._live = state == KazooState.CONNECTED
+        if not self._live:
+            self._interruptions += 1
         loop = self._loop
         if loop is None or loop.is_closed():
             return
         loop.call_soon_threadsafe(self._state_on_loop, state)
 
     def _state_on_loop(self, state: str) -> None:
+        self._announce()
         if state == KazooState.CONNECTED:
             self._connected.set()
+            self._reconnected.set()
             return
         self._connected.clear()
         if state == KazooState.LOST:
@@ -128,6 +248,12 @@ class ZkSession:
         """End the session (its ephemeral znodes go at once) and the threads; bounded: a thread
         parked on a stalled ZooKeeper is left behind, never waited for."""
         self.client.remove_listener(self._state_changed)
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+            await asyncio.gather(self._lease_task, return_exceptions=True)
+        if self._lease_timer is not None:
+            self._lease_timer.cancel()
+        self._live = False
         try:
             await self.call(self.client.stop, timeout_s=timeout_s)
             await self.call(self.client.close, timeout_s=timeout_s)
