@@ -12,16 +12,18 @@ what it leads. ZooKeeper cannot expire a session sooner than its timeout after i
 the client, and another broker leads only once the controller saw the expiry, so a round trip
 sent at t proves no other leader before t + timeout. The lease runs to t + 2/3 of it (ZooKeeper's
 client read timeout: room for clocks and the controller's own delays), is renewed every 1/6 of
-it, and is void at once when kazoo reports the connection suspended or the session lost (its
-connection thread writes that here directly, not through the event loop). A broker paused past
-the lease (SIGSTOP, a stalled event loop) so finds it expired when it runs again, before kazoo
-learns anything. `on_fence` tells the loop each time the lease ends and is held again.
+it by a thread of its own (a busy event loop does not lapse it), and is void at once when kazoo
+reports the connection suspended or the session lost (its connection thread writes that here
+directly, not through the event loop). A broker paused past the lease (SIGSTOP) so finds it
+lapsed when it runs again, before kazoo learns anything, until a round trip sent after the pause
+is answered. `on_fence` tells the loop each time the lease ends and is held again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -82,11 +84,11 @@ class ZkSession:
         # (until, the interruption count it was taken under): one tuple, written at once, so a
         # lease renewed as the connection drops belongs to the old connection
         self._lease: tuple[float, int] = (0.0, -1)
-        self._fenced = True  # as last announced to on_fence's callbacks
+        self._fenced = True  # as last posted to on_fence's callbacks (by the lease's thread)
         self._on_fence: list[Callable[[bool], None]] = []
-        self._lease_task: asyncio.Task[None] | None = None
-        self._lease_timer: asyncio.TimerHandle | None = None
-        self._reconnected = asyncio.Event()
+        self._lease_thread: threading.Thread | None = None
+        self._lease_wake = threading.Event()  # a state change: look at the lease now
+        self._closing = False
         self.client = new_client(zookeeper_connect, session_timeout_ms)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zookeeper")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,7 +109,8 @@ class ZkSession:
         if self.client.connected:
             self._live = True
             self._connected.set()
-        self._lease_task = self._loop.create_task(self._renew_lease(), name="zookeeper-lease")
+        self._lease_thread = threading.Thread(target=self._keep_lease, name="zookeeper-lease", daemon=True)
+        self._lease_thread.start()
 
     async def call(self, function: Callable[..., T], *args: Any, timeout_s: float | None = None, **kwargs: Any) -> T:
         """`function(*args, **kwargs)` (blocking kazoo work) on the session's threads, within
@@ -152,17 +155,44 @@ class ZkSession:
         time it is held again (False)."""
         self._on_fence.append(callback)
 
-    def _announce(self) -> None:
-        """Tell on_fence's callbacks if the lease ended or was taken again since they last heard."""
+    def _keep_lease(self) -> None:
+        """The lease's own thread (not the event loop: a busy loop must not lapse it, and a
+        paused process finds it lapsed): a round trip every 1/6 of the session timeout; each
+        answered one, sent while connected and not interrupted since, extends the lease to its
+        send time plus the lease. Each time the lease ends or is held again the event loop is
+        told, in order; a lease that lapsed unseen (a pause) is told ended before held again."""
+        while not self._closing:
+            if self._live:
+                sent_at, interruptions = self.monotonic(), self._interruptions
+                try:
+                    self.client.exists_async("/").get(timeout=self.lease_s)
+                except Exception as exc:  # noqa: BLE001 - any failure leaves the lease as it is
+                    log.debug("zookeeper_lease_not_renewed", error=repr(exc))
+                else:
+                    if self._live and interruptions == self._interruptions and not self._closing:
+                        self._post_fence()
+                        until = self._lease[0] if self._lease[1] == interruptions else 0.0
+                        self._lease = (max(until, sent_at + self.lease_s), interruptions)
+            self._post_fence()
+            until, _ = self._lease
+            remaining = until - self.monotonic()
+            interval = self.session_timeout_s * LEASE_RENEW_FRACTION
+            self._lease_wake.wait(min(interval, remaining) if remaining > 0 else interval)
+            self._lease_wake.clear()
+
+    def _post_fence(self) -> None:
+        """Tell the event loop if the lease ended or was held again since it last heard."""
         fenced = not self.may_lead()
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
-            self._lease_timer = None
-        if not fenced and self._loop is not None:  # the lease's end, unless renewed before
-            self._lease_timer = self._loop.call_later(max(0.0, self._lease[0] - self.monotonic()), self._announce)
         if fenced == self._fenced:
             return
         self._fenced = fenced
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._fence_on_loop, fenced)
+
+    def _fence_on_loop(self, fenced: bool) -> None:
+        if self._closing:
+            return
         if fenced:
             log.warning("zookeeper_lease_ended", connected=self._live)
         else:
@@ -173,66 +203,21 @@ class ZkSession:
             except Exception:  # noqa: BLE001 - one listener's bug must not hide the others
                 log.exception("zookeeper_lease_listener_failed")
 
-    async def _renew_lease(self) -> None:
-        """A round trip every 1/6 of the session timeout; each answered one, sent while connected
-        and not interrupted since, extends the lease to its send time plus the lease."""
-        while True:
-            if self._live:
-                sent_at, interruptions = self.monotonic(), self._interruptions
-                try:
-                    await self._round_trip(self.lease_s)
-                except (KazooException, TimeoutError) as exc:
-                    log.debug("zookeeper_lease_not_renewed", error=repr(exc))
-                else:
-                    if self._live and interruptions == self._interruptions:
-                        if not self.may_lead():  # it lapsed unannounced (a pause): fence first
-                            self._announce()
-                        until = self._lease[0] if self._lease[1] == interruptions else 0.0
-                        self._lease = (max(until, sent_at + self.lease_s), interruptions)
-            self._announce()
-            try:  # a reconnection renews at once
-                await asyncio.wait_for(self._reconnected.wait(), self.session_timeout_s * LEASE_RENEW_FRACTION)
-            except TimeoutError:
-                pass
-            self._reconnected.clear()
-
-    async def _round_trip(self, timeout_s: float) -> None:
-        """One request answered by ZooKeeper on this session, parking no thread of ours."""
-        answered: asyncio.Future[None] = self.loop.create_future()
-
-        def done(result: Any) -> None:  # kazoo's callback thread
-            def settle() -> None:
-                if answered.done():
-                    return
-                try:
-                    result.get_nowait()
-                except Exception as exc:  # noqa: BLE001 - handed to the waiter
-                    answered.set_exception(exc)
-                else:
-                    answered.set_result(None)
-            if not self.loop.is_closed():
-                self.loop.call_soon_threadsafe(settle)
-
-        self.client.exists_async("/").rawlink(done)
-        async with asyncio.timeout(timeout_s):
-            await answered
-
     def _state_changed(self, state: str) -> None:  # kazoo's connection thread: must not block
         # The lease is void the moment kazoo knows: a request being answered on the event loop
         # meanwhile must not see it held.
         self._live = state == KazooState.CONNECTED
         if not self._live:
             self._interruptions += 1
+        self._lease_wake.set()
         loop = self._loop
         if loop is None or loop.is_closed():
             return
         loop.call_soon_threadsafe(self._state_on_loop, state)
 
     def _state_on_loop(self, state: str) -> None:
-        self._announce()
         if state == KazooState.CONNECTED:
             self._connected.set()
-            self._reconnected.set()
             return
         self._connected.clear()
         if state == KazooState.LOST:
@@ -248,12 +233,9 @@ class ZkSession:
         """End the session (its ephemeral znodes go at once) and the threads; bounded: a thread
         parked on a stalled ZooKeeper is left behind, never waited for."""
         self.client.remove_listener(self._state_changed)
-        if self._lease_task is not None:
-            self._lease_task.cancel()
-            await asyncio.gather(self._lease_task, return_exceptions=True)
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
+        self._closing = True  # the lease's thread ends at its next look (it never holds the loop)
         self._live = False
+        self._lease_wake.set()
         try:
             await self.call(self.client.stop, timeout_s=timeout_s)
             await self.call(self.client.close, timeout_s=timeout_s)
