@@ -121,7 +121,7 @@ class ClusterLink:
                                                 wait_for_owner_s=self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.session.call(self._registration.register,
                                 timeout_s=self._registration.wait_for_owner_s + STARTUP_CALL_TIMEOUT_S)
-        self._controller = Controller(self.client, self.node_id)
+        self._controller = Controller(self.session, self.node_id)
         await self.session.call(self._controller.start, timeout_s=STARTUP_CALL_TIMEOUT_S)
         self._started = True
         self._apply(everything=True)

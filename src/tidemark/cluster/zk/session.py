@@ -25,8 +25,9 @@ import asyncio
 import functools
 import threading
 import time
+import collections
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import structlog
@@ -38,9 +39,10 @@ log = structlog.get_logger("tidemark.cluster")
 
 T = TypeVar("T")
 DEFAULT_SESSION_TIMEOUT_MS = 18000  # Kafka's zookeeper.session.timeout.ms
-# Threads for blocking kazoo calls: enough for the view's reads, an ISR write and a few admin
-# requests at once; more callers queue (their wait counts against their timeout).
-ZOOKEEPER_THREADS = 4
+# Threads for blocking kazoo calls: enough for the view's reads, an ISR write, the controller's
+# events (one thread at most, SerialEvents) and a few admin requests at once; more callers queue
+# (their wait counts against their timeout).
+ZOOKEEPER_THREADS = 5
 CONNECT_TIMEOUT_S = 30.0
 LEASE_FRACTION = 2 / 3  # of the session timeout: how long a round trip keeps the lease
 LEASE_RENEW_FRACTION = 1 / 6  # of the session timeout: how often the lease is renewed
@@ -126,6 +128,11 @@ class ZkSession:
                     f"ZooKeeper call {getattr(function, '__qualname__', function)!s} did not complete "
                     f"within {timeout_s}s") from None
             raise
+
+    def submit(self, function: Callable[..., T], *args: Any) -> Future[T]:
+        """`function(*args)` on the session's threads, from any thread (the controller's events);
+        RuntimeError once the session is closed."""
+        return self._executor.submit(function, *args)
 
     @property
     def connected(self) -> bool:
@@ -242,3 +249,80 @@ class ZkSession:
         except (ZkCallTimeoutError, KazooException) as exc:
             log.warning("zookeeper_session_close_failed", error=repr(exc))
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class BoundedCalls:
+    """A client's blocking calls for code already on a ZooKeeper thread (the controller's
+    events), each bounded: the request is sent asynchronously and waited for at most
+    `timeout_s`, past which ZkCallTimeoutError (kazoo sync calls wait for as long as ZooKeeper
+    takes, or, while disconnected, for the reconnection)."""
+
+    def __init__(self, client: KazooClient, timeout_s: float) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+
+    def wait(self, result: Any, what: str = "call") -> Any:
+        try:
+            return result.get(timeout=self.timeout_s)
+        except self.client.handler.timeout_exception:
+            raise ZkCallTimeoutError(f"ZooKeeper {what} did not complete within {self.timeout_s}s") from None
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        return self.wait(self.client.get_async(path), f"get {path}")
+
+    def exists(self, path: str) -> Any:
+        return self.wait(self.client.exists_async(path), f"exists {path}")
+
+    def get_children(self, path: str) -> list[str]:
+        return self.wait(self.client.get_children_async(path), f"get_children {path}")
+
+    def commit(self, transaction: Any) -> list[Any]:
+        return self.wait(transaction.commit_async(), "multi")
+
+
+class SerialEvents:
+    """Functions run one at a time, in submission order, on a pool's threads (one thread at a
+    time, only while there is work): Kafka's ControllerEventManager without a thread of its own."""
+
+    def __init__(self, submit: Callable[[Callable[[], None]], Any]) -> None:
+        self._submit = submit
+        self._lock = threading.Lock()
+        self._events: collections.deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = collections.deque()
+        self._draining = False
+        self._closed = False
+
+    def submit(self, function: Callable[..., T], *args: Any) -> Future[T]:
+        """RuntimeError once shut down."""
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the event queue is shut down")
+            self._events.append((future, function, args))
+            start, self._draining = not self._draining, True
+        if start:
+            try:
+                self._submit(self._drain)
+            except RuntimeError:  # the pool is closed
+                with self._lock:
+                    self._draining = False
+                raise
+        return future
+
+    def shutdown(self) -> None:
+        """Take no more; what is queued still runs."""
+        with self._lock:
+            self._closed = True
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._events:
+                    self._draining = False
+                    return
+                future, function, args = self._events.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+                future.set_exception(exc)
