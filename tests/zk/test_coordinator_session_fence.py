@@ -5,18 +5,22 @@ the offsets partition's leader, the shard is loaded afresh from the log, so it a
 the log holds (here a commit written while it was fenced), not what its cache held.
 
 The broker runs in the test's event loop on a real ZooKeeper; the test drives the session's
-state as kazoo's listener would, and its lease clock, so nothing depends on timing."""
+state as kazoo's listener would, and its lease clock, so nothing depends on timing. The last
+test does it with broker processes, SIGSTOP and a real session expiry."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooState
 from kio.schema.errors import ErrorCode
 
 from tests.broker.inprocess import running_broker, until
-from tests.integration.raw import AsyncRawClient
+from tests.integration.raw import AsyncRawClient, RawClient
+from tests.zk import offsets_cluster
+from tests.zk.test_cluster_brokers import _cluster
 from tidemark.coordinator.runtime.runtime import LoadState
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import OFFSETS_TOPIC, OffsetCommitKey, OffsetCommitValue, encode_key, \
@@ -106,7 +110,6 @@ def test_a_lease_lapsed_unseen_by_kazoo_fences_the_coordinator_until_it_reloads(
         async with running_broker(tmp_path, _settings(chroot)) as broker:
             client = await _serving(broker)
             session = broker.zookeeper
-            assert session.may_lead()
             paused_s = session.session_timeout_s  # the lease's clock jumps as over a pause
             session.monotonic = lambda: time.monotonic() + paused_s
             assert await _fetch(client) == (ErrorCode.not_coordinator, -1)
@@ -120,3 +123,63 @@ def test_a_lease_lapsed_unseen_by_kazoo_fences_the_coordinator_until_it_reloads(
             await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD_S))
+
+
+def _commit_body(offset: int) -> dict:
+    return {"group_id": GROUP, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+
+
+FETCH_BODY = {"groups": [{"group_id": GROUP, "topics": [{"name": TOPIC, "partition_indexes": [0]}]}],
+              "require_stable": False}
+
+
+def _fetched(response) -> tuple[ErrorCode, int]:
+    group = response.groups[0]
+    if group.error_code != ErrorCode.none:
+        return ErrorCode(group.error_code), -1
+    answered = group.topics[0].partitions[0]
+    return ErrorCode(answered.error_code), answered.committed_offset
+
+
+def test_a_coordinator_paused_past_its_session_answers_no_offset_fetch_from_its_cache(make_broker, chroot, zk):
+    """Broker processes: the coordinator is SIGSTOPped past its session, another broker takes the
+    offsets partition and acknowledges a commit; an OffsetFetch sent to the paused broker is
+    answered when it resumes, before it can have learnt anything from ZooKeeper: never with the
+    offset its cache holds."""
+    brokers = _cluster(make_broker, chroot, **{"offsets.topic.num.partitions": "1"})
+    admin = AdminClient({"bootstrap.servers": offsets_cluster.bootstrap(brokers)})
+    admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(offsets_cluster.WAIT_S)
+    old = offsets_cluster.coordinator_of(brokers[1].bootstrap, GROUP)
+    offsets_cluster.until(lambda: len(offsets_cluster.zk_state(zk, chroot, OFFSETS_TOPIC, 0)["isr"]) == 3,
+                          "every offsets replica in sync")
+    with RawClient(brokers[old].bootstrap) as stale:
+        offsets_cluster.until(lambda: _code(stale.request(OFFSET_COMMIT, 8, _commit_body(5))) == ErrorCode.none,
+                              "the first commit acknowledged")
+        assert _fetched(stale.request(OFFSET_FETCH, 8, FETCH_BODY)) == (ErrorCode.none, 5)
+
+        brokers[old].pause()
+        try:
+            new = offsets_cluster.until(
+                lambda: (leader := offsets_cluster.zk_state(zk, chroot, OFFSETS_TOPIC, 0)["leader"]) not in (old, -1)
+                and leader, "another broker leads the offsets partition")
+            with RawClient(brokers[new].bootstrap) as current:
+                offsets_cluster.until(
+                    lambda: _code(current.request(OFFSET_COMMIT, 8, _commit_body(9))) == ErrorCode.none,
+                    "a commit acknowledged by the new coordinator")
+            stale.send_frame(stale.encode(OFFSET_FETCH, 8, FETCH_BODY))  # waits in the paused broker's socket
+        finally:
+            brokers[old].resume()
+        answered = _fetched(stale.read_response(OFFSET_FETCH, 8))
+    assert answered == (ErrorCode.none, 9) or answered[0] in (
+        ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress), answered
+    assert answered != (ErrorCode.none, 5)
+    # Once it has learnt it follows, the group's coordinator (whichever) answers the new commit.
+    offsets_cluster.until(lambda: _fetched(offsets_cluster.offset_fetch(
+        brokers[offsets_cluster.coordinator_of(brokers[old].bootstrap, GROUP)].bootstrap, GROUP, TOPIC, [0]))
+        == (ErrorCode.none, 9), "the acknowledged commit fetched")
+
+
+def _code(response) -> ErrorCode:
+    return ErrorCode(response.topics[0].partitions[0].error_code)
