@@ -29,7 +29,7 @@ from tidemark.cluster.zk.session import connect
 
 WAIT_S = 60
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
-FETCH = 1
+FETCH, METADATA = 1, 3
 
 
 # -- assignment ------------------------------------------------------------------------------------
@@ -81,7 +81,8 @@ RACKS = {1: "az-a", 2: "az-b", 3: "az-b"}
 def _rack_cluster(make_broker, chroot: str) -> dict[int, object]:
     settings = {"zookeeper.connect": chroot, "zookeeper.session.timeout.ms": "3000",
                 "replica.lag.time.max.ms": "10000", "replica.fetch.wait.max.ms": "100",
-                "offsets.topic.num.partitions": "3", "replica.selector.class": RACK_AWARE}
+                "offsets.topic.num.partitions": "3", "offsets.topic.replication.factor": "2",
+                "num.partitions": "3", "default.replication.factor": "2", "replica.selector.class": RACK_AWARE}
     brokers = {}
     for broker_id, rack in RACKS.items():
         metrics_port = free_port()
@@ -117,6 +118,17 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(make_broker, chroot, zk)
     spread = _metadata(admin, "spread").topics["spread"].partitions
     assert all({RACKS[b] for b in p.replicas} == {"az-a", "az-b"} for p in spread.values())
     assert sorted(p.replicas[0] for p in spread.values()) == [1, 1, 2, 2, 3, 3]
+
+    # So are the topics the brokers create themselves: auto-created ones and the offsets topic.
+    with RawClient(brokers[2].bootstrap) as raw:
+        for topic in ("auto", "__consumer_offsets"):
+            raw.request(METADATA, 9, {"topics": [{"name": topic}], "allow_auto_topic_creation": True,
+                                      "include_cluster_authorized_operations": False,
+                                      "include_topic_authorized_operations": False})
+    for topic in ("auto", "__consumer_offsets"):
+        _until(lambda: len(_metadata(admin, topic).topics[topic].partitions) == 3, f"{topic} created")
+        created = _metadata(admin, topic).topics[topic].partitions
+        assert all({RACKS[b] for b in p.replicas} == {"az-a", "az-b"} for p in created.values()), topic
 
     # "near" is led in az-a; its follower, broker 2, is in az-b.
     admin.create_topics([NewTopic("near", 1, replica_assignment=[[1, 2]])])["near"].result(WAIT_S)
