@@ -1,14 +1,18 @@
 """Fetch from follower (KIP-392) between two real brokers in this process, their roles given by
 hand: a follower serves a consumer's Fetch v11+ up to its own high watermark (empty above it,
 OFFSET_OUT_OF_RANGE past its log end, NOT_LEADER_OR_FOLLOWER before v11), and a leader with
-`replica.selector.class` set names an in-sync follower in the consumer's rack, with no records."""
+`replica.selector.class` set names an in-sync follower in the consumer's rack, with no records.
+And one broker process with a rack, under confluent-kafka."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from tests.broker.inprocess import until
@@ -53,9 +57,10 @@ async def two_brokers(tmp_path, leader_settings: dict[str, str] | None = None):
 
 async def _produce(client: AsyncRawClient, values: list[bytes], acks: int = -1) -> None:
     for value in values:
+        records = build_batch([(None, value, (), NOW)])
         response = await client.request(PRODUCE, 9, {"transactional_id": None, "acks": acks, "timeout": 30_000,
                                                      "topic_data": [{"name": "t", "partition_data": [
-                                                         {"index": 0, "records": build_batch([(None, value, (), NOW)])}]}]})
+                                                         {"index": 0, "records": records}]}]})
         assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
 
 
@@ -214,3 +219,29 @@ def test_the_rack_aware_selector_prefers_the_leader_then_the_most_caught_up_in_t
     assert rack_aware_select("a", [leader, behind, ahead], leader) == leader
     assert rack_aware_select("z", [leader, behind], leader) == leader
     assert rack_aware_select(None, [leader, behind], leader) == leader
+
+
+def test_a_single_broker_shows_its_rack_and_serves_a_consumer_from_another_rack(make_broker):
+    """confluent-kafka against one broker process: the rack in DescribeCluster, and a consumer
+    with client.rack elsewhere reads everything from the only replica."""
+    broker = make_broker({"broker.rack": "az-a", "replica.selector.class": RACK_AWARE}).start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert [node.rack for node in admin.describe_cluster().result(WAIT_S).nodes] == ["az-a"]
+    admin.create_topics([NewTopic("single", 1, 1)])["single"].result(WAIT_S)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce("single", f"v{i}".encode(), partition=0)
+    assert producer.flush(WAIT_S) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "single", "client.rack": "az-b",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("single", 0, 0)])
+    read = []
+    deadline = time.monotonic() + WAIT_S
+    while len(read) < 10:
+        assert time.monotonic() < deadline, f"read {len(read)} of 10"
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            read.append((message.offset(), message.value()))
+    consumer.close()
+    assert read == [(i, f"v{i}".encode()) for i in range(10)]
+    broker.stop()

@@ -60,8 +60,8 @@ def test_brokers_with_and_without_racks_are_refused_unless_racks_are_ignored(chr
     try:
         ensure_persistent_paths(client)
         for broker, rack in ((1, "az-a"), (2, "az-b"), (3, None)):
-            client.create(zk_data.broker_path(broker), zk_data.encode_broker(zk_data.BrokerInfo(broker, "h", 1, rack=rack)),
-                          )
+            info = zk_data.BrokerInfo(broker, "h", 1, rack=rack)
+            client.create(zk_data.broker_path(broker), zk_data.encode_broker(info))
         with pytest.raises(RackInformationError):
             topic_admin.create_topic(client, "enforced", 3, 2)
         assert client.exists(zk_data.topic_path("enforced")) is None

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 READ_COMMITTED = 1
 CLIENT_METADATA_VERSION = 11  # Fetch v11 carries the consumer's rack (KIP-392)
+# Bound once: every replicated write costs the leader a follower fetch.
+_CONSUMER_FETCHES = metrics.FETCH_REQUESTS.labels("consumer")
+_FOLLOWER_FETCHES = metrics.FETCH_REQUESTS.labels("follower")
 
 
 def replica_id_of(body: Any) -> int:
@@ -224,7 +227,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
     replica_id = replica_id_of(body)
-    metrics.FETCH_REQUESTS.labels("follower" if replica_id >= 0 else "consumer").inc()
+    (_FOLLOWER_FETCHES if replica_id >= 0 else _CONSUMER_FETCHES).inc()
     requested, forgotten = _requested(body)
     session = _session(ctx, body, replica_id, requested, forgotten)
     if isinstance(session, ErrorCode):
