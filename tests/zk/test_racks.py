@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import free_port
@@ -168,5 +168,27 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(make_broker, chroot, zk)
     # The leader answered only the fetch that sent the consumer to its rack's follower.
     assert leader_fetches <= 2, leader_fetches
     assert _fetches(brokers[3], "consumer") == 0
+    for broker in brokers.values():
+        broker.stop()
+
+
+def test_with_racks_mixed_create_topics_is_refused_and_auto_creation_ignores_racks(make_broker, chroot):
+    settings = {"zookeeper.connect": chroot, "zookeeper.session.timeout.ms": "3000", "num.partitions": "2",
+                "default.replication.factor": "2"}
+    brokers = {1: make_broker({**settings, "broker.id": "1", "broker.rack": "az-a"}).start(),
+               2: make_broker({**settings, "broker.id": "2"}).start()}
+    admin = AdminClient({"bootstrap.servers": _bootstrap(brokers)})
+    _until(lambda: len(_metadata(admin).brokers) == 2, "both brokers registered")
+    with pytest.raises(KafkaException) as refused:
+        admin.create_topics([NewTopic("refused", 2, 2)])["refused"].result(WAIT_S)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.UNKNOWN and "rack information" in error.str()
+    assert "refused" not in _metadata(admin).topics
+    with RawClient(brokers[1].bootstrap) as raw:
+        raw.request(METADATA, 9, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True,
+                                  "include_cluster_authorized_operations": False,
+                                  "include_topic_authorized_operations": False})
+    _until(lambda: len(_metadata(admin, "auto").topics["auto"].partitions) == 2, "auto created")
+    assert all(sorted(p.replicas) == [1, 2] for p in _metadata(admin, "auto").topics["auto"].partitions.values())
     for broker in brokers.values():
         broker.stop()
