@@ -95,6 +95,22 @@ def _parse_timestamp_type(text: str) -> str:
     return text.strip()
 
 
+def _parse_rack(text: str) -> str | None:
+    return text.strip() or None
+
+
+# The selectors Kafka ships (org.apache.kafka.common.replica); tidemark has no plug-in classes.
+REPLICA_SELECTORS = ("org.apache.kafka.common.replica.LeaderSelector",
+                     "org.apache.kafka.common.replica.RackAwareReplicaSelector")
+
+
+def _parse_replica_selector(text: str) -> str | None:
+    name = text.strip()
+    if name and name not in REPLICA_SELECTORS:
+        raise ValueError(f"expected one of {', '.join(REPLICA_SELECTORS)}")
+    return name or None
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     name: str
@@ -173,6 +189,11 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # the high watermark once appended, as in Kafka (durability across brokers is replication).
         _int("tidemark.replica.flush.interval.ms", 1000, 0),
         Setting("unclean.leader.election.enable", False, _parse_bool),
+        # Racks (KIP-36, KIP-392): this broker's rack, registered in ZooKeeper and shown in
+        # Metadata; rack-aware replica assignment; the leader's choice of a replica for a
+        # consumer to read from (none: always the leader).
+        Setting("broker.rack", None, _parse_rack),
+        Setting("replica.selector.class", None, _parse_replica_selector),
         _int("controlled.shutdown.timeout.ms", 30000, 0, "how long SIGTERM waits for the controller"),
         _int("request.timeout.ms", 30000, 0),
         # Idempotent producer state (ProducerStateManager).

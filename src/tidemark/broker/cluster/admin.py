@@ -13,6 +13,7 @@ from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
 from tidemark.cluster.zk import preferred_election, topic_admin, zk_data
+from tidemark.cluster.zk.assignment import RackAwareMode
 from tidemark.cluster.zk.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -44,9 +45,14 @@ class ClusterAdmin:
         self.view = view
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
-                           assignment: dict[int, tuple[int, ...]] | None = None) -> zk_data.TopicAssignment:
+                           assignment: dict[int, tuple[int, ...]] | None = None,
+                           rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED) -> zk_data.TopicAssignment:
+        """CreateTopics enforces racks (all brokers or none); Kafka's ZooKeeper-era broker created
+        the topics it made itself (auto-created, internal) with RackAwareMode.Safe: rack-unaware
+        while racks are mixed."""
         created = await self.session.call(topic_admin.create_topic, self.session.client, name, partitions,
-                                          replication_factor, configs, assignment=assignment)
+                                          replication_factor, configs, assignment=assignment,
+                                          rack_aware_mode=rack_aware_mode)
         await self.view.wait_for(lambda s: _has_states(s, name, partitions))
         return created
 
@@ -116,7 +122,7 @@ class ClusterAdmin:
             configs["min.insync.replicas"] = str(OFFSETS_MIN_INSYNC_REPLICAS)
         try:
             await self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"], replication_factor,
-                                    configs)
+                                    configs, rack_aware_mode=RackAwareMode.SAFE)
         except TopicExistsError:
             await self.view.wait_for(lambda s: OFFSETS_TOPIC in s.topics)
         except (InvalidReplicationFactorError, TimeoutError) as exc:  # a ZooKeeper call timing out included

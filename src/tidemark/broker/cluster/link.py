@@ -32,6 +32,7 @@ from tidemark.broker.cluster.tasks import BackgroundTasks, halt
 from tidemark.broker.config import validate_topic_configs
 from tidemark.broker.offset_fetch_forwarding import OffsetFetchForwarder
 from tidemark.cluster.zk import config_changes, producer_ids, shutdown, zk_data
+from tidemark.cluster.zk.assignment import RackAwareMode
 from tidemark.cluster.zk.config_changes import ConfigChangeListener
 from tidemark.cluster.zk.controller import Controller
 from tidemark.cluster.zk.metadata_view import ClusterSnapshot, ZkMetadataView
@@ -117,7 +118,8 @@ class ClusterLink:
 
     async def start(self, host: str, port: int) -> None:
         """Register (the port is known now), stand for controller, and act on the current view."""
-        self._registration = BrokerRegistration(self.client, zk_data.BrokerInfo(self.node_id, host, port),
+        self._registration = BrokerRegistration(self.client, zk_data.BrokerInfo(self.node_id, host, port,
+                                                                            rack=self.config["broker.rack"]),
                                                 wait_for_owner_s=self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.session.call(self._registration.register,
                                 timeout_s=self._registration.wait_for_owner_s + STARTUP_CALL_TIMEOUT_S)
@@ -230,8 +232,10 @@ class ClusterLink:
         return self.snapshot.brokers.get(view.leader) if view is not None else None
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
-                           assignment: dict[int, tuple[int, ...]] | None = None) -> zk_data.TopicAssignment:
-        return await self.admin.create_topic(name, partitions, replication_factor, configs, assignment)
+                           assignment: dict[int, tuple[int, ...]] | None = None,
+                           rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED) -> zk_data.TopicAssignment:
+        return await self.admin.create_topic(name, partitions, replication_factor, configs, assignment,
+                                             rack_aware_mode)
 
     async def add_partitions(self, name: str, count: int) -> None:
         await self.admin.add_partitions(name, count)
