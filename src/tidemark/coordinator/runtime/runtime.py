@@ -417,6 +417,9 @@ class ShardRuntime(Generic[S]):
             event, future, immediate = await self._queue.get()
             if future.done():
                 continue
+            if not immediate and not self.runtime.may_lead():  # queued before the lease ended (a pause)
+                future.set_exception(ShardNotAvailable(ErrorCode.not_coordinator))
+                continue
             shard = self.shard
             assert shard is not None
             try:
