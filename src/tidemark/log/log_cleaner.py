@@ -45,6 +45,15 @@ class LogCleaner:
         self.manager = LogCleanerManager(data_dir, logs)
         self.cleaner = Cleaner(throttler=Throttler(config.io_max_bytes_per_second), clock=self.clock)
         self._task: asyncio.Task | None = None
+        self._backoff_changed = asyncio.Event()
+
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """A dynamic change of the rate or the back-off: the cleaning in progress throttles to the
+        new rate from its next check, the next pause is the new back-off (log.cleaner.enable is
+        read-only, as in Kafka)."""
+        self.backoff_s = config.backoff_ms / 1000
+        self.cleaner.throttler.rate = config.io_max_bytes_per_second
+        self._backoff_changed.set()
 
     def start(self) -> None:
         if self.enabled and self._task is None:
@@ -68,8 +77,12 @@ class LogCleaner:
             except Exception:
                 log.exception("log_cleaner_failed")
                 cleaned = False
-            if not cleaned:
-                await asyncio.sleep(self.backoff_s)
+            if not cleaned:  # a shorter back-off set meanwhile ends the pause early
+                self._backoff_changed.clear()
+                try:
+                    await asyncio.wait_for(self._backoff_changed.wait(), self.backoff_s)
+                except TimeoutError:
+                    pass
 
     def update_dirty_ratios(self) -> None:
         ratios = self.manager.dirtiness(self.clock())
