@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -273,6 +274,26 @@ def test_dynamic_settings_survive_a_restart(tmp_path):
             assert broker.config["message.max.bytes"] == 1500
             assert broker.config.dynamic(DYNAMIC_DEFAULT) == {"message.max.bytes": 1000, "log.retention.ms": 5000}
             assert broker.replicas.logs.default_config.retention_ms == 5000
+
+    _run(scenario())
+
+
+def test_stored_settings_a_broker_cannot_use_are_left_out_at_start(tmp_path):
+    """Written by another broker or version: a read-only name, a bad value, a layer that does
+    not go with the others are logged and skipped; the broker starts with the rest."""
+    async def scenario() -> None:
+        async with running_broker(tmp_path):
+            pass
+        path = tmp_path / "tidemark-metadata.json"
+        state = json.loads(path.read_text())
+        state["broker_configs"] = {
+            "<default>": {"log.cleaner.enable": "false", "max.connections": "x", "message.max.bytes": "1000"},
+            "0": {"max.connections.per.ip": "0"}}  # refuses every address: not taken
+        path.write_text(json.dumps(state))
+        async with running_broker(tmp_path) as broker:
+            assert broker.config.dynamic(DYNAMIC_DEFAULT) == {"message.max.bytes": 1000}
+            assert broker.config.dynamic(DYNAMIC_BROKER) == {}
+            assert await _admitted(broker.port)
 
     _run(scenario())
 

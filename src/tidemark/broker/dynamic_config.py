@@ -168,18 +168,32 @@ async def alter(config: BrokerConfig, replicas: PartitionManager, cluster: Clust
     entity = entity_of(resource_name)
     if cluster is not None:  # a ZooKeeper write, off the event loop
         await cluster.session.call(config_changes.set_broker_config, cluster.client, entity, dict(configs))
+        # Read back in turn with the notices being handled, so an older notice's read is never
+        # applied after this change.
+        await cluster.broker_config_reloads.reload(entity)
     else:
         replicas.metadata.set_broker_configs(entity, dict(configs))
-    config.set_dynamic(layer, parsed)
+        config.set_dynamic(layer, parsed)
     log.info("dynamic_broker_configs_altered", entity=entity, configs=dict(configs))
+
+
+def _use(config: BrokerConfig, layer: str, stored: Mapping[str, str], entity: str) -> set[str]:
+    """Apply a stored layer; one that would not go with the others (written against another
+    broker's layers) is logged and left as it was, as Kafka leaves a config update it cannot
+    apply."""
+    try:
+        return config.set_dynamic(layer, usable(stored, entity))
+    except ConfigError as exc:
+        log.warning("dynamic_broker_configs_ignored", entity=entity, configs=dict(stored), error=str(exc))
+        return set()
 
 
 def load_embedded(config: BrokerConfig, replicas: PartitionManager) -> None:
     """At start on a single broker: the layers its data directory holds."""
     stored = replicas.metadata.broker_configs
-    config.set_dynamic(DYNAMIC_DEFAULT, usable(stored.get(DEFAULT_BROKER_ENTITY, {}), DEFAULT_BROKER_ENTITY))
+    _use(config, DYNAMIC_DEFAULT, stored.get(DEFAULT_BROKER_ENTITY, {}), DEFAULT_BROKER_ENTITY)
     own = str(config.node_id)
-    config.set_dynamic(DYNAMIC_BROKER, usable(stored.get(own, {}), own))
+    _use(config, DYNAMIC_BROKER, stored.get(own, {}), own)
 
 
 class BrokerConfigReloads:
@@ -204,7 +218,7 @@ class BrokerConfigReloads:
                 log.warning("dynamic_broker_configs_not_reloaded", entity=entity, error=repr(exc))
                 return
             layer = DYNAMIC_DEFAULT if entity == DEFAULT_BROKER_ENTITY else DYNAMIC_BROKER
-            changed = self.config.set_dynamic(layer, usable(stored, entity))
+            changed = _use(self.config, layer, stored, entity)
             log.info("dynamic_broker_configs_reloaded", entity=entity, configs=stored, changed=sorted(changed))
 
     async def load(self, timeout_s: float) -> None:
@@ -212,8 +226,7 @@ class BrokerConfigReloads:
         for entity in (DEFAULT_BROKER_ENTITY, str(self.config.node_id)):
             stored = await self.session.call(config_changes.read_broker_config, self.session.client, entity,
                                              timeout_s=timeout_s)
-            layer = DYNAMIC_DEFAULT if entity == DEFAULT_BROKER_ENTITY else DYNAMIC_BROKER
-            self.config.set_dynamic(layer, usable(stored, entity))
+            _use(self.config, DYNAMIC_DEFAULT if entity == DEFAULT_BROKER_ENTITY else DYNAMIC_BROKER, stored, entity)
 
 
 def attach(broker: Broker) -> None:
