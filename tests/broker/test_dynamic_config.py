@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,14 +76,14 @@ def test_read_only_unknown_and_invalid_settings_are_refused_with_kafkas_errors()
     for raw, message in [
         ({"max.connections": "-5"}, "Invalid value -5 for configuration max.connections: Value must be at least 0"),
         ({"log.retention.ms": "soon"}, "Invalid value soon for configuration log.retention.ms: Not a number of type LONG"),
-        ({"log.cleaner.threads": "0"}, "Invalid value 0 for configuration log.cleaner.threads: Value must be at least 1"),
+        ({"num.io.threads": "0"}, "Invalid value 0 for configuration num.io.threads: Value must be at least 1"),
     ]:
         with pytest.raises(DynamicConfigRefused) as refused:
             dynamic_config.parse(raw)
         assert (refused.value.code, refused.value.message) == (ErrorCode.invalid_config, message)
     # Kafka's dynamic settings tidemark only keeps are accepted.
-    assert dynamic_config.parse({"log.cleaner.threads": "2", "num.io.threads": "16"}) == {
-        "log.cleaner.threads": "2", "num.io.threads": "16"}
+    assert dynamic_config.parse({"num.network.threads": "4", "num.io.threads": "16"}) == {
+        "num.network.threads": "4", "num.io.threads": "16"}
 
 
 # -- on the wire --------------------------------------------------------------------------------
@@ -260,6 +261,43 @@ def test_the_running_cleaner_takes_a_new_back_off_and_rate(tmp_path):
             await client.close()
 
     _run(scenario())
+
+
+def test_more_cleaner_threads_clean_more_logs_at_once(tmp_path):
+    """One cleaner task is held inside its cleaning (its throttle does not return); a second
+    thread set dynamically cleans the other dirty log meanwhile. Kafka's bounds on a resize hold."""
+    release = threading.Event()
+
+    async def scenario() -> None:
+        settings = {"log.cleaner.backoff.ms": "3600000", "log.segment.bytes": "300"}
+        async with running_broker(tmp_path, settings) as broker:
+            client = await AsyncRawClient.connect(broker.port)
+            for topic in ("first", "second"):
+                await _create_topic(client, topic, {"cleanup.policy": "compact"})
+                for value in range(6):
+                    assert await _produce(client, topic, [(b"k", bytes([value]) * 100)]) == ErrorCode.none
+            cleaner = broker.replicas.logs.cleaner
+            ticks = itertools.count()
+            cleaner.cleaner.throttler = Throttler(clock=lambda: float(next(ticks)),
+                                                  sleep=lambda _s: release.wait(HANG_GUARD_S))
+            assert await _alter(client, "0", [("log.cleaner.threads", SET, "3")]) == (
+                ErrorCode.invalid_config, "Log cleaner threads cannot be increased to more than double the current value 1")
+            assert await _alter(client, "", [("log.cleaner.backoff.ms", SET, "10"),
+                                             ("log.cleaner.io.max.bytes.per.second", SET, "1.0")]) == (ErrorCode.none, None)
+            await until(lambda: len(cleaner.manager.in_progress) == 1)
+            assert await _alter(client, "0", [("log.cleaner.threads", SET, "2")]) == (ErrorCode.none, None)
+            await until(lambda: len(cleaner.manager.in_progress) == 2)  # both logs at once
+            cleaned = log_cleaner.SEGMENTS_CLEANED._value.get()
+            release.set()
+            await until(lambda: not cleaner.manager.in_progress and log_cleaner.SEGMENTS_CLEANED._value.get() > cleaned)
+            assert await _alter(client, "0", [("log.cleaner.threads", SET, "1")]) == (ErrorCode.none, None)
+            await until(lambda: len(cleaner._tasks) == 1)  # the surplus task ends
+            await client.close()
+
+    try:
+        _run(scenario())
+    finally:
+        release.set()
 
 
 def test_dynamic_settings_survive_a_restart(tmp_path):

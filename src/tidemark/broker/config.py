@@ -204,6 +204,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # The log cleaner (compaction of cleanup.policy=compact topics).
         Setting("log.cleaner.enable", True, _parse_bool),
         _int("log.cleaner.backoff.ms", 15000, 0),
+        _int("log.cleaner.threads", 1, 0),  # 0: Kafka's bound, and no cleaning
         Setting("log.cleaner.min.cleanable.ratio", 0.5, _parse_ratio),
         _int("log.cleaner.delete.retention.ms", 86400000, 0),
         Setting("log.cleaner.io.max.bytes.per.second", float("inf"), _parse_rate),
@@ -334,10 +335,12 @@ class BrokerConfig:
             values.update(layers[layer])
         return values
 
-    def check_dynamic(self, layer: str, values: Mapping[str, Any]) -> None:
-        """Raise ConfigError if `values` (parsed) as the whole of a dynamic layer would leave
-        settings that do not go together (Kafka validates the merged config the same way)."""
-        _check_combination(self._resolve({**self._layers, layer: dict(values)}), "")
+    def check_dynamic(self, layer: str, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings `values` (parsed) would give as the whole of a dynamic layer; ConfigError
+        if they do not go together (Kafka validates the merged config the same way)."""
+        resolved = self._resolve({**self._layers, layer: dict(values)})
+        _check_combination(resolved, "")
+        return resolved
 
     def set_dynamic(self, layer: str, values: Mapping[str, Any]) -> set[str]:
         """Replace a dynamic layer with `values` (parsed, checked); tell the listeners which
@@ -428,7 +431,8 @@ class BrokerConfig:
 
     def cleaner_config(self) -> CleanerConfig:
         return CleanerConfig(enable=self["log.cleaner.enable"], backoff_ms=self["log.cleaner.backoff.ms"],
-                             io_max_bytes_per_second=self["log.cleaner.io.max.bytes.per.second"])
+                             io_max_bytes_per_second=self["log.cleaner.io.max.bytes.per.second"],
+                             threads=self["log.cleaner.threads"])
 
     def log_config(self, topic_configs: Mapping[str, Any]) -> LogConfig:
         """The LogConfig of a topic: its own overrides over the broker's defaults."""

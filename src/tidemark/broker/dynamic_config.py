@@ -43,16 +43,16 @@ log = structlog.get_logger("tidemark.dynamic_config")
 # synonym; log.retention.minutes/.hours and log.roll.hours stay read-only, as in Kafka).
 LOG_DEFAULT_SETTINGS = frozenset(broker_name for broker_name, _ in TOPIC_SETTINGS.values()) | {
     "unclean.leader.election.enable", "producer.id.expiration.ms"}
-CLEANER_SETTINGS = frozenset({"log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
+CLEANER_SETTINGS = frozenset({"log.cleaner.threads", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
 CONNECTION_SETTINGS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
 # tidemark's settings that Kafka updates dynamically, all of them cluster-wide (settable as the
 # default and per broker); tidemark applies each at once.
 DYNAMIC_SETTINGS = LOG_DEFAULT_SETTINGS | CLEANER_SETTINGS | CONNECTION_SETTINGS
 
 # Kafka's other dynamic settings, by Kafka's type: accepted, stored and described, not acted on
-# (tidemark has one cleaner task, asyncio instead of I/O and network threads, no throttles yet).
+# (tidemark has asyncio instead of I/O and network threads, no replication throttles yet).
 STORED_DYNAMIC_SETTINGS: dict[str, str] = {
-    "log.cleaner.threads": "INT", "log.cleaner.dedupe.buffer.size": "LONG",
+    "log.cleaner.dedupe.buffer.size": "LONG",
     "log.cleaner.io.buffer.size": "INT", "log.cleaner.io.buffer.load.factor": "DOUBLE",
     "log.cleaner.max.compaction.lag.ms": "LONG", "log.segment.delete.delay.ms": "LONG",
     "log.preallocate": "BOOLEAN", "log.message.downconversion.enable": "BOOLEAN",
@@ -160,9 +160,10 @@ async def alter(config: BrokerConfig, replicas: PartitionManager, cluster: Clust
     layer = layer_of(resource_name)
     parsed = parse(configs)
     try:
-        config.check_dynamic(layer, parsed)
+        resolved = config.check_dynamic(layer, parsed)
     except ConfigError as exc:
         raise DynamicConfigRefused(ErrorCode.invalid_config, str(exc)) from None
+    _check_cleaner_threads(resolved["log.cleaner.threads"], config["log.cleaner.threads"])
     if validate_only:
         return
     entity = entity_of(resource_name)
@@ -175,6 +176,21 @@ async def alter(config: BrokerConfig, replicas: PartitionManager, cluster: Clust
         replicas.metadata.set_broker_configs(entity, dict(configs))
         config.set_dynamic(layer, parsed)
     log.info("dynamic_broker_configs_altered", entity=entity, configs=dict(configs))
+
+
+def _check_cleaner_threads(threads: int, current: int) -> None:
+    """Kafka's bounds on resizing the cleaner: at least one, at most double, at least half."""
+    if threads == current:
+        return
+    message = None
+    if threads < 1:
+        message = "Log cleaner threads should be at least 1"
+    elif threads < current / 2:
+        message = f"Log cleaner threads cannot be reduced to less than half the current value {current}"
+    elif threads > current * 2:
+        message = f"Log cleaner threads cannot be increased to more than double the current value {current}"
+    if message is not None:
+        raise DynamicConfigRefused(ErrorCode.invalid_config, message)
 
 
 def _use(config: BrokerConfig, layer: str, stored: Mapping[str, str], entity: str) -> set[str]:
