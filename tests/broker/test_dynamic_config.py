@@ -203,6 +203,25 @@ def test_message_max_bytes_applies_to_the_next_produce(tmp_path):
     _run(scenario())
 
 
+def test_producer_id_expiration_applies_to_producers_already_known(tmp_path):
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = await AsyncRawClient.connect(broker.port)
+            await _create_topic(client, "orders")
+            now = int(time.time() * 1000)
+            batch = build_batch([(None, b"v", (), now)], producer_id=broker.replicas.metadata.next_producer_id(),
+                                producer_epoch=0, base_sequence=0)
+            response = await client.request(PRODUCE, 9, {"acks": -1, "timeout": 10000, "topic_data": [
+                {"name": "orders", "partition_data": [{"index": 0, "records": batch}]}]})
+            assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+            assert broker.replicas.logs.remove_expired_producers(now + 60_000) == 0  # a day by default
+            assert await _alter(client, "", [("producer.id.expiration.ms", SET, "1000")]) == (ErrorCode.none, None)
+            assert broker.replicas.logs.remove_expired_producers(now + 60_000) == 1
+            await client.close()
+
+    _run(scenario())
+
+
 async def _admitted(port: int) -> bool:
     """Whether a new connection is served (answers a Metadata request) rather than closed."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
