@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 
 from tidemark import metrics
-from tidemark.broker import zk_offsets
+from tidemark.broker import dynamic_config, zk_offsets
 from tidemark.broker.apis import (
     api_versions,
     configs,
@@ -138,15 +138,18 @@ class Broker:
         self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
         self._connections_per_ip: collections.Counter[str] = collections.Counter()
-        self._ip_limits = {_resolve(host): count for host, count in config["max.connections.per.ip.overrides"].items()}
+        self._ip_limits: dict[str, int] = {}
+        self.reconfigure_connection_limits()
+        dynamic_config.attach(self)  # dynamic settings take effect where they apply
 
     async def start(self) -> None:
         started = time.perf_counter()
         if self.cluster is not None:
-            table = await self.cluster.connect()
+            table = await self.cluster.connect()  # reads the dynamic settings too
             self.replicas.open(metadata=lambda: table)
         else:
             self.replicas.open()
+            dynamic_config.load_embedded(self.config, self.replicas)
         self._opened = True
         self.replicas.start()
         self.coordinator.start()
@@ -191,6 +194,11 @@ class Broker:
         if self._opened:
             await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=self._opened)
+
+    def reconfigure_connection_limits(self) -> None:
+        """max.connections.per.ip.overrides by address (at start, and when changed dynamically;
+        max.connections and max.connections.per.ip are read at each connection)."""
+        self._ip_limits = {_resolve(host): count for host, count in self.config["max.connections.per.ip.overrides"].items()}
 
     def admit(self, host: str) -> str | None:
         """Count a new connection from host; or name the limit it would exceed (not counted)."""

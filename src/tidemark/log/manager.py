@@ -238,6 +238,12 @@ class LogManager:
         self.cleaner = LogCleaner(self.data_dir, self.logs, self.cleaner_config)
         self.cleaner.start()
 
+    def reconfigure_cleaner(self, config: CleanerConfig) -> None:
+        """Dynamic cleaner settings: kept for a cleaner started later, applied to a running one."""
+        self.cleaner_config = config
+        if self.cleaner is not None:
+            self.cleaner.reconfigure(config)
+
     async def stop(self) -> None:
         """Stop the background work (the cleaner between batches); the logs stay open."""
         for task in self._tasks:

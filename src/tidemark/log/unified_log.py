@@ -113,8 +113,9 @@ class UnifiedLog:
         return self.local.config
 
     @config.setter
-    def config(self, config: LogConfig) -> None:  # a topic's configs changed
+    def config(self, config: LogConfig) -> None:  # a topic's configs (or the broker's defaults) changed
         self.local.config = config
+        self.producer_state.expiration_ms = config.producer_id_expiration_ms
 
     @property
     def offline(self) -> BaseException | None:

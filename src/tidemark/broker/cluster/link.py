@@ -30,6 +30,7 @@ from tidemark.broker.cluster.roles import ReplicaRoles
 from tidemark.broker.cluster.session_fence import CoordinatorFence
 from tidemark.broker.cluster.tasks import BackgroundTasks, halt
 from tidemark.broker.config import validate_topic_configs
+from tidemark.broker.dynamic_config import BrokerConfigReloads
 from tidemark.broker.offset_fetch_forwarding import OffsetFetchForwarder
 from tidemark.cluster.zk import config_changes, producer_ids, shutdown, zk_data
 from tidemark.cluster.zk.assignment import RackAwareMode
@@ -72,6 +73,7 @@ class ClusterLink:
         self.isr = IsrMaintenance(config, self.session, replicas, clock)
         self.admin = ClusterAdmin(config, self.session, self.view)
         self.config_reloads = ConfigReloads(self.session, replicas)
+        self.broker_config_reloads = BrokerConfigReloads(config, self.session)
         self.tasks = BackgroundTasks(on_fatal)
         # The group coordinator serves only while the session's lease holds (session_fence.py).
         self.coordinator_fence = CoordinatorFence(self.node_id, self.session, coordinator, replicas, self.tasks)
@@ -114,6 +116,7 @@ class ClusterLink:
         table = await self.session.call(ZkTopicTable, self.client, self.node_id, validate_topic_configs,
                                         timeout_s=STARTUP_CALL_TIMEOUT_S)
         table.update(self.snapshot.topics, self.snapshot.topic_configs)
+        await self.broker_config_reloads.load(STARTUP_CALL_TIMEOUT_S)  # before the logs open with them
         return table
 
     async def start(self, host: str, port: int) -> None:
@@ -127,7 +130,8 @@ class ClusterLink:
         await self.session.call(self._controller.start, timeout_s=STARTUP_CALL_TIMEOUT_S)
         self._started = True
         self._apply(everything=True)
-        self._config_changes = ConfigChangeListener(self.client, self._config_changed_in_kazoo_thread)
+        self._config_changes = ConfigChangeListener(self.client, self._config_changed_in_kazoo_thread,
+                                                    self._broker_config_changed_in_kazoo_thread)
         await self.session.call(self._config_changes.start, timeout_s=STARTUP_CALL_TIMEOUT_S)
         try:  # serve once the view shows this broker and a controller (clients ask for both)
             await self.wait_for(lambda s: s.controller_id >= 0 and self.node_id in s.brokers)
@@ -214,6 +218,12 @@ class ClusterLink:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.tasks.spawn, self.config_reloads.reload(topic), f"configs-{topic}")
+
+    def _broker_config_changed_in_kazoo_thread(self, entity: str) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and self.broker_config_reloads.applies(entity):
+            loop.call_soon_threadsafe(self.tasks.spawn, self.broker_config_reloads.reload(entity),
+                                      f"broker-configs-{entity}")
 
     def _address(self, broker_id: int) -> tuple[str, int] | None:
         broker = self.snapshot.brokers.get(broker_id)
