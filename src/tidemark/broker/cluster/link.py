@@ -257,7 +257,7 @@ class ClusterLink:
                                       timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
         return await self.admin.elect_preferred_leaders(partitions, timeout_s)
 
-    async def ensure_offsets_topic(self) -> ErrorCode | None:
+    async def ensure_offsets_topic(self) -> str | None:
         return await self.admin.ensure_offsets_topic()
 
     async def set_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
