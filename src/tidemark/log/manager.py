@@ -174,8 +174,8 @@ class LogManager:
         return future
 
     def checkpoint(self) -> None:
-        """Write the recovery-point and log-start-offset checkpoints and wait for them (at
-        close, and where an answer depends on them: DeleteRecords)."""
+        """Write the recovery-point and log-start-offset checkpoints and wait for them (off the
+        event loop only: the broker awaits checkpoint_async)."""
         self._write(self._offset_checkpoints()).result()
 
     def checkpoint_high_watermarks(self) -> None:
@@ -183,7 +183,8 @@ class LogManager:
         self._write(self._high_watermark_checkpoint()).result()
 
     async def checkpoint_async(self) -> None:
-        """The recovery-point and log-start-offset checkpoints, written off the event loop."""
+        """The recovery-point and log-start-offset checkpoints, written off the event loop
+        (periodically, and before DeleteRecords answers)."""
         await asyncio.wrap_future(self._write(self._offset_checkpoints()))
 
     async def checkpoint_high_watermarks_async(self) -> None:

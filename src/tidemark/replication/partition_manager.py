@@ -134,13 +134,14 @@ class PartitionManager:
             if partition is not None:
                 partition.log.config = config
 
-    def delete_records(self, partition: Partition, offset: int) -> int:
-        """DeleteRecords: move the log start offset up to `offset` and checkpoint it before the
+    async def delete_records(self, partition: Partition, offset: int) -> int:
+        """DeleteRecords (and a follower following its leader's log start): move the log start
+        offset up to `offset` and checkpoint it, on the LogManager's disk thread, before the
         answer, so deleted records never come back after a crash; returns the low watermark."""
         before = partition.log.log_start_offset
         low_watermark = partition.log.delete_records_before(offset)
         if low_watermark != before:
-            self.logs.checkpoint()
+            await self.logs.checkpoint_async()
         return low_watermark
 
     def host(self, topic: TopicMetadata) -> None:
