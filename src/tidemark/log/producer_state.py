@@ -14,7 +14,6 @@ ids from filling memory).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from pathlib import Path

@@ -37,10 +37,10 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
-from tidemark.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from tidemark.log.leader_epoch import UNDEFINED_EPOCH
 from tidemark.records.errors import CorruptRecordError, InvalidRecordError
 from tidemark.replication.fetch_sessions import FollowerSession
-from tidemark.replication.truncation import TruncationState, truncation_state
+from tidemark.replication.truncation import TruncationState, follower_truncation
 from tidemark.wire.client import BrokerConnection
 
 if TYPE_CHECKING:
@@ -215,10 +215,7 @@ class ReplicaFetcher:
             if answer.error_code != ErrorCode.none:
                 self._paused(partition, ErrorCode(answer.error_code))
                 continue
-            own = partition.log.end_offset_for_epoch(answer.leader_epoch)
-            state = truncation_state(answer.leader_epoch, answer.end_offset,
-                                     None if own[1] == UNDEFINED_EPOCH_OFFSET else own,
-                                     partition.log.log_end_offset, partition.high_watermark)
+            state = follower_truncation(partition.log, answer.leader_epoch, answer.end_offset, partition.high_watermark)
             self._apply(key, partition, state, truncated, answered=(answer.leader_epoch, answer.end_offset))
 
     async def _start_past_leader_log_start(self, connection: BrokerConnection, truncated: list[_Truncated]) -> None:
