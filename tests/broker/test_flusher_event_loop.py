@@ -151,3 +151,36 @@ def test_the_producer_snapshot_of_a_roll_is_written_off_the_event_loop(tmp_path,
             assert (partition.log.directory / f"{1:020d}.snapshot").exists()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_a_truncation_is_durable_for_the_fetcher_once_its_lowered_recovery_point_is_checkpointed(
+        tmp_path, monkeypatch):
+    """What the fetcher awaits covers the LogManager's checkpoint of the lowered recovery point
+    too (on its own disk thread): a segment rolled after the truncation then finds that write
+    done, instead of waiting for it on the event loop."""
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            broker.replicas.create_topic("t", 1, {})
+            partition = broker.replicas.partition("t", 0)
+            for i in range(5):
+                broker.replicas.append(partition, _value(i))
+            await until(lambda: partition.high_watermark == 5)
+            entered, release = threading.Event(), threading.Event()
+            real = manager.write_checkpoint
+
+            def write_checkpoint(path, entries):
+                if path.name == manager.RECOVERY_POINT_CHECKPOINT and entries.get(("t", 0)) == 2:
+                    entered.set()
+                    release.wait(GUARD_S)
+                real(path, entries)
+
+            monkeypatch.setattr(manager, "write_checkpoint", write_checkpoint)
+            partition.log.truncate_to(2)
+            synced = asyncio.get_running_loop().create_task(broker.replicas.sync_truncations([partition]))
+            await until(entered.is_set)
+            assert not synced.done()  # it waits for the held checkpoint, the event loop does not
+            release.set()
+            assert await synced == [None]
+            assert (tmp_path / manager.RECOVERY_POINT_CHECKPOINT).read_text().splitlines()[2] == "t 0 2"
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))

@@ -100,7 +100,7 @@ def _diverged_at_epoch_3(leader: Broker, follower: Broker):
 def _fetcher(leader: Broker, follower: Broker, **kwargs) -> RecordingFetcher:
     return RecordingFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", leader.port),
                             append=follower.replicas.append_as_follower,
-                            sync_truncations=follower.replicas.flusher.sync_truncations, max_wait_ms=100, **kwargs)
+                            sync_truncations=follower.replicas.sync_truncations, max_wait_ms=100, **kwargs)
 
 
 def test_a_follower_truncates_to_its_own_end_of_an_epoch_the_leader_never_had(tmp_path):

@@ -216,6 +216,14 @@ class LogManager:
         if self._truncation_written is not None:
             concurrent.futures.wait([self._truncation_written])  # a failed write is reported by _write
 
+    async def truncations_checkpointed(self) -> None:
+        """Wait, off the event loop, for the checkpoint write of the truncations so far (started
+        now if still due): a log that then rolls finds its barrier passed and waits for nothing."""
+        self._write_after_truncations()
+        written = self._truncation_written
+        if written is not None:
+            await asyncio.wait([asyncio.wrap_future(written)])  # a failed write is reported by _write
+
     def checkpoints_written(self) -> None:
         """Wait until every checkpoint write asked so far (a truncation's too) is done."""
         self._write_after_truncations()

@@ -8,6 +8,7 @@ produce and fetch go through, and the group-commit flusher. The broker calls it 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -159,6 +160,15 @@ class PartitionManager:
         if low_watermark != before:
             await self.logs.checkpoint_async()
         return low_watermark
+
+    async def sync_truncations(self, partitions: list[Partition]) -> list[BaseException | None]:
+        """A follower's truncations made durable before it fetches on, nothing on the event
+        loop: the logs on the flusher's disk thread (what each failed with, or None), and the
+        lowered recovery points checkpointed on the LogManager's (so the next roll need not
+        wait for that write)."""
+        errors, _ = await asyncio.gather(self.flusher.sync_truncations(partitions),
+                                         self.logs.truncations_checkpointed())
+        return errors
 
     def host(self, topic: TopicMetadata) -> None:
         """A cluster topic new or grown: create the logs of its partitions assigned here."""

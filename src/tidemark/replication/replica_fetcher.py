@@ -10,8 +10,9 @@ epoch they share; only then does the partition fetch. A follower with no epochs 
 nothing and truncates to its high watermark. An answer that comes back after the partition's
 leadership moved is ignored. A fetch out of range truncates again, first asking the leader's log
 start (ListOffsets): a log ending below it (records deleted there meanwhile) starts afresh there.
-A truncation is made on the event loop and made durable on the flusher's disk thread, awaited
-before its partition fetches again (Kafka's truncation is durable before the fetcher goes on).
+A truncation is made on the event loop and made durable on the disk threads (the log by the
+flusher's, the lowered recovery point's checkpoint by the LogManager's), awaited before its
+partition fetches again (Kafka's truncation is durable before the fetcher goes on).
 
 Each fetch carries the follower's log end (which moves the leader's high watermark) and the
 leader epoch it follows (KIP-320: a leader of another epoch refuses). Fetches after a
