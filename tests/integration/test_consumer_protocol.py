@@ -197,3 +197,70 @@ def test_members_join_close_and_die_while_records_flow(make_broker, protocol):
     finally:
         checker.close()
     assert [tp.offset for tp in committed] == [RECORDS // PARTITIONS] * PARTITIONS
+
+
+def _produce_values(bootstrap: str, topic: str, values: list[str]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for value in values:
+        producer.produce(topic, value=value.encode())
+    producer.flush(BOUND_S)
+
+
+def test_a_regex_subscription_picks_up_a_topic_created_later(make_broker):
+    broker = make_broker(CONSUMER_SETTINGS).start()
+    create_topic(broker.bootstrap, "orders-eu", 2)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "regex", "group.protocol": "consumer",
+                         "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 500})
+    seen: set[tuple[str, str]] = set()
+    try:
+        consumer.subscribe(["^orders-.*"])
+        _produce_values(broker.bootstrap, "orders-eu", ["eu-1"])
+        create_topic(broker.bootstrap, "orders-us", 3)
+        _produce_values(broker.bootstrap, "orders-us", ["us-1"])
+        create_topic(broker.bootstrap, "other", 1)
+        _produce_values(broker.bootstrap, "other", ["no"])
+        deadline = time.monotonic() + BOUND_S
+        while {("orders-eu", "eu-1"), ("orders-us", "us-1")} - seen:
+            assert time.monotonic() < deadline, f"regex subscription consumed only {seen}"
+            message = consumer.poll(0.2)
+            if message is not None and not message.error():
+                seen.add((message.topic(), message.value().decode()))
+        described = _describe(broker.bootstrap, "regex")
+        (member,) = described.members
+        assert member.subscribed_topic_regex is not None
+        assert sorted(tp.topic_name for tp in member.assignment.topic_partitions) == ["orders-eu", "orders-us"]
+    finally:
+        consumer.close()
+    assert ("other", "no") not in seen
+
+
+def test_the_group_comes_back_from_the_log_after_a_broker_restart(make_broker):
+    broker = make_broker(CONSUMER_SETTINGS).start()
+    topic, group = "restart", "restart-group"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    members = [Member(broker.bootstrap, group, topic, name, "consumer") for name in ("a", "b", "c")]
+    try:
+        _wait(lambda: _balanced(members, [2, 2, 2]), "three members holding two partitions each")
+        _wait(lambda: _describe(broker.bootstrap, group).group_state == "Stable", "a stable group")
+        before = _describe(broker.bootstrap, group)
+        broker.stop()
+        broker.start()
+        after = _describe(broker.bootstrap, group)  # answered from the log, before any heartbeat counts
+        assert (after.error_code, after.group_epoch, after.assignment_epoch) == \
+            (0, before.group_epoch, before.assignment_epoch)
+
+        def members_of(described):
+            return {m.member_id: (m.member_epoch, sorted(p for tp in m.assignment.topic_partitions
+                                                          for p in tp.partitions)) for m in described.members}
+
+        assert members_of(after) == members_of(before)
+        # The members carry on at their epochs: records produced now are consumed, nobody lost
+        # its partitions (a member the broker forgot would be fenced and report them lost).
+        _produce_values(broker.bootstrap, topic, [f"after-{i}" for i in range(60)])
+        consumed = lambda: {e["value"] for m in members for e in list(m.events) if e["kind"] == "record"}  # noqa: E731
+        _wait(lambda: {f"after-{i}" for i in range(60)} <= consumed(), "records produced after the restart")
+        assert not [e for m in members for e in m.events if e["kind"] == "lost"]
+        assert _describe(broker.bootstrap, group).group_epoch == before.group_epoch
+    finally:
+        for member in members:
+            member.kill()
