@@ -18,6 +18,8 @@ A tombstone (null value) deletes what its key names. Tagged fields newer Kafka v
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -234,3 +236,23 @@ def decode_value(record_type: int, data: bytes) -> object:
     r.skip_tagged_fields()
     r.end()
     return value
+
+
+def _plain(obj: object) -> object:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, frozenset | set):
+        return sorted(obj)  # type: ignore[type-var]
+    if isinstance(obj, tuple | list):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, uuid.UUID):
+        return str(obj)
+    return obj
+
+
+def to_json(record: object) -> str:
+    """Compact JSON of a key or value (uuids as strings, partitions as sorted lists), for the
+    offsets dump and the Spark source."""
+    return json.dumps(_plain(record), separators=(",", ":"), ensure_ascii=False)

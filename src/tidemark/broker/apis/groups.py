@@ -156,7 +156,7 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
             return {"groups": [error_responses.described_group(group_id, code)]}
 
         described = await ctx.coordinator.read(
-            group_id, lambda shard, g=group_id: describe_groups(shard.groups, _OneGroup(g), version), failed
+            group_id, lambda shard, g=group_id: _describe_one(shard, g, version), failed
         )
         groups.extend(described["groups"])
     if version >= AUTHORIZED_OPERATIONS_FROM and body.include_authorized_operations:
@@ -165,6 +165,18 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
         groups = [{**g, "authorized_operations": operations} if g["error_code"] == ErrorCode.none else g
                   for g in groups]
     return {"throttle_time": 0, "groups": groups}
+
+
+def _describe_one(shard: Any, group_id: str, version: int) -> dict[str, Any]:
+    """A classic group as DescribeGroups describes it; a consumer group (KIP-848) as Kafka 4.x
+    answers it: v6+ GROUP_ID_NOT_FOUND "Group ... is not a classic group.", older versions Dead."""
+    if group_id in shard.consumer_groups.committed:
+        return {"groups": [{
+            "error_code": ErrorCode.group_id_not_found if version >= 6 else ErrorCode.none,
+            "error_message": f"Group {group_id} is not a classic group." if version >= 6 else None,
+            "group_id": group_id, "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+            "authorized_operations": consumer_group_views.AUTHORIZED_OPERATIONS_OMITTED}]}
+    return describe_groups(shard.groups, _OneGroup(group_id), version)
 
 
 class _OneGroup:
