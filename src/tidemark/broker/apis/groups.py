@@ -98,8 +98,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request)
     return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.consumer.heartbeat(body, version, token, now, topics, client_id, client_host),
-        lambda code: {"throttle_time": 0, "error_code": code, "error_message": None, "member_id": None,
-                      "member_epoch": -1, "heartbeat_interval": 0, "assignment": None},
+        error_responses.consumer_group_heartbeat,
     )
 
 
@@ -109,7 +108,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Request) 
     described = []
     for group_id in body.group_ids:
         def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
-            return consumer_group_views.describe_error(group_id, code)
+            return error_responses.consumer_group_described(group_id, code)
 
         described.append(await ctx.coordinator.read(
             group_id, lambda shard, g=group_id: consumer_group_views.describe(shard, g, topics), failed))
