@@ -243,3 +243,42 @@ def test_a_join_with_a_classic_group_of_the_same_id_is_refused() -> None:
     response = log.heartbeat("a", 0)
     assert response["error_code"] == ErrorCode.group_id_not_found
     assert response["error_message"] == "Group g is not a consumer group."
+
+
+def test_delete_groups_refuses_a_live_group_and_tombstones_an_empty_one() -> None:
+    log = Log()
+    log.heartbeat("a", 0)
+    log.commit_offset("a", 1)
+    token = next(log.tokens)
+    assert log.run(log.shard.delete_group("g", token, log.now), token)["error_code"] == ErrorCode.non_empty_group
+    log.heartbeat("a", -1)
+    token = next(log.tokens)
+    assert log.run(log.shard.delete_group("g", token, log.now), token)["error_code"] == ErrorCode.none
+    assert "g" not in log.shard.consumer_groups.committed and "g" not in log.fresh().consumer_groups.committed
+    assert log.shard.offsets.group_offsets("g") == {}
+
+
+def test_list_groups_v5_filters_consumer_groups_by_type_and_state() -> None:
+    from tidemark.coordinator.consumer_group.views import list_entries
+
+    class Filter:
+        def __init__(self, states=(), types=()):
+            self.states_filter, self.types_filter = states, types
+
+    log = Log()
+    log.heartbeat("a", 0)
+    committed = log.shard.consumer_groups.committed
+    entry = {"group_id": "g", "protocol_type": "consumer", "group_state": "Stable", "group_type": "consumer"}
+    assert list_entries(committed, Filter()) == [entry]
+    assert list_entries(committed, Filter(types=["Consumer"])) == [entry]
+    assert list_entries(committed, Filter(types=["classic"])) == []
+    assert list_entries(committed, Filter(states=["stable"])) == [entry]
+    assert list_entries(committed, Filter(states=["Empty"])) == []
+
+
+def test_offsets_of_a_subscribed_topic_do_not_expire() -> None:
+    log = Log()
+    log.heartbeat("a", 0)
+    log.commit_offset("a", 1)
+    log.now += 8 * 24 * 3_600_000
+    assert log.shard.expire_offsets(log.now, 7 * 24 * 3_600_000).records == []

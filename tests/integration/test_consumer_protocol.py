@@ -229,6 +229,13 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(make_broker):
         (member,) = described.members
         assert member.subscribed_topic_regex is not None
         assert sorted(tp.topic_name for tp in member.assignment.topic_partitions) == ["orders-eu", "orders-us"]
+        with RawClient(broker.bootstrap) as client:
+            # DescribeGroups (up to v5 here) describes a consumer group as Kafka 4.x: Dead, no members.
+            classic = client.request(15, 5, {"groups": ["regex"], "include_authorized_operations": False}).groups[0]
+            assert (classic.error_code, classic.group_state, classic.members) == (0, "Dead", ())
+            listed = client.request(16, 5, {"states_filter": [], "types_filter": ["consumer"]}).groups
+            assert [(g.group_id, g.group_type, g.protocol_type) for g in listed] == [("regex", "consumer", "consumer")]
+            assert client.request(16, 5, {"states_filter": [], "types_filter": ["classic"]}).groups == ()
     finally:
         consumer.close()
     assert ("other", "no") not in seen

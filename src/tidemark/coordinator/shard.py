@@ -266,6 +266,15 @@ class GroupCoordinatorShard:
         return Result(records=records)
 
     def delete_group(self, group_id: str, token: int, now_ms: int) -> Result:
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return Result().respond(token, {"group_id": group_id, "error_code": ErrorCode.non_empty_group})
+            records = self._offset_tombstones(group_id, sorted(self.offsets.latest_group_offsets(group_id)))
+            result = Result(records=records + self.consumer.group_tombstones(consumer_group))
+            result.on_failure = lambda code, _now_ms: Result().respond(
+                token, {"group_id": group_id, "error_code": group_append_error(code)})
+            return result.respond(token, {"group_id": group_id, "error_code": ErrorCode.none})
         group = self.groups.get(group_id)
         error = ErrorCode.group_id_not_found if group is None else group.validate_delete_group()
         if error is not None:
@@ -340,14 +349,20 @@ class GroupCoordinatorShard:
         offset it decides on): tombstones for expired offsets, and a group tombstone for an
         Empty group left without offsets (removed when they are committed)."""
         result = Result()
-        for group_id in sorted(set(self.groups) | self.offsets.latest_groups()):
+        for group_id in sorted(set(self.groups) | self.offsets.latest_groups()):  # consumer groups: by their offsets
             group = self.groups.get(group_id)
             if group is not None and group.deleting:
                 continue  # its tombstones are already written
             latest = self.offsets.latest_group_offsets(group_id)
             expired = []
+            consumer_group = self.consumer_groups.get(group_id)
             for (topic, partition), entry in latest.items():
-                base = self._expiration_base(group, topic, entry.commit_timestamp)
+                if consumer_group is not None:
+                    # KIP-848 groups (Kafka): a subscribed topic's offsets are kept; others count
+                    # from their commit.
+                    base = None if topic in consumer_group.subscription_metadata else entry.commit_timestamp
+                else:
+                    base = self._expiration_base(group, topic, entry.commit_timestamp)
                 if base is None:
                     continue  # not a candidate at all, whatever retention its commit asked for
                 if entry.expire_timestamp >= 0:  # an explicit retention (OffsetCommit v2-v4)

@@ -341,6 +341,13 @@ class ConsumerGroupHeartbeats:
                                schema.GroupMetadataValue(group.group_epoch + 1)))
         return records
 
+    def group_tombstones(self, group: ConsumerGroup) -> list[OffsetsRecord]:
+        """Every record of a group, tombstoned as Kafka deletes one (the group's own last)."""
+        records = [r for member_id in group.members for r in self._member_tombstones(group.group_id, member_id)]
+        records += [_record(ConsumerGroupKey(kind, group.group_id), None)
+                    for kind in (schema.TARGET_ASSIGNMENT_METADATA, schema.PARTITION_METADATA, schema.GROUP_METADATA)]
+        return records
+
     def _leave(self, request: Any, token: int, now_ms: int) -> Result:
         group = self.groups.get(request.group_id)
         if group is None:
