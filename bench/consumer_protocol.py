@@ -69,6 +69,7 @@ class Member:
         self.thread.start()
 
     def _assign(self, consumer, partitions) -> None:
+        self.shared["events"].append((time.monotonic(), self.name, "assign", sorted(p.partition for p in partitions)))
         with self.shared["lock"]:
             for p in partitions:
                 owner = self.shared["owner"].get(p.partition)
@@ -78,10 +79,11 @@ class Member:
             self.held |= {p.partition for p in partitions}
 
     def _revoke(self, consumer, partitions) -> None:
+        self.shared["events"].append((time.monotonic(), self.name, "revoke", sorted(p.partition for p in partitions)))
         try:
             consumer.commit(asynchronous=False)  # what was processed, before letting go
-        except Exception:  # noqa: BLE001 - nothing consumed yet: nothing to commit
-            pass
+        except Exception as exc:  # noqa: BLE001 - nothing consumed yet: nothing to commit
+            self.shared["events"].append((time.monotonic(), self.name, "commit failed", str(exc)))
         with self.shared["lock"]:
             for p in partitions:
                 if self.shared["owner"].get(p.partition) == self.name:
@@ -98,6 +100,7 @@ class Member:
             key = (message.partition(), message.offset())
             with self.shared["lock"]:
                 self.shared["seen"][key] = self.shared["seen"].get(key, 0) + 1
+                self.shared["by"].setdefault(key, []).append((self.name, time.monotonic()))
 
     def close(self) -> None:
         self.stop.set()
@@ -122,7 +125,7 @@ def join_once(bootstrap: str, protocol: str, run: int) -> tuple[float, int]:
     topic, group = f"join-{protocol}-{run}", f"join-{protocol}-{run}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
-    shared: dict = {"lock": threading.Lock(), "owner": {}, "seen": {}, "overlaps": 0}
+    shared: dict = {"lock": threading.Lock(), "owner": {}, "seen": {}, "overlaps": 0, "by": {}, "events": []}
     stop = threading.Event()
 
     def produce() -> None:
@@ -156,6 +159,11 @@ def join_once(bootstrap: str, protocol: str, run: int) -> tuple[float, int]:
         for m in members:
             m.close()
     duplicates = sum(1 for count in shared["seen"].values() if count > 1)
+    if duplicates or shared["overlaps"]:
+        print(f"  {shared['overlaps']} partitions assigned while another member held them, {duplicates} records "
+              f"processed twice; the members' events:")
+        for event in shared["events"]:
+            print("   ", event)
     return elapsed, duplicates + shared["overlaps"]
 
 
@@ -220,14 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", type=int, default=10_000)
     parser.add_argument("--groups", type=int, default=1_000)
     parser.add_argument("--skip", choices=["join", "heartbeat"], action="append", default=[])
+    parser.add_argument("--protocols", nargs="+", default=["classic", "consumer"])
     args = parser.parse_args(argv)
     if "join" not in args.skip:
         with tempfile.TemporaryDirectory() as tmp:
             broker = BrokerProcess(Path(tmp) / "data", SETTINGS).start()
             try:
-                times: dict[str, list[float]] = {"classic": [], "consumer": []}
+                times: dict[str, list[float]] = {p: [] for p in args.protocols}
                 for run in range(args.repeats):
-                    for protocol in ("classic", "consumer"):
+                    for protocol in args.protocols:
                         elapsed, duplicates = join_once(broker.bootstrap, protocol, run)
                         times[protocol].append(elapsed)
                         print(f"join {protocol:8} run {run}: {elapsed * 1000:7.0f} ms to balance, "

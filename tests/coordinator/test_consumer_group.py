@@ -282,3 +282,20 @@ def test_offsets_of_a_subscribed_topic_do_not_expire() -> None:
     log.commit_offset("a", 1)
     log.now += 8 * 24 * 3_600_000
     assert log.shard.expire_offsets(log.now, 7 * 24 * 3_600_000).records == []
+
+
+def test_partitions_handed_out_and_not_yet_reported_are_not_taken_as_revoked() -> None:
+    """librdkafka reports what it has finished assigning: right after being handed partitions it
+    may still report none. That is no revocation: another member gets them only once the first
+    has reported them and then reported them gone."""
+    log = Log()
+    given = parts(log.heartbeat("a", 0))
+    b = log.heartbeat("b", 0)
+    assert parts(b) == {}
+    still_assigning = log.heartbeat("a", 1, owned=[])  # has not applied its 6 partitions yet
+    assert still_assigning["member_epoch"] == 1
+    assert log.heartbeat("b", 2, owned=[])["assignment"] in (None, {"topic_partitions": []})
+    log.heartbeat("a", 1, owned=owned(given))  # now it holds them all
+    kept = parts(log.heartbeat("a", 1, owned=owned(given)))[FOO.topic_id]
+    assert log.heartbeat("a", 1, owned=[(FOO.topic_id, kept)])["member_epoch"] == 2
+    assert sorted(parts(log.heartbeat("b", 2, owned=[]))[FOO.topic_id] + kept) == [0, 1, 2, 3, 4, 5]

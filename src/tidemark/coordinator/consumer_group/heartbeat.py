@@ -87,6 +87,11 @@ class ConsumerGroupHeartbeats:
         self.timer = timer
         self.classic_group_exists = classic_group_exists  # group id -> "empty" | "active" | None
         self._regexes: dict[str, re.Pattern[str]] = {}
+        # (group, member) -> partitions handed to the member that it has not yet reported owning.
+        # Its owned list may lag what it was given (a client reports what it has finished
+        # assigning), so their absence there is not a revocation. In memory: after a load, the
+        # owned list is taken as it is, as Kafka takes it.
+        self._unconfirmed: dict[tuple[str, str], set[tuple[uuid.UUID, int]]] = {}
 
     # -- validation (Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid) ---------------------
 
@@ -273,7 +278,9 @@ class ConsumerGroupHeartbeats:
                 return member_id
             return holder
 
-        reconciled = next_state(updated, target_epoch, target.get(member_id, {}), owner_of, owned)
+        reconciled = next_state(updated, target_epoch, target.get(member_id, {}), owner_of,
+                                self._owned(group_id, member_id, updated, owned))
+        self._handed(group_id, member_id, updated, reconciled)
         if stored is None or reconciled.assignment_value() != stored.assignment_value():
             records.append(_record(ConsumerGroupKey(schema.CURRENT_MEMBER_ASSIGNMENT, group_id, member_id),
                                    reconciled.assignment_value()))
@@ -291,6 +298,32 @@ class ConsumerGroupHeartbeats:
             if send_assignment else None,
         }
         return Result(records=records).respond(token, response)
+
+    def _owned(self, group_id: str, member_id: str, member: ConsumerGroupMember,
+               owned: Assignment | None) -> Assignment | None:
+        """What the member holds as far as revocation goes: what it reports, plus what it was
+        handed and has not reported yet (it may still be assigning it)."""
+        if owned is None:
+            return None
+        unconfirmed = self._unconfirmed.get((group_id, member_id))
+        if not unconfirmed:
+            return owned
+        unconfirmed -= {(t, p) for t, ps in owned.items() for p in ps}
+        held = dict(owned)
+        for topic_id, partition in unconfirmed:
+            held[topic_id] = held.get(topic_id, frozenset()) | {partition}
+        return held
+
+    def _handed(self, group_id: str, member_id: str, before: ConsumerGroupMember,
+                after: ConsumerGroupMember) -> None:
+        key = (group_id, member_id)
+        unconfirmed = self._unconfirmed.setdefault(key, set())
+        for topic_id, partitions in after.assigned.items():
+            unconfirmed |= {(topic_id, p) for p in partitions - before.assigned.get(topic_id, frozenset())}
+        holding = {(t, p) for a in (after.assigned, after.pending_revocation) for t, ps in a.items() for p in ps}
+        unconfirmed &= holding
+        if not unconfirmed:
+            del self._unconfirmed[key]
 
     @staticmethod
     def _check_epoch(member: ConsumerGroupMember, epoch: int, owned: Assignment | None) -> None:
@@ -334,6 +367,7 @@ class ConsumerGroupHeartbeats:
     def remove_member(self, group: ConsumerGroup, member_id: str) -> list[OffsetsRecord]:
         """The records removing a member: its three records, then the group's new epoch (the
         others' target is recomputed at their next heartbeat)."""
+        self._unconfirmed.pop((group.group_id, member_id), None)
         self.timer.cancel(("consumer-session", group.group_id, member_id))
         self.timer.cancel(("consumer-revocation", group.group_id, member_id))
         records = self._member_tombstones(group.group_id, member_id)
