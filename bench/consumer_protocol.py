@@ -200,7 +200,9 @@ def heartbeat_cost(members: int, groups: int) -> tuple[float, int]:
         for m in range(per_group):
             r = beat(f"g{g}", f"m{m}", 0, {})
             state[(f"g{g}", f"m{m}")] = (r["member_epoch"], {})
-    for _ in range(4):  # reconcile to stable: revoke, then take
+    for _ in range(20):  # reconcile to stable: confirm, revoke, then take
+        if all(group.state == "Stable" for group in shard.consumer_groups.latest.values()):
+            break
         for (group, member), (epoch, owned) in list(state.items()):
             r = beat(group, member, epoch, owned)
             if r["assignment"] is not None:

@@ -299,3 +299,13 @@ def test_partitions_handed_out_and_not_yet_reported_are_not_taken_as_revoked() -
     kept = parts(log.heartbeat("a", 1, owned=owned(given)))[FOO.topic_id]
     assert log.heartbeat("a", 1, owned=[(FOO.topic_id, kept)])["member_epoch"] == 2
     assert sorted(parts(log.heartbeat("b", 2, owned=[]))[FOO.topic_id] + kept) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_member_reporting_what_it_was_told_to_keep_has_revoked_the_rest() -> None:
+    """A client that applies a revocation without ever reporting the larger assignment before it
+    (it skipped straight to the newer answer) is not stuck revoking."""
+    log = Log()
+    log.heartbeat("a", 0)
+    log.heartbeat("b", 0)
+    kept = parts(log.heartbeat("a", 1, owned=[]))[FOO.topic_id]  # told to keep 3
+    assert log.heartbeat("a", 1, owned=[(FOO.topic_id, kept)])["member_epoch"] == 2

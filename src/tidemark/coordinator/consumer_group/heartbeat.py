@@ -67,6 +67,10 @@ def _ms(value: Any) -> int:
     return value if isinstance(value, int) else round(value.total_seconds() * 1000)
 
 
+def _plain(assignment: Assignment) -> dict[uuid.UUID, frozenset[int]]:
+    return {t: frozenset(ps) for t, ps in assignment.items() if ps}
+
+
 def _assignment_of(topic_partitions: Any) -> Assignment | None:
     if topic_partitions is None:
         return None
@@ -309,6 +313,10 @@ class ConsumerGroupHeartbeats:
         if not unconfirmed:
             return owned
         unconfirmed -= {(t, p) for t, ps in owned.items() for p in ps}
+        if member.state == UNREVOKED_PARTITIONS and _plain(owned) == _plain(member.assigned):
+            # It reports exactly what it was told to keep: it has applied that answer, and with
+            # it given up the rest (a client may skip reporting the larger assignment before).
+            unconfirmed.clear()
         held = dict(owned)
         for topic_id, partition in unconfirmed:
             held[topic_id] = held.get(topic_id, frozenset()) | {partition}
