@@ -309,3 +309,16 @@ def test_a_member_reporting_what_it_was_told_to_keep_has_revoked_the_rest() -> N
     log.heartbeat("b", 0)
     kept = parts(log.heartbeat("a", 1, owned=[]))[FOO.topic_id]  # told to keep 3
     assert log.heartbeat("a", 1, owned=[(FOO.topic_id, kept)])["member_epoch"] == 2
+
+
+def test_an_empty_classic_group_becomes_a_consumer_group_and_keeps_its_offsets() -> None:
+    log = Log()
+    assert log.commit_offset("", -1, version=8) == ErrorCode.none  # a standalone commit: an empty classic group
+    assert "g" in log.shard.groups
+    response = log.heartbeat("a", 0)
+    assert response["error_code"] == ErrorCode.none and response["member_epoch"] == 1
+    assert "g" in log.shard.consumer_groups.committed
+    assert log.shard.groups.committed("g") is None
+    assert log.shard.offsets.get("g", ("foo", 0)).offset == 5
+    fresh = log.fresh()
+    assert "g" in fresh.consumer_groups.committed and fresh.groups.committed("g") is None

@@ -236,6 +236,12 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(make_broker):
             listed = client.request(16, 5, {"states_filter": [], "types_filter": ["consumer"]}).groups
             assert [(g.group_id, g.group_type, g.protocol_type) for g in listed] == [("regex", "consumer", "consumer")]
             assert client.request(16, 5, {"states_filter": [], "types_filter": ["classic"]}).groups == ()
+            # A classic member cannot join a consumer group of the same id.
+            joined = client.request(11, 5, {
+                "group_id": "regex", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}]})
+            assert joined.error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
     finally:
         consumer.close()
     assert ("other", "no") not in seen

@@ -33,6 +33,7 @@ from tidemark.coordinator.result import OffsetsRecord, Result, group_append_erro
 from tidemark.coordinator.timer import CoordinatorTimer
 from tidemark.records import consumer_group_schema as schema
 from tidemark.records.consumer_group_schema import Assignment, ConsumerGroupKey, TopicMetadata
+from tidemark.records.offsets_schema import GroupMetadataKey, encode_key
 
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1  # KIP-1082: v1 clients make their member id
 TopicsImage = Mapping[str, TopicMetadata]  # every topic a consumer may subscribe to, by name
@@ -164,13 +165,14 @@ class ConsumerGroupHeartbeats:
             return group, []
         classic = self.classic_group_exists(group_id)
         if not create:
-            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
+                                 if classic is not None else f"Group {group_id} not found.")
         records: list[OffsetsRecord] = []
         if classic is not None:
             if classic != "empty" or self.config.migration_policy not in ("bidirectional", "upgrade"):
                 raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
-            from tidemark.records.offsets_schema import GroupMetadataKey, encode_key
-            records.append(OffsetsRecord(encode_key(GroupMetadataKey(group_id)), None))  # the empty classic group goes
+            # The empty classic group goes (its offsets stay, now the consumer group's).
+            records.append(OffsetsRecord(encode_key(GroupMetadataKey(group_id)), None))
         return ConsumerGroup(group_id), records
 
     def _join_or_heartbeat(self, request: Any, version: int, token: int, now_ms: int, topics: TopicsImage,
