@@ -322,3 +322,19 @@ def test_an_empty_classic_group_becomes_a_consumer_group_and_keeps_its_offsets()
     assert log.shard.offsets.get("g", ("foo", 0)).offset == 5
     fresh = log.fresh()
     assert "g" in fresh.consumer_groups.committed and fresh.groups.committed("g") is None
+
+
+def test_a_steady_member_still_sees_a_topic_created_or_grown() -> None:
+    import dataclasses
+
+    log = Log()
+    first = log.heartbeat("a", 0, topics=["foo", "bar"])
+    assert parts(first) == {FOO.topic_id: [0, 1, 2, 3, 4, 5]}
+    steady = log.heartbeat("a", 1, owned=owned(parts(first)))
+    assert (steady["member_epoch"], steady["assignment"]) == (1, None)
+    records = len(log.records)
+    assert log.heartbeat("a", 1)["member_epoch"] == 1 and len(log.records) == records  # nothing written
+    log.topics = {FOO.name: dataclasses.replace(FOO, num_partitions=7), BAR.name: BAR}
+    grown = log.heartbeat("a", 1)
+    assert grown["member_epoch"] == 2
+    assert parts(grown) == {FOO.topic_id: [0, 1, 2, 3, 4, 5, 6], BAR.topic_id: [0, 1, 2]}

@@ -58,6 +58,15 @@ class ConsumerGroup:
         # (topic id, partition) -> the member holding it (assigned or pending revocation): a
         # partition goes to a new owner only once this entry is gone (Kafka's currentPartitionEpoch).
         self.owners: dict[tuple[uuid.UUID, int], str] = {}
+        self._subscribed_names: frozenset[str] | None = None  # derived from the members, cached
+        self._has_regex = False
+
+    def subscribed_names(self) -> tuple[frozenset[str], bool]:
+        """The topic names the members subscribe to by name, and whether any subscribes by regex."""
+        if self._subscribed_names is None:
+            self._subscribed_names = frozenset(n for m in self.members.values() for n in m.subscribed_topic_names)
+            self._has_regex = any(m.subscribed_topic_regex for m in self.members.values())
+        return self._subscribed_names, self._has_regex
 
     @property
     def state(self) -> str:
@@ -107,6 +116,7 @@ class ConsumerGroup:
             else:
                 self.target[key.member_id] = value.partitions  # type: ignore[index, attr-defined]
         elif kind == schema.MEMBER_METADATA:
+            self._subscribed_names = None
             if value is None:
                 member = self.members.pop(key.member_id, None)  # type: ignore[arg-type]
                 if member is not None:

@@ -215,6 +215,15 @@ class ConsumerGroupHeartbeats:
                                      f"Static member {member_id} with instance id {request.instance_id} "
                                      "is fenced by another member.")
             self._check_epoch(member, epoch, owned)
+            if self._steady(group, member, request, owned, topics, client_id, client_host):
+                # Nothing changes: no record, no assignment in the answer (Kafka's steady heartbeat).
+                if owned is not None:  # it reported all it was given
+                    self._unconfirmed.pop((group_id, member_id), None)
+                self._schedule_session(group_id, member_id, now_ms)
+                return Result().respond(token, {
+                    "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "member_id": member_id,
+                    "member_epoch": member.member_epoch, "heartbeat_interval": self.config.heartbeat_interval_ms,
+                    "assignment": None})
 
         # 1. The member's metadata; the group epoch moves when subscriptions change.
         updated = dataclasses.replace(
@@ -304,6 +313,33 @@ class ConsumerGroupHeartbeats:
             if send_assignment else None,
         }
         return Result(records=records).respond(token, response)
+
+    @staticmethod
+    def _steady(group: ConsumerGroup, member: ConsumerGroupMember, request: Any, owned: Assignment | None,
+                topics: TopicsImage, client_id: str, client_host: str) -> bool:
+        """Whether this heartbeat changes nothing: a stable member at the group's epochs, the same
+        subscription and details, reporting nothing new, its group's topics as they were."""
+        if not (member.state == 0 and request.member_epoch == member.member_epoch == group.assignment_epoch
+                == group.group_epoch):
+            return False
+        if (request.subscribed_topic_names is not None
+                and tuple(request.subscribed_topic_names) != member.subscribed_topic_names):
+            return False
+        if request.subscribed_topic_regex is not None and (request.subscribed_topic_regex or None) \
+                != member.subscribed_topic_regex:
+            return False
+        if (request.server_assignor not in (None, member.server_assignor)
+                or request.rack_id not in (None, member.rack_id)
+                or _ms(request.rebalance_timeout) not in (-1, member.rebalance_timeout_ms)
+                or client_id != member.client_id or client_host != member.client_host):
+            return False
+        if owned is not None and _plain(owned) != _plain(member.assigned):
+            return False
+        names, has_regex = group.subscribed_names()
+        if has_regex:
+            return False  # a regex is matched against the topics at every heartbeat
+        metadata = group.subscription_metadata
+        return all(topics.get(name) == metadata.get(name) for name in names)
 
     def _owned(self, group_id: str, member_id: str, member: ConsumerGroupMember,
                owned: Assignment | None) -> Assignment | None:
