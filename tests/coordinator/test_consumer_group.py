@@ -338,3 +338,22 @@ def test_a_steady_member_still_sees_a_topic_created_or_grown() -> None:
     grown = log.heartbeat("a", 1)
     assert grown["member_epoch"] == 2
     assert parts(grown) == {FOO.topic_id: [0, 1, 2, 3, 4, 5, 6], BAR.topic_id: [0, 1, 2]}
+
+
+def test_the_consumer_group_settings_have_kafkas_defaults_and_bounds() -> None:
+    import pytest
+
+    from tidemark.broker.config import BrokerConfig, ConfigError
+
+    config = BrokerConfig({})
+    assert (config["group.consumer.session.timeout.ms"], config["group.consumer.heartbeat.interval.ms"],
+            config["group.consumer.max.size"], config["group.consumer.assignors"],
+            config["group.consumer.migration.policy"]) == (45000, 5000, 2**31 - 1, ("uniform", "range"), "bidirectional")
+    with pytest.raises(ConfigError, match="group.consumer.session.timeout.ms must be between"):
+        BrokerConfig({"group.consumer.session.timeout.ms": "30000"})
+    with pytest.raises(ConfigError, match="group.consumer.heartbeat.interval.ms must be between"):
+        BrokerConfig({"group.consumer.heartbeat.interval.ms": "20000"})
+    with pytest.raises(ConfigError):
+        BrokerConfig({"group.consumer.assignors": "sticky"})
+    lowered = BrokerConfig({"group.consumer.session.timeout.ms": "6000", "group.consumer.min.session.timeout.ms": "6000"})
+    assert lowered["group.consumer.session.timeout.ms"] == 6000
