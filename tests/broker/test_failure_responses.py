@@ -90,6 +90,10 @@ REQUESTS: dict[int, dict[str, Any]] = {
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
         {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
     60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    68: {"group_id": "g", "member_id": "m-1", "member_epoch": 0, "instance_id": None, "rack_id": None,
+         "rebalance_timeout": 30000, "subscribed_topic_names": ["a"], "subscribed_topic_regex": None,
+         "server_assignor": None, "topic_partitions": []},
+    69: {"group_ids": ["g1", "g2"], "include_authorized_operations": False},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
 }

@@ -93,6 +93,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     15: (groups.handle_describe, 0),
     16: (groups.handle_list, 0),
     42: (groups.handle_delete_groups, 0),
+    68: (groups.handle_consumer_group_heartbeat, 0),  # KIP-848
+    69: (groups.handle_consumer_group_describe, 0),
     21: (delete_records.handle, 0),
     32: (configs.handle_describe, 0),
     33: (configs.handle_alter, 0),
