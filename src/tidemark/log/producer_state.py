@@ -146,6 +146,11 @@ class ProducerStateManager:
         pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq) within this append
         for h in batches:
             if not is_idempotent(h):
+                if h.is_transactional and h.producer_id >= 0:  # the coordinator's: the epoch still fences
+                    entry = self.producers.get(h.producer_id)
+                    if entry is not None and h.producer_epoch < entry.producer_epoch:
+                        raise InvalidProducerEpochError(
+                            f"producer {h.producer_id} epoch {h.producer_epoch} is older than {entry.producer_epoch}")
                 continue
             entry = self.producers.get(h.producer_id)
             if entry is not None and entry.current_txn_first_offset >= 0 and not h.is_transactional:
@@ -201,14 +206,18 @@ class ProducerStateManager:
         batch `marker` is what it carries. Returns the transaction a marker completes."""
         if h.is_control:
             return self._update_marker(h, marker) if marker is not None else None
-        if not is_idempotent(h):
+        # The group coordinator's transactional offset commits carry no sequence.
+        if not is_idempotent(h) and not (h.is_transactional and h.producer_id >= 0):
             return None
         entry = self.producers.get(h.producer_id)
         if entry is None:
             entry = self.producers[h.producer_id] = ProducerStateEntry(h.producer_id, h.producer_epoch)
         entry.bump_epoch(h.producer_epoch)
-        entry.batches.append(BatchMetadata(h.base_sequence, _last_seq(h), h.base_offset,
-                                           h.base_offset + h.last_offset_delta, h.max_timestamp))
+        if h.base_sequence >= 0:
+            entry.batches.append(BatchMetadata(h.base_sequence, _last_seq(h), h.base_offset,
+                                               h.base_offset + h.last_offset_delta, h.max_timestamp))
+        else:
+            entry.marker_timestamp = max(entry.marker_timestamp, h.max_timestamp)
         if h.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = h.base_offset
             self.ongoing_txns[h.base_offset] = h.producer_id
