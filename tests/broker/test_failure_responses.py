@@ -90,6 +90,11 @@ REQUESTS: dict[int, dict[str, Any]] = {
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
         {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
     60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    27: {"markers": [{"producer_id": 5, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                      "topics": [{"name": "a", "partition_indexes": [0, 2]}, {"name": "b", "partition_indexes": [1]}]}]},
+    28: {"transactional_id": "tx", "group_id": "g", "producer_id": 5, "producer_epoch": 0, "topics": [
+        {"name": "a", "partitions": [{"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                                      "committed_metadata": ""}]}]},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
 }

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
+from tidemark.wire import error_responses
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
@@ -98,16 +99,10 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Request) -> dic
     return {"markers": markers}
 
 
-def _txn_commit_refused(body: Any, code: ErrorCode) -> dict[str, Any]:
-    return {"throttle_time": 0, "topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                        for p in t.partitions]} for t in body.topics]}
-
-
 async def handle_txn_offset_commit(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.txn_commit_offsets(body, token, now),
-        lambda code: _txn_commit_refused(body, code),
+        lambda code: error_responses.txn_offset_commit(body, ctx.api_version, code),
     )
