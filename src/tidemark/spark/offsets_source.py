@@ -443,6 +443,7 @@ def _wire_records(options: dict[str, str], topic: str, part: WirePartition
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,
         "fetch.queue.backoff.ms": 10,  # as the topic source: do not idle a drained partition for 1 s
+        "isolation.level": "read_uncommitted",  # as Spark's connector, unless kafka.isolation.level says otherwise
         **_client_config(options),
     }
     transient = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
