@@ -30,7 +30,8 @@ class ClusterClient:
     def __init__(self, config: dict[str, str], retries: int = 0, retry_interval_ms: int = 0) -> None:
         config = dict(config)
         committed = str(config.pop("isolation.level", "")).lower() == "read_committed"  # a consumer setting
-        self.isolation_level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        # list_offsets' isolation_level (its default, READ_UNCOMMITTED, unless read_committed)
+        self._isolation = {"isolation_level": IsolationLevel.READ_COMMITTED} if committed else {}
         self._admin = AdminClient(quiet(config))
         # fetchOffset.numRetries / fetchOffset.retryIntervalMs: offset lookups retried on failure.
         self.retries = retries
@@ -64,7 +65,7 @@ class ClusterClient:
 
         def fetch() -> PartitionOffsets:
             futures = self._admin.list_offsets({TopicPartition(t, p): spec for (t, p), spec in request.items()},
-                                               isolation_level=self.isolation_level,
+                                               **self._isolation,
                                                request_timeout=REQUEST_TIMEOUT_S)
             return {(tp.topic, tp.partition): future.result(timeout=REQUEST_TIMEOUT_S).offset
                     for tp, future in futures.items()}
