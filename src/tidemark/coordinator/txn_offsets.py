@@ -84,12 +84,5 @@ class PendingTxnOffsets:
         return any(group in groups for groups in self.committed.values()) or \
             any(g == group for pending in self.appended.values() for g, _ in pending)
 
-    def remove_group(self, group: str) -> None:
-        """A deleted group's pending offsets go with it (Kafka's removeAllOffsets)."""
-        for producer_id in list(self.committed):
-            self.committed[producer_id].pop(group, None)
-            if not self.committed[producer_id]:
-                del self.committed[producer_id]
-
     def producers(self) -> list[int]:
         return sorted(set(self.committed) | set(self.appended))
