@@ -253,6 +253,8 @@ class ProducerStateManager:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of the earliest transaction ongoing or whose marker is not below
         `high_watermark`, or None. Only reads (the cleaner's thread asks too)."""
+        if not self.ongoing_txns and not self.unreplicated_txns:
+            return None  # every fetch asks: the common case costs two truth tests
         firsts = list(self.ongoing_txns)
         firsts += [first for first, txn in list(self.unreplicated_txns.items()) if txn.last_offset >= high_watermark]
         return min(firsts) if firsts else None
