@@ -42,6 +42,7 @@ from tidemark.broker.apis import (
     offsets,
     produce,
     topics,
+    transactions,
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
@@ -101,6 +102,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     44: (configs.handle_incremental_alter, 0),
     43: (elect_leaders.handle, 0),
     60: (describe_cluster.handle, 0),
+    27: (transactions.handle_write_txn_markers, 0),  # kio has v1-v2 (the flexible ones)
+    28: (transactions.handle_txn_offset_commit, 0),
 }
 
 # The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process

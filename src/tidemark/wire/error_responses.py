@@ -263,6 +263,18 @@ def elect_leaders(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
         for t in _each(body and body.topic_partitions)]}
 
 
+def write_txn_markers(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"markers": [{"producer_id": m.producer_id, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
+        for t in m.topics]} for m in _each(body and body.markers)]}
+
+
+def txn_offset_commit(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]} for t in _each(body and body.topics)]}
+
+
 SHAPES: dict[int, Shape] = {
     0: produce,
     1: fetch,
@@ -292,6 +304,8 @@ SHAPES: dict[int, Shape] = {
     47: offset_delete,
     68: lambda body, version, code: consumer_group_heartbeat(code),
     69: consumer_group_describe,
+    27: write_txn_markers,
+    28: txn_offset_commit,
 }
 """api key -> its failure response from (request body or None, version, error code)."""
 
