@@ -70,7 +70,7 @@ class TransactionMetadata:
 
     @classmethod
     def from_value(cls, transactional_id: str, value: TransactionLogValue) -> TransactionMetadata:
-        partitions = frozenset() if value.state is S.EMPTY or value.partitions is None else frozenset(
+        partitions = frozenset() if value.status is S.EMPTY or value.partitions is None else frozenset(
             (topic, p) for topic, ids in value.partitions for p in ids)
         return cls(transactional_id, value.producer_id, value.producer_epoch, value.transaction_timeout_ms,
                    value.status, partitions, value.start_timestamp_ms, value.last_update_timestamp_ms)
