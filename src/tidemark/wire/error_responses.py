@@ -229,7 +229,7 @@ def end_txn(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
 def describe_transactions(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "transaction_states": [
         {"error_code": code, "transactional_id": t, "transaction_state": "", "transaction_timeout": 0,
-         "transaction_start_time": -1, "producer_id": UNKNOWN, "producer_epoch": UNKNOWN, "topics": []}
+         "transaction_start_time": 0, "producer_id": UNKNOWN, "producer_epoch": UNKNOWN, "topics": []}
         for t in _each(body and body.transactional_ids)]}
 
 

@@ -10,6 +10,7 @@ shape the answers.
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from tidemark.wire.codec import Request
 
 NO_PRODUCER_ID = -1
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 NO_PRODUCER_EPOCH = -1
 
 
@@ -144,6 +146,12 @@ async def handle_add_offsets(ctx: RequestContext, request: Request) -> dict[str,
     """The group's `__consumer_offsets` partition joins the transaction, so its TxnOffsetCommit
     records get the transaction's marker."""
     body, version = request.body, ctx.api_version
+    # The offsets topic exists before its partition joins (its TxnOffsetCommit needs it anyway),
+    # or the marker sender would take the partition for a deleted one.
+    if ctx.cluster is None:
+        ctx.coordinator.ensure_offsets_topic()
+    elif (missing := await ctx.cluster.ensure_offsets_topic()) is not None:
+        return {"throttle_time": 0, "error_code": missing}
     partition = (OFFSETS_TOPIC, ctx.coordinator.partition_for(body.group_id))
     code = await _add_partitions(ctx, body.transactional_id, body.producer_id, body.producer_epoch, [partition])
     return {"throttle_time": 0, "error_code": _fenced_for(version, 2, code)}
@@ -179,6 +187,10 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
         states.append(await coordinator.read(
             transactional_id, lambda shard, t=transactional_id: shard.describe(t, coordinator.markers.written),
             lambda code, t=transactional_id: describe_error(t, code)))
+    # -1 (no transaction started, as Kafka answers an Empty one) goes out as is: the field is not
+    # nullable, so it is not left to build(), which reads negative times as null
+    for state in states:
+        state["transaction_start_time"] = _EPOCH + datetime.timedelta(milliseconds=state["transaction_start_time"])
     return {"throttle_time": 0, "transaction_states": states}
 
 

@@ -352,7 +352,7 @@ class TransactionShard:
 
 def describe_error(transactional_id: str, code: ErrorCode) -> dict[str, Any]:
     return {"error_code": code, "transactional_id": transactional_id, "transaction_state": "",
-            "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": NO_PRODUCER_ID,
+            "transaction_timeout": 0, "transaction_start_time": 0,  # Kafka's default, as it answers "producer_id": NO_PRODUCER_ID,
             "producer_epoch": NO_PRODUCER_EPOCH, "topics": []}
 
 
