@@ -160,3 +160,44 @@ def test_a_transaction_over_the_wire_commits_through_the_markers_and_survives_a_
             await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S * 2))
+
+
+def test_librdkafka_commits_then_aborts_through_the_coordinator(tmp_path):
+    """confluent-kafka's transactional producer against the in-process broker (its blocking calls
+    on a worker thread): init, a committed transaction, then an aborted one, each finished by its
+    markers."""
+    confluent_kafka = __import__("pytest").importorskip("confluent_kafka")
+
+    async def scenario() -> None:
+        double = MarkersDouble()
+        async with _broker(tmp_path, double) as broker:
+            broker.replicas.create_topic("orders", 2, {})
+            producer = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{broker.port}",
+                                                 "transactional.id": "app", "log_level": 0})
+            client = await BrokerConnection.connect("127.0.0.1", broker.port, "test", TIMEOUT_S)
+
+            def committed_then_begun() -> None:
+                producer.init_transactions(TIMEOUT_S)
+                producer.begin_transaction()
+                producer.produce("orders", value=b"one", partition=0)
+                producer.commit_transaction(TIMEOUT_S)
+
+            await asyncio.to_thread(committed_then_begun)
+            while (await _describe(client, "app")).transaction_state != "CompleteCommit":
+                await asyncio.sleep(0.01)
+
+            def aborted() -> None:
+                producer.begin_transaction()
+                producer.produce("orders", value=b"two", partition=1)
+                producer.flush(TIMEOUT_S)
+                producer.abort_transaction(TIMEOUT_S)
+
+            await asyncio.to_thread(aborted)
+            while (await _describe(client, "app")).transaction_state != "CompleteAbort":
+                await asyncio.sleep(0.01)
+            results = [(m.transaction_result, sorted((t.name, p) for t in m.topics for p in t.partition_indexes))
+                       for m in double.markers]
+            assert results == [(True, [("orders", 0)]), (False, [("orders", 1)])]
+            await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S * 2))
