@@ -334,3 +334,24 @@ def test_verification_and_listing_read_the_committed_state():
         assert (await h.describe("nobody"))["error_code"] == ErrorCode.transactional_id_not_found
 
     run(scenario)
+
+
+def test_markers_in_flight_survive_a_leader_epoch_bump_of_the_same_leadership():
+    """The controller bumps the leader epoch at every ISR change it makes; the shard serves on,
+    and so must the markers it prepared (they are not sent again by anyone else)."""
+    async def scenario(h: TxnHarness):
+        h.topic.create()
+        h.coordinator.partition_led("__transaction_state", 0, 1)
+        await h.settle()
+        _, pid, epoch = await h.init()
+        await h.add("t", pid, epoch, ("orders", 0))
+        h.leaders.unreachable.add(1)
+        await h.end("t", pid, epoch, True)
+        await h.settle()
+        h.coordinator.partition_leader_epoch("__transaction_state", 0, 2)
+        h.leaders.unreachable.clear()
+        h.clock.advance(100)
+        await h.settle()
+        assert h.state() == "CompleteCommit"
+
+    run(scenario, zookeeper_connect="zk:1")

@@ -54,14 +54,16 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionShard]):
     def _prepared(self, index: int, metadata: TransactionMetadata) -> None:
         runtime = self.shards.get(index)
         if runtime is not None and runtime.state is LoadState.ACTIVE:
-            self.markers.add(index, runtime.epoch, metadata)
+            self.markers.add(index, runtime.epoch, metadata, runtime.shard)
 
-    def _owned(self, index: int, epoch: int) -> bool:
-        runtime = self.shards.get(index)
-        return runtime is not None and runtime.state is LoadState.ACTIVE and runtime.epoch == epoch
+    def _owned(self, pending: PendingMarkers) -> bool:
+        """The shard that prepared it still serves: a leader epoch bumped under the same
+        leadership (an ISR change) keeps it; an unload or a new load does not."""
+        runtime = self.shards.get(pending.index)
+        return runtime is not None and runtime.state is LoadState.ACTIVE and runtime.shard is pending.owner
 
     async def _complete(self, pending: PendingMarkers) -> ErrorCode:
-        if not self._owned(pending.index, pending.coordinator_epoch):
+        if not self._owned(pending):
             return ErrorCode.not_coordinator
         metadata = pending.metadata
         return await self.call(

@@ -69,6 +69,7 @@ class PendingMarkers:
     index: int  # its __transaction_state partition
     coordinator_epoch: int
     metadata: TransactionMetadata
+    owner: object  # the shard that handed it over: its markers are sent only while that one serves
     remaining: set[TopicPartition]
     written: set[TopicPartition] = dataclasses.field(default_factory=set)
     in_flight: set[TopicPartition] = dataclasses.field(default_factory=set)
@@ -100,12 +101,13 @@ def write_txn_markers_request(entries: list[tuple[PendingMarkers, list[TopicPart
 
 class TransactionMarkerChannelManager:
     """`complete(pending)` writes the transaction's CompleteCommit/CompleteAbort and answers the
-    error code of that write (NONE, or why not); `owned(index, epoch)` says whether this broker
-    still coordinates that partition at that epoch."""
+    error code of that write (NONE, or why not); `owned(pending)` says whether the shard that
+    handed it over still serves (an unload or a new leadership drops its markers; a new
+    leadership sends them again)."""
 
     def __init__(self, destinations: MarkerDestinations, clock: Clock,
                  complete: Callable[[PendingMarkers], Awaitable[ErrorCode]],
-                 owned: Callable[[int, int], bool], retry_backoff_ms: int = RETRY_BACKOFF_MS) -> None:
+                 owned: Callable[[PendingMarkers], bool], retry_backoff_ms: int = RETRY_BACKOFF_MS) -> None:
         self.destinations = destinations
         self.clock = clock
         self._complete = complete
@@ -120,14 +122,14 @@ class TransactionMarkerChannelManager:
 
     # -- what the coordinator tells it ---------------------------------------------------------
 
-    def add(self, index: int, coordinator_epoch: int, metadata: TransactionMetadata) -> None:
+    def add(self, index: int, coordinator_epoch: int, metadata: TransactionMetadata, owner: object = None) -> None:
         """A prepared transaction is committed to the log: write its markers."""
         if self._closed:
             return
         current = self.pending.get(metadata.transactional_id)
-        if current is not None and current.metadata == metadata and current.coordinator_epoch == coordinator_epoch:
+        if current is not None and current.metadata == metadata and current.owner is owner:
             return  # already being written
-        self.pending[metadata.transactional_id] = PendingMarkers(index, coordinator_epoch, metadata,
+        self.pending[metadata.transactional_id] = PendingMarkers(index, coordinator_epoch, metadata, owner,
                                                                  set(metadata.partitions))
         self._schedule()
 
@@ -176,7 +178,7 @@ class TransactionMarkerChannelManager:
         self._scheduled = False
         batches: dict[int, list[tuple[PendingMarkers, list[TopicPartition]]]] = {}
         for pending in list(self.pending.values()):
-            if not self._owned(pending.index, pending.coordinator_epoch):
+            if not self._owned(pending):
                 self.pending.pop(pending.transactional_id, None)
                 continue
             by_broker: dict[int, list[TopicPartition]] = {}
