@@ -91,8 +91,8 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionShard]):
     def list_transactions(self, states: frozenset[TransactionStatus], producer_ids: frozenset[int],
                           duration_ms: int, pattern: re.Pattern[str] | None) -> tuple[list[dict[str, Any]], ErrorCode]:
         """ListTransactions across every shard this broker serves, from their committed views
-        (COORDINATOR_LOAD_IN_PROGRESS while one it leads is still loading)."""
-        self.ensure_topic()
+        (COORDINATOR_LOAD_IN_PROGRESS while one it leads is still loading); none before the
+        topic exists (listing does not create it)."""
         now = self.clock.now_ms()
         listed: list[dict[str, Any]] = []
         for runtime in self.shards.values():
