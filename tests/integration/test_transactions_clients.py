@@ -80,3 +80,35 @@ def test_confluent_kafka_init_begin_commit_then_abort(broker):
         producer.abort_transaction(WAIT_S)
         assert _until(lambda: _described(client, "orders-app").transaction_state,
                       lambda state: state == "CompleteAbort") == "CompleteAbort"
+
+
+def test_kafka_python_and_aiokafka_init_and_commit_a_transaction(broker):
+    kafka = pytest.importorskip("kafka")
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+    from tests.integration.clients import create_topic
+    create_topic(broker.bootstrap, "txn-python", 1)
+    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kafka-python-app")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("txn-python", b"one").get(timeout=WAIT_S)
+        producer.commit_transaction()
+    finally:
+        producer.close(timeout=5)
+
+    async def aiokafka_commit() -> None:
+        transactional = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aiokafka-app")
+        await asyncio.wait_for(transactional.start(), WAIT_S)
+        try:
+            async with transactional.transaction():
+                await transactional.send_and_wait("txn-python", b"two")
+        finally:
+            await transactional.stop()
+
+    asyncio.run(asyncio.wait_for(aiokafka_commit(), WAIT_S))
+    with RawClient(broker.bootstrap) as client:
+        for txn in ("kafka-python-app", "aiokafka-app"):
+            described = _described(client, txn)
+            assert (described.error_code, described.producer_epoch) == (ErrorCode.none, 0)
+            assert described.transaction_state in ("PrepareCommit", "CompleteCommit")
