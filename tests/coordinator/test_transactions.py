@@ -355,3 +355,26 @@ def test_markers_in_flight_survive_a_leader_epoch_bump_of_the_same_leadership():
         assert h.state() == "CompleteCommit"
 
     run(scenario, zookeeper_connect="zk:1")
+
+
+def test_markers_of_several_transactions_for_one_leader_go_in_one_request():
+    async def scenario(h: TxnHarness):
+        await h.start()
+        h.leaders.unreachable.add(1)
+        producers = {}
+        for txn in ("a", "b"):
+            _, pid, epoch = await h.init(txn)
+            await h.add(txn, pid, epoch, ("orders", 0))
+            await h.end(txn, pid, epoch, txn == "a")
+            producers[txn] = pid
+        await h.settle()
+        h.leaders.requests.clear()
+        h.leaders.unreachable.clear()
+        h.clock.advance(100)
+        await h.settle()
+        (broker, request), = h.leaders.requests
+        assert sorted((m["producer_id"], m["transaction_result"]) for m in request["markers"]) == \
+            sorted([(producers["a"], True), (producers["b"], False)])
+        assert (h.state("a"), h.state("b")) == ("CompleteCommit", "CompleteAbort")
+
+    run(scenario)
