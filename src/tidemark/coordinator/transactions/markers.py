@@ -119,6 +119,7 @@ class TransactionMarkerChannelManager:
         self._scheduled = False
         self._closed = False
         self.requests_sent = 0
+        self._failing: set[int] = set()  # brokers whose last WriteTxnMarkers got no answer
 
     # -- what the coordinator tells it ---------------------------------------------------------
 
@@ -206,8 +207,15 @@ class TransactionMarkerChannelManager:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - disconnected, timed out: retried as Kafka does
-            log.info("txn_markers_not_sent", broker=broker, error=repr(exc))
+            # logged when a broker starts failing, not at every retry
+            (log.debug if broker in self._failing else log.info)("txn_markers_not_sent", broker=broker,
+                                                                  error=repr(exc))
+            self._failing.add(broker)
             answers = None
+        else:
+            if broker in self._failing:
+                self._failing.discard(broker)
+                log.info("txn_markers_sent_again", broker=broker)
         retry = False
         for pending, partitions in entries:
             pending.in_flight.difference_update(partitions)
