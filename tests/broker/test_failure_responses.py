@@ -194,7 +194,7 @@ def _error_codes(entity: Any) -> list[int]:
     if dataclasses.is_dataclass(entity):
         for field in dataclasses.fields(entity):
             value = getattr(entity, field.name)
-            if field.name.endswith("error_code"):  # AddPartitionsToTxn: partition_error_code
+            if field.name in ("error_code", "partition_error_code"):  # the latter: AddPartitionsToTxn
                 codes.append(int(value))
             else:
                 codes.extend(_error_codes(value))
