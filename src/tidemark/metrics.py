@@ -15,6 +15,10 @@ REQUEST_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 BYTES_IN = Counter("tidemark_bytes_in_total", "Record bytes appended by producers")
+# Kafka's RequestsPerSec for request=FetchConsumer and request=FetchFollower: with fetch from
+# follower (KIP-392) a consumer's fetches go to a replica in its rack.
+FETCH_REQUESTS = Counter("tidemark_fetch_requests_total", "Fetch requests received, by kind (consumer, follower)",
+                         ["kind"])
 BYTES_OUT = Counter("tidemark_bytes_out_total", "Record bytes returned to fetchers")
 MESSAGES_IN = Counter("tidemark_messages_in_total", "Records appended by producers")
 CONNECTIONS = Gauge("tidemark_connections", "Open client connections")

@@ -98,6 +98,10 @@ REQUESTS: dict[int, dict[str, Any]] = {
     26: {"transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "committed": True},
     65: {"transactional_ids": ["t1", "t2"]},
     66: {"state_filters": [], "producer_id_filters": [], "duration_filter": -1, "transactional_id_pattern": None},
+    68: {"group_id": "g", "member_id": "m-1", "member_epoch": 0, "instance_id": None, "rack_id": None,
+         "rebalance_timeout": 30000, "subscribed_topic_names": ["a"], "subscribed_topic_regex": None,
+         "server_assignor": None, "topic_partitions": []},
+    69: {"group_ids": ["g1", "g2"], "include_authorized_operations": False},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
 }

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 
 from tidemark import metrics
-from tidemark.broker import zk_offsets
+from tidemark.broker import dynamic_config, zk_offsets
 from tidemark.broker.apis import (
     api_versions,
     configs,
@@ -54,7 +54,7 @@ from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
 from tidemark.hold import hold_async
-from tidemark.replication.partition_manager import PartitionManager
+from tidemark.replication.partition_manager import PartitionManager, PartitionManagerConfig
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
     CODEC_API_RANGES,
@@ -96,6 +96,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     15: (groups.handle_describe, 0),
     16: (groups.handle_list, 0),
     42: (groups.handle_delete_groups, 0),
+    68: (groups.handle_consumer_group_heartbeat, 0),  # KIP-848
+    69: (groups.handle_consumer_group_describe, 0),
     21: (delete_records.handle, 0),
     32: (configs.handle_describe, 0),
     33: (configs.handle_alter, 0),
@@ -127,6 +129,16 @@ def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> d
             for key, (_, low) in handlers.items()}
 
 
+def partition_manager_config(config: BrokerConfig) -> PartitionManagerConfig:
+    """The partition manager's settings, taken from the broker's config."""
+    return PartitionManagerConfig(
+        node_id=config.node_id, replicated=bool(config["zookeeper.connect"]), log_config=config.log_config,
+        cleaner=config.cleaner_config(), retention_check_interval_ms=config["log.retention.check.interval.ms"],
+        producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"],
+        high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+        replica_flush_interval_ms=config["tidemark.replica.flush.interval.ms"])
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
                  handlers: dict[int, tuple[Handler, int]] | None = None, clock: Clock | None = None) -> None:
@@ -139,7 +151,7 @@ class Broker:
         # advertised.listeners when set, else the listener (its port known once bound)
         self.advertised_host, self.advertised_port = config.advertised_address or (host, port)
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
-        self.replicas = PartitionManager(config, data_dir)
+        self.replicas = PartitionManager(partition_manager_config(config), data_dir)
         self.coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, self.replicas), clock=self.clock)
         # A ZooKeeper cluster's member when zookeeper.connect is set (on one ZooKeeper session,
         # shared with the ZooKeeper offset store); else the embedded single node.
@@ -159,15 +171,18 @@ class Broker:
         self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
         self._connections_per_ip: collections.Counter[str] = collections.Counter()
-        self._ip_limits = {_resolve(host): count for host, count in config["max.connections.per.ip.overrides"].items()}
+        self._ip_limits: dict[str, int] = {}
+        self.reconfigure_connection_limits()
+        dynamic_config.attach(self)  # dynamic settings take effect where they apply
 
     async def start(self) -> None:
         started = time.perf_counter()
         if self.cluster is not None:
-            table = await self.cluster.connect()
+            table = await self.cluster.connect()  # reads the dynamic settings too
             self.replicas.open(metadata=lambda: table)
         else:
             self.replicas.open()
+            dynamic_config.load_embedded(self.config, self.replicas)
         self._opened = True
         self.replicas.start()
         self.coordinator.start()
@@ -215,6 +230,11 @@ class Broker:
         if self._opened:
             await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=self._opened)
+
+    def reconfigure_connection_limits(self) -> None:
+        """max.connections.per.ip.overrides by address (at start, and when changed dynamically;
+        max.connections and max.connections.per.ip are read at each connection)."""
+        self._ip_limits = {_resolve(host): count for host, count in self.config["max.connections.per.ip.overrides"].items()}
 
     def admit(self, host: str) -> str | None:
         """Count a new connection from host; or name the limit it would exceed (not counted)."""
@@ -269,10 +289,13 @@ class Broker:
 
 class _Coordinators:
     """The coordinators as the cluster link sees them: each hears of the leaderships of every
-    partition and takes those of its own topic."""
+    partition and takes those of its own topic. Everything else (the session fence: may_lead,
+    fence, fenced_leaderships, relead) is the group coordinator's alone, as before; the
+    transaction coordinator is not fenced by the session lease yet."""
 
-    def __init__(self, *coordinators: Any) -> None:
-        self._coordinators = coordinators
+    def __init__(self, group: Any, *others: Any) -> None:
+        object.__setattr__(self, "_group", group)
+        object.__setattr__(self, "_coordinators", (group, *others))
 
     def partition_led(self, topic: str, index: int, leader_epoch: int) -> None:
         for coordinator in self._coordinators:
@@ -285,6 +308,12 @@ class _Coordinators:
     def partition_followed(self, topic: str, index: int, leader_epoch: int) -> None:
         for coordinator in self._coordinators:
             coordinator.partition_followed(topic, index, leader_epoch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._group, name, value)
 
 
 _response_class = response_schema  # kio's classes, and those of the versions written by hand

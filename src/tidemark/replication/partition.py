@@ -46,6 +46,7 @@ class FollowerState:
     and the last time it was caught up with the leader's log end."""
 
     log_end_offset: int = -1  # unknown until it fetches: a dead follower never looks caught up
+    log_start_offset: int = -1  # as its fetches report it (KIP-392: whether it holds a consumer's offset)
     last_caught_up_ms: int = 0
     # The leader's log end at the follower's previous fetch: fetching from there since means
     # it was caught up then (Kafka's lastFetchLeaderLogEndOffset).
@@ -188,11 +189,14 @@ class Partition:
 
     # -- the leader's view of its followers -------------------------------------------------------
 
-    def follower_fetched(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
-        """A follower fetches from `fetch_offset`: everything below it is in its log."""
+    def follower_fetched(self, replica_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1) -> None:
+        """A follower fetches from `fetch_offset`: everything below it is in its log (and from
+        `log_start_offset`, when its fetch names it)."""
         state = self.followers.get(replica_id)
         if state is None:
             return  # not a replica of this partition (or this broker does not lead it)
+        if log_start_offset >= 0:
+            state.log_start_offset = log_start_offset
         leader_end = self.log.log_end_offset
         if fetch_offset >= leader_end:
             state.last_caught_up_ms = now_ms

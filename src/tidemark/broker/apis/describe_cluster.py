@@ -33,10 +33,11 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         return {"throttle_time": 0, "error_code": code, "error_message": message, "cluster_id": "",
                 "controller_id": -1, "brokers": [], "endpoint_type": BROKER_ENDPOINT}
     if ctx.cluster is None:
-        brokers = [{"broker_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port, "rack": None}]
+        brokers = [{"broker_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port,
+                    "rack": ctx.config["broker.rack"]}]
         controller = ctx.node.id
     else:
-        brokers = [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": None}
+        brokers = [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
                    for b in ctx.cluster.live_brokers()]
         controller = ctx.cluster.snapshot.controller_id
     return {

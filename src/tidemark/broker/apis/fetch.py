@@ -2,9 +2,14 @@
 
 A follower's fetch (a replica id, Kafka's FetchIsolation.LOG_END) reads up to the leader's log
 end instead, and tells the leader how far the follower's log reaches: that moves the high
-watermark. Only the partition's leader answers; others say NOT_LEADER_OR_FOLLOWER. A follower
-fetches in an incremental fetch session (`fetch_sessions.py` has the rules): the partitions read
-are the session's, and the answer keeps only those with something new.
+watermark. Only the partition's leader answers followers and consumers before v11; others say
+NOT_LEADER_OR_FOLLOWER. A consumer's fetch v11+ (KIP-392) may be answered by any replica, up to
+that replica's high watermark (a follower's is what its leader last told it): above it the
+answer is empty, past its log end OFFSET_OUT_OF_RANGE. The leader may send such a consumer to a
+replica in its rack instead (`replica_selector.py`): that answer names the preferred read replica
+and carries no records. A follower fetches in an incremental fetch session (`fetch_sessions.py`
+has the rules): the partitions read are the session's, and the answer keeps only those with
+something new.
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ from tidemark.log import errors as log_errors
 from tidemark.replication.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, FetchPosition, FetchSession,
                                             PartitionKey)
 from tidemark.replication.partition import Partition
+from tidemark.replication.replica_selector import NO_PREFERRED_REPLICA, preferred_read_replica
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
 READ_COMMITTED = 1
+CLIENT_METADATA_VERSION = 11  # Fetch v11 carries the consumer's rack (KIP-392)
+# Bound once: every replicated write costs the leader a follower fetch.
+_CONSUMER_FETCHES = metrics.FETCH_REQUESTS.labels("consumer")
+_FOLLOWER_FETCHES = metrics.FETCH_REQUESTS.labels("follower")
 
 
 def replica_id_of(body: Any) -> int:
@@ -36,11 +46,14 @@ def replica_id_of(body: Any) -> int:
     return -1 if replica_id is None else replica_id
 
 
-def _refusal(partition: Partition, replica_id: int, current_leader_epoch: int) -> ErrorCode | None:
-    """Why this broker does not serve this fetch of `partition` (KIP-320's epoch check), or None."""
+def _refusal(partition: Partition, replica_id: int, current_leader_epoch: int,
+             any_replica: bool = False) -> ErrorCode | None:
+    """Why this broker does not serve this fetch of `partition` (KIP-320's epoch check), or None.
+    `any_replica`: a consumer's fetch v11+, which a follower serves too (Kafka's fetchOnlyLeader
+    is false for it)."""
     if replica_id >= 0 and replica_id not in partition.followers:
         return ErrorCode.not_leader_or_follower  # not a replica this broker leads
-    if not partition.is_leader:
+    if not partition.is_leader and not any_replica:
         return ErrorCode.not_leader_or_follower
     if current_leader_epoch >= 0:
         if current_leader_epoch < partition.leader_epoch:
@@ -102,11 +115,31 @@ def _resolve(ctx: RequestContext, ref: str | uuid.UUID) -> tuple[Any, ErrorCode]
     return ctx.replicas.resolve_topic(ref, None)
 
 
+def _broker_racks(ctx: RequestContext) -> dict[int, str | None]:
+    """Each live broker's rack (this broker's alone without a cluster)."""
+    if ctx.cluster is None:
+        return {ctx.node.id: ctx.config["broker.rack"]}
+    return {broker.id: broker.rack for broker in ctx.cluster.live_brokers()}
+
+
+def _follower_log_starts(body: Any) -> dict[PartitionKey, int]:
+    """Where a follower's logs start, for the partitions its request names (v5+)."""
+    return {(_topic_ref(topic), wanted.partition): getattr(wanted, "log_start_offset", -1)
+            for topic in body.topics for wanted in topic.partitions}
+
+
 def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[PartitionKey, FetchPosition]
               ) -> tuple[list[tuple[PartitionKey, dict[str, Any]]], int, list[Partition], bool, list[PartitionKey]]:
-    """One pass over the partitions fetched: (each one's answer, bytes read, partitions, any error,
-    partitions left with records to read because the response's byte limit was spent)."""
+    """One pass over the partitions fetched: (each one's answer, bytes read, partitions, whether
+    to answer at once (an error, or a preferred read replica as Kafka does), partitions left with
+    records to read because the response's byte limit was spent)."""
     replicas = ctx.replicas
+    # KIP-392: a consumer's fetch v11+ may read at a follower, and the leader may name another replica.
+    client_metadata = replica_id < 0 and ctx.api_version >= CLIENT_METADATA_VERSION
+    selector = ctx.config["replica.selector.class"] if client_metadata else None
+    client_rack = getattr(body, "rack_id", None) if selector is not None else None
+    racks = _broker_racks(ctx) if client_rack else {}
+    log_starts = _follower_log_starts(body) if replica_id >= 0 else {}
     # The broker's fetch.max.bytes bounds every response, whatever the client asks (KIP-74 still
     # lets the first non-empty partition return one whole batch beyond it).
     remaining = min(body.max_bytes, ctx.config["fetch.max.bytes"])
@@ -134,13 +167,20 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
             response["error_code"] = missing or replicas.absent_code(topic.name, index)
             errors = True
             continue
-        refusal = _refusal(partition, replica_id, wanted.current_leader_epoch)
+        refusal = _refusal(partition, replica_id, wanted.current_leader_epoch, client_metadata)
         if refusal is not None:
             response["error_code"] = refusal
             errors = True
             continue
         partitions.append(partition)
         log = partition.log
+        if client_rack:
+            preferred = preferred_read_replica(selector, partition, client_rack, wanted.fetch_offset, racks, now_ms)
+            if preferred != NO_PREFERRED_REPLICA:  # the consumer goes there: no read here
+                response.update(preferred_read_replica=preferred, high_watermark=partition.high_watermark,
+                                last_stable_offset=partition.high_watermark, log_start_offset=log.log_start_offset)
+                errors = True
+                continue
         upper_bound = log.log_end_offset if replica_id >= 0 else partition.high_watermark
         records = b""
         try:
@@ -161,7 +201,7 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
             # Only a read that succeeded says where the follower's log ends (Kafka skips the
             # update otherwise): an offset past the leader's end must not move the high
             # watermark or bring the follower back into the ISR.
-            partition.follower_fetched(replica_id, wanted.fetch_offset, now_ms)
+            partition.follower_fetched(replica_id, wanted.fetch_offset, now_ms, log_starts.get(key, -1))
         high_watermark = partition.high_watermark
         response["high_watermark"] = high_watermark
         response["last_stable_offset"] = high_watermark
@@ -187,6 +227,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
     replica_id = replica_id_of(body)
+    (_FOLLOWER_FETCHES if replica_id >= 0 else _CONSUMER_FETCHES).inc()
     requested, forgotten = _requested(body)
     session = _session(ctx, body, replica_id, requested, forgotten)
     if isinstance(session, ErrorCode):

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.broker.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
 from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, TopicMetadata, validate_topic_name
+from tidemark.cluster.zk.assignment import RackAwareMode
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
@@ -56,8 +57,10 @@ async def _create(ctx: RequestContext, name: str) -> TopicMetadata | None:
         if name == OFFSETS_TOPIC:
             await ctx.cluster.ensure_offsets_topic()
         else:
+            # Kafka's ZooKeeper-era auto-creation assigned with RackAwareMode.Safe.
             await ctx.cluster.create_topic(name, ctx.config["num.partitions"],
-                                           ctx.config["default.replication.factor"], {})
+                                           ctx.config["default.replication.factor"], {},
+                                           rack_aware_mode=RackAwareMode.SAFE)
     except Exception:  # noqa: BLE001 - created elsewhere meanwhile, or not now: the client retries
         pass
     return ctx.replicas.topic(name)
@@ -116,8 +119,10 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         "throttle_time": 0,
         "cluster_authorized_operations": authorized_operations(  # v8-10
             CLUSTER_OPERATIONS, getattr(body, "include_cluster_authorized_operations", False)),
-        "brokers": [{"node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port}] if ctx.cluster is None
-        else [{"node_id": b.id, "host": b.host, "port": b.port} for b in ctx.cluster.live_brokers()],
+        # rack: v1+ (KIP-36), from broker.rack (each broker's registration on a cluster)
+        "brokers": [{"node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port,
+                     "rack": ctx.config["broker.rack"]}] if ctx.cluster is None
+        else [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in ctx.cluster.live_brokers()],
         "cluster_id": replicas.metadata.cluster_id,
         "controller_id": ctx.node.id if ctx.cluster is None else ctx.cluster.snapshot.controller_id,
         "topics": topics,

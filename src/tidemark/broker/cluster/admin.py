@@ -13,6 +13,7 @@ from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
 from tidemark.cluster.zk import preferred_election, topic_admin, zk_data
+from tidemark.cluster.zk.assignment import RackAwareMode
 from tidemark.cluster.zk.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -43,11 +44,17 @@ class ClusterAdmin:
         self.config = config
         self.session = session
         self.view = view
+        self._offsets_topic_refusal: str | None = None  # the last one logged
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
-                           assignment: dict[int, tuple[int, ...]] | None = None) -> zk_data.TopicAssignment:
+                           assignment: dict[int, tuple[int, ...]] | None = None,
+                           rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED) -> zk_data.TopicAssignment:
+        """CreateTopics enforces racks (all brokers or none); Kafka's ZooKeeper-era broker created
+        the topics it made itself (auto-created, internal) with RackAwareMode.Safe: rack-unaware
+        while racks are mixed."""
         created = await self.session.call(topic_admin.create_topic, self.session.client, name, partitions,
-                                          replication_factor, configs, assignment=assignment)
+                                          replication_factor, configs, assignment=assignment,
+                                          rack_aware_mode=rack_aware_mode)
         await self.view.wait_for(lambda s: _has_states(s, name, partitions))
         return created
 
@@ -105,10 +112,11 @@ class ClusterAdmin:
             return {**results, **{key: ErrorCode.request_timed_out for key in elected}}
         return results
 
-    async def ensure_offsets_topic(self) -> ErrorCode | None:
+    async def ensure_offsets_topic(self) -> str | None:
         """Create __consumer_offsets on first use with offsets.topic.replication.factor replicas
         (Kafka: COORDINATOR_NOT_AVAILABLE until that many brokers are alive), and
-        min.insync.replicas=2 from 3 replicas on; None once it exists."""
+        min.insync.replicas=2 from 3 replicas on; None once it exists, else why it does not
+        (FindCoordinator carries it to the client as its error message)."""
         if OFFSETS_TOPIC in self.view.snapshot.topics:
             return None
         replication_factor = self.config["offsets.topic.replication.factor"]
@@ -117,12 +125,16 @@ class ClusterAdmin:
             configs["min.insync.replicas"] = str(OFFSETS_MIN_INSYNC_REPLICAS)
         try:
             await self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"], replication_factor,
-                                    configs)
+                                    configs, rack_aware_mode=RackAwareMode.SAFE)
         except TopicExistsError:
             await self.view.wait_for(lambda s: OFFSETS_TOPIC in s.topics)
         except (InvalidReplicationFactorError, TimeoutError) as exc:  # a ZooKeeper call timing out included
-            log.info("offsets_topic_not_created", error=str(exc))
-            return ErrorCode.coordinator_not_available
+            reason = f"{OFFSETS_TOPIC} cannot be created yet: {exc or type(exc).__name__}"
+            if reason != self._offsets_topic_refusal:  # once per reason, not at every client retry
+                log.warning("offsets_topic_not_created", error=reason,
+                            hint="offsets.topic.replication.factor must not exceed the live brokers")
+                self._offsets_topic_refusal = reason
+            return reason
         return None
 
 

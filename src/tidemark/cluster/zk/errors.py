@@ -43,3 +43,8 @@ class FencedLeaderEpochError(ClusterError):
 
 class NotLeaderError(ClusterError):
     """NOT_LEADER_OR_FOLLOWER (6): the caller does not lead the partition."""
+
+
+class RackInformationError(ClusterError):
+    """Brokers with and without a rack where rack-aware assignment is enforced (Kafka's
+    AdminOperationException: CreateTopics answers UNKNOWN_SERVER_ERROR with its message)."""
