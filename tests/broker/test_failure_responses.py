@@ -90,6 +90,14 @@ REQUESTS: dict[int, dict[str, Any]] = {
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
         {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
     60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    24: {"v3_and_below_transactional_id": "t", "v3_and_below_producer_id": 1, "v3_and_below_producer_epoch": 0,
+         "v3_and_below_topics": [{"name": "a", "partitions": [0, 2]}, {"name": "b", "partitions": [1]}],
+         "transactions": [{"transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "verify_only": False,
+                           "topics": [{"name": "a", "partitions": [0]}]}]},
+    25: {"transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "group_id": "g"},
+    26: {"transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "committed": True},
+    65: {"transactional_ids": ["t1", "t2"]},
+    66: {"state_filters": [], "producer_id_filters": [], "duration_filter": -1, "transactional_id_pattern": None},
     68: {"group_id": "g", "member_id": "m-1", "member_epoch": 0, "instance_id": None, "rack_id": None,
          "rebalance_timeout": 30000, "subscribed_topic_names": ["a"], "subscribed_topic_regex": None,
          "server_assignor": None, "topic_partitions": []},
@@ -195,7 +203,7 @@ def _error_codes(entity: Any) -> list[int]:
     if dataclasses.is_dataclass(entity):
         for field in dataclasses.fields(entity):
             value = getattr(entity, field.name)
-            if field.name == "error_code":
+            if field.name in ("error_code", "partition_error_code"):  # the latter: AddPartitionsToTxn
                 codes.append(int(value))
             else:
                 codes.extend(_error_codes(value))

@@ -240,3 +240,21 @@ def test_dump_shows_transactional_commits_and_markers(tmp_path):
         'transactional: {"producer_id":12,"producer_epoch":3}',
         'partition: 0 offset: 1 control: ABORT transactional: {"producer_id":12,"producer_epoch":3,"coordinator_epoch":7}',
     ]
+
+
+def test_dump_decodes_the_transaction_log(tmp_path):
+    from tidemark.records.transaction_log_schema import TransactionLogValue, TransactionStatus, \
+        encode_transaction_key, encode_transaction_value
+    value = TransactionLogValue(4000, 2, 60000, TransactionStatus.ONGOING, (("orders", (0, 1)),), T + 5, T)
+    directory = tmp_path / "__transaction_state-3"
+    directory.mkdir()
+    (directory / segment_name(0)).write_bytes(build_batch([
+        (encode_transaction_key("app"), encode_transaction_value(value), (), T),
+        (encode_transaction_key("old"), None, (), T)]))
+    result = CliRunner().invoke(offsets, ["dump", "--data-dir", str(tmp_path), "--topic", "__transaction_state"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        'partition: 3 offset: 0 key: {"transactional_id":"app"} value: {"producer_id":4000,"producer_epoch":2,'
+        '"transaction_timeout_ms":60000,"state":"Ongoing","partitions":{"orders":[0,1]},'
+        f'"last_update_timestamp_ms":{T + 5},"start_timestamp_ms":{T}}}',
+        'partition: 3 offset: 1 key: {"transactional_id":"old"} value: <tombstone>']

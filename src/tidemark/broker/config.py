@@ -249,6 +249,18 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("group.max.session.timeout.ms", 1800000, 0),
         _int("group.initial.rebalance.delay.ms", 3000, 0),
         _int("group.max.size", INT_MAX, 1),
+        # The transaction coordinator and __transaction_state (Kafka's names and defaults; a
+        # cluster creates the topic with min(replication factor, brokers) refused below it, as
+        # the offsets topic, and min.insync.replicas from transaction.state.log.min.isr).
+        _int("transaction.state.log.num.partitions", 50, 1),
+        _int("transaction.state.log.replication.factor", 3, 1),
+        _int("transaction.state.log.min.isr", 2, 1),
+        _int("transaction.state.log.segment.bytes", 104857600, 1, maximum=INT_MAX),
+        _int("transaction.state.log.load.buffer.size", 5242880, 1),
+        _int("transaction.max.timeout.ms", 900000, 1),
+        _int("transactional.id.expiration.ms", 604800000, 1),
+        _int("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000, 1),
+        _int("transaction.remove.expired.transaction.cleanup.interval.ms", 3600000, 1),
         # KIP-848 consumer groups (group.protocol=consumer), with Kafka's defaults and bounds.
         _int("group.consumer.session.timeout.ms", 45000, 1),
         _int("group.consumer.min.session.timeout.ms", 45000, 1),

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tidemark.broker.cluster import ClusterLink
     from tidemark.coordinator.result import Result
     from tidemark.coordinator.shard import GroupCoordinatorShard
+    from tidemark.coordinator.transactions.coordinator import TransactionCoordinator
     from tidemark.wire.codec import Request
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,7 @@ class RequestContext:
     copied per request on the hot path, and a frozen class would make that copy slower)."""
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
-                 "replicas", "coordinator", "supported_versions", "cluster")
+                 "replicas", "coordinator", "supported_versions", "cluster", "transactions")
 
     api_version: int
     client_id: str | None
@@ -70,11 +71,13 @@ class RequestContext:
     coordinator: Coordinator
     supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
     cluster: ClusterLink | None  # this broker's ZooKeeper cluster, None when embedded
+    transactions: TransactionCoordinator  # the transaction coordinator (None in some unit tests)
 
     def __init__(self, *, client_host: str, clock: Clock, config: BrokerConfig, node: Node,
                  replicas: PartitionManager, coordinator: Coordinator,
                  supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
-                 api_version: int = -1, client_id: str | None = None, correlation_id: int = -1) -> None:
+                 api_version: int = -1, client_id: str | None = None, correlation_id: int = -1,
+                 transactions: TransactionCoordinator | None = None) -> None:
         self.api_version = api_version
         self.client_id = client_id
         self.correlation_id = correlation_id
@@ -86,6 +89,7 @@ class RequestContext:
         self.coordinator = coordinator
         self.supported_versions = supported_versions
         self.cluster = cluster
+        self.transactions = transactions  # type: ignore[assignment]
 
     def for_request(self, request: Request) -> RequestContext:
         """This (connection's) context carrying `request`'s header facts."""
@@ -101,6 +105,7 @@ class RequestContext:
         ctx.coordinator = self.coordinator
         ctx.supported_versions = self.supported_versions
         ctx.cluster = self.cluster
+        ctx.transactions = self.transactions
         return ctx
 
 

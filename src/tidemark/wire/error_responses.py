@@ -210,6 +210,33 @@ def delete_groups(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "results": [deleted_group(g, code) for g in _each(body and body.groups_names)]}
 
 
+def _txn_topics(topics: Any, code: ErrorCode) -> list[dict[str, Any]]:
+    return [{"name": t.name, "results_by_partition": [{"partition_index": p, "partition_error_code": code}
+                                                      for p in t.partitions]} for t in _each(topics)]
+
+
+def add_partitions_to_txn(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    if version <= 3:
+        return {"throttle_time": 0,
+                "results_by_topic_v3_and_below": _txn_topics(body and body.v3_and_below_topics, code)}
+    return {"throttle_time": 0, "error_code": code, "results_by_transaction": []}
+
+
+def end_txn(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "producer_id": UNKNOWN, "producer_epoch": UNKNOWN}
+
+
+def describe_transactions(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "transaction_states": [
+        {"error_code": code, "transactional_id": t, "transaction_state": "", "transaction_timeout": 0,
+         "transaction_start_time": 0, "producer_id": UNKNOWN, "producer_epoch": UNKNOWN, "topics": []}
+        for t in _each(body and body.transactional_ids)]}
+
+
+def list_transactions(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "unknown_state_filters": [], "transaction_states": []}
+
+
 def consumer_group_heartbeat(code: ErrorCode | int, message: str | None = None) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
             "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
@@ -302,6 +329,11 @@ SHAPES: dict[int, Shape] = {
     43: elect_leaders,
     44: alter_configs,
     47: offset_delete,
+    24: add_partitions_to_txn,
+    25: lambda body, version, code: {"throttle_time": 0, "error_code": code},
+    26: end_txn,
+    65: describe_transactions,
+    66: list_transactions,
     68: lambda body, version, code: consumer_group_heartbeat(code),
     69: consumer_group_describe,
     27: write_txn_markers,

@@ -12,6 +12,7 @@ from tidemark.coordinator.group_views import describe_groups
 from tidemark.coordinator.result import Result
 from tidemark.records.consumer_group_schema import TopicMetadata as ConsumerGroupTopic
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
+from tidemark.records.transaction_log_schema import TRANSACTION_STATE_TOPIC
 from tidemark.wire import error_responses
 
 if TYPE_CHECKING:
@@ -31,12 +32,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
     coordinators = []
     for key in keys:
         if key_type == TRANSACTION_KEY_TYPE:
-            # No transaction coordinator, so every broker refuses alike: it names itself, and its
-            # InitProducerId refuses the transactional id with UNSUPPORTED_VERSION, which clients
-            # report as such (librdkafka gives up at this step only on an authorization error,
-            # which would send operators looking at ACLs).
-            entry = {"key": key, "node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port,
-                     "error_code": 0, "error_message": None}
+            entry = await _transaction_coordinator(ctx, key)
         elif key_type != GROUP_KEY_TYPE:
             entry = error_responses.coordinator(key, ErrorCode.invalid_request, f"unknown key type {key_type}")
         elif not key:
@@ -62,6 +58,25 @@ async def _cluster_coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
     if leader is None:
         return error_responses.coordinator(key, ErrorCode.coordinator_not_available,
                                            refusal or "the group's offsets partition has no leader")
+    return {"key": key, "node_id": leader.id, "host": leader.host, "port": leader.port, "error_code": 0,
+            "error_message": None}
+
+
+async def _transaction_coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
+    """A transactional id's coordinator: the leader of its __transaction_state partition (the
+    topic created on first use, as Kafka does)."""
+    if not key:
+        return error_responses.coordinator(key, ErrorCode.invalid_request, "empty transactional id")
+    if ctx.cluster is None:
+        ctx.transactions.ensure_topic()
+        return {"key": key, "node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port, "error_code": 0,
+                "error_message": None}
+    code = await ctx.cluster.ensure_transaction_state_topic()
+    leader = ctx.cluster.leader_of(TRANSACTION_STATE_TOPIC, ctx.transactions.partition_for(key)) \
+        if code is None else None
+    if leader is None:
+        return error_responses.coordinator(key, ErrorCode.coordinator_not_available,
+                                           "the transactional id's partition has no leader")
     return {"key": key, "node_id": leader.id, "host": leader.host, "port": leader.port, "error_code": 0,
             "error_message": None}
 

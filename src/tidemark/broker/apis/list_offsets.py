@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, ListOffsetsV0Response
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ from tidemark.cluster.zk.errors import (
     UnknownTopicError,
 )
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
+from tidemark.records.transaction_log_schema import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -134,6 +135,28 @@ class ClusterAdmin:
                             hint="offsets.topic.replication.factor must not exceed the live brokers")
                 self._offsets_topic_refusal = reason
             return reason
+        return None
+
+
+    async def ensure_transaction_state_topic(self) -> ErrorCode | None:
+        """Create __transaction_state on first use (a FindCoordinator for a transactional id)
+        with transaction.state.log.replication.factor replicas, refused
+        (COORDINATOR_NOT_AVAILABLE) while fewer brokers are alive, and min.insync.replicas
+        from transaction.state.log.min.isr, as Kafka; None once it exists."""
+        if TRANSACTION_STATE_TOPIC in self.view.snapshot.topics:
+            return None
+        replication_factor = self.config["transaction.state.log.replication.factor"]
+        configs = {"cleanup.policy": "compact",
+                   "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+                   "min.insync.replicas": str(min(replication_factor, self.config["transaction.state.log.min.isr"]))}
+        try:
+            await self.create_topic(TRANSACTION_STATE_TOPIC, self.config["transaction.state.log.num.partitions"],
+                                    replication_factor, configs)
+        except TopicExistsError:
+            await self.view.wait_for(lambda s: TRANSACTION_STATE_TOPIC in s.topics)
+        except (InvalidReplicationFactorError, TimeoutError) as exc:
+            log.info("transaction_state_topic_not_created", error=str(exc))
+            return ErrorCode.coordinator_not_available
         return None
 
 

@@ -260,6 +260,9 @@ class ClusterLink:
     async def ensure_offsets_topic(self) -> str | None:
         return await self.admin.ensure_offsets_topic()
 
+    async def ensure_transaction_state_topic(self) -> ErrorCode | None:
+        return await self.admin.ensure_transaction_state_topic()
+
     async def set_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
         """AlterConfigs: /config/topics/T and its change notice written off the event loop (the
         other brokers reload them), then applied here at once."""
