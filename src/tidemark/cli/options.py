@@ -34,12 +34,13 @@ class Target:
         return admin
 
 
-def parse_client_config(values: Sequence[str]) -> dict[str, str]:
+def parse_client_config(values: Sequence[str], option: str = "--client-config") -> dict[str, str]:
+    """KEY=VALUE items as a dict (a later key wins)."""
     config: dict[str, str] = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--client-config")
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
         config[key.strip()] = value
     return config
 
