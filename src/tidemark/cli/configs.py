@@ -17,6 +17,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from tidemark.cli.options import Target, cluster_options
 from tidemark.cli.output import CliError, CommandGroup, echo_json, output_option
 from tidemark.client.admin import Admin, describe_error
+from tidemark.client.configs import alter_broker_default, describe_broker_default
 
 _TYPES = {"topics": ConfigResource.Type.TOPIC, "brokers": ConfigResource.Type.BROKER}
 _SINGULAR = {"topics": "topic", "brokers": "broker"}
@@ -56,12 +57,30 @@ def _source_name(source: Any) -> str:
         return "UNKNOWN"
 
 
-def _shown(entry: ConfigEntry, entity_type: str, default: bool, describe_all: bool) -> bool:
+def _shown(source: str, entity_type: str, default: bool, describe_all: bool) -> bool:
+    """Kafka's tool shows the configs set at the entity's own level, or --all of them."""
     if describe_all:
         return True
     wanted = (ConfigSource.DYNAMIC_TOPIC_CONFIG if entity_type == "topics"
               else ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if default else ConfigSource.DYNAMIC_BROKER_CONFIG)
-    return _source_name(entry.source) == wanted.name
+    return source == wanted.name
+
+
+def _entry_dict(e: ConfigEntry) -> dict[str, Any]:
+    return {"name": e.name, "value": None if e.is_sensitive else e.value, "source": _source_name(e.source),
+            "sensitive": bool(e.is_sensitive), "read_only": bool(e.is_read_only),
+            "synonyms": [{"source": _source_name(s.source), "name": s.name, "value": s.value}
+                         for s in (e.synonyms or {}).values()]}
+
+
+def _raw(admin: Admin, call: Any) -> Any:
+    """A request on the client layer's own connection (PLAINTEXT listeners only)."""
+    if not admin.plaintext:
+        raise CliError("Error: --entity-default talks to a broker itself and supports PLAINTEXT listeners only")
+    try:
+        return call()
+    except (OSError, ConnectionError) as exc:
+        raise CliError(f"Error: the cluster at {admin.bootstrap} did not answer: {exc or type(exc).__name__}") from exc
 
 
 def _describe(admin: Admin, resources: list[ConfigResource]) -> dict[str, dict[str, ConfigEntry]]:
@@ -97,16 +116,17 @@ def describe_command(target: Target, entity_type: str, entity_name: str | None, 
         names = sorted(admin.topic_partitions())
     else:
         names = [str(b.id) for b in sorted(admin.metadata().brokers.values(), key=lambda b: b.id)]
-    described = _describe(admin, [ConfigResource(_TYPES[entity_type], name) for name in names])
+    named = [name for name in names if name]
+    described = _describe(admin, [ConfigResource(_TYPES[entity_type], name) for name in named])
     answer = []
     for name in names:
-        entries = [e for e in sorted(described.get(name, {}).values(), key=lambda e: e.name)
-                   if _shown(e, entity_type, not name, describe_all)]
-        answer.append({"entity_type": entity_type, "entity_name": name or None, "configs": [
-            {"name": e.name, "value": None if e.is_sensitive else e.value, "source": _source_name(e.source),
-             "sensitive": bool(e.is_sensitive), "read_only": bool(e.is_read_only),
-             "synonyms": [{"source": _source_name(s.source), "name": s.name, "value": s.value}
-                          for s in (e.synonyms or {}).values()]} for e in entries]})
+        if name:
+            entries = [_entry_dict(e) for e in described.get(name, {}).values()]
+        else:  # the brokers' default: a resource the AdminClient cannot name
+            entries = _raw(admin, lambda: describe_broker_default(target.bootstrap, target.timeout_s))
+        entries = [e for e in sorted(entries, key=lambda e: e["name"])
+                   if _shown(e["source"], entity_type, not name, describe_all)]
+        answer.append({"entity_type": entity_type, "entity_name": name or None, "configs": entries})
     if output == "json":
         echo_json(answer)
         return
@@ -167,18 +187,21 @@ def alter_command(target: Target, entity_type: str, entity_name: str | None, ent
     if both:
         raise click.UsageError(f"Invalid alter config, a config cannot be both added and deleted: {', '.join(both)}")
     admin = target.admin("tidemark-configs")
-    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_set.items()]
-    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in to_delete]
-    resource = ConfigResource(_TYPES[entity_type], entity_name or "", incremental_configs=entries)
-    futures = admin.admin.incremental_alter_configs([resource], request_timeout=admin.timeout_s)
-    for future in futures.values():
-        try:
-            future.result(timeout=admin.timeout_s + 1.0)
-        except KafkaException as exc:
-            raise CliError(f"Error while executing config command: {describe_error(exc)}") from exc
-        except TimeoutError as exc:
-            raise CliError(f"Error: altering configs timed out after {admin.timeout_s:g}s "
-                           f"against {admin.bootstrap}") from exc
+    if entity_name is None:
+        _raw(admin, lambda: alter_broker_default(target.bootstrap, target.timeout_s, to_set, to_delete))
+    else:
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_set.items()]
+        entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in to_delete]
+        resource = ConfigResource(_TYPES[entity_type], entity_name, incremental_configs=entries)
+        futures = admin.admin.incremental_alter_configs([resource], request_timeout=admin.timeout_s)
+        for future in futures.values():
+            try:
+                future.result(timeout=admin.timeout_s + 1.0)
+            except KafkaException as exc:
+                raise CliError(f"Error while executing config command: {describe_error(exc)}") from exc
+            except TimeoutError as exc:
+                raise CliError(f"Error: altering configs timed out after {admin.timeout_s:g}s "
+                               f"against {admin.bootstrap}") from exc
     if entity_name is None:
         click.echo(f"Completed updating default config for {_SINGULAR[entity_type]}s in the cluster.")
     else:

@@ -58,7 +58,9 @@ def leader_election(target: Target, election_type: str, topic: str | None, parti
     else:
         wanted = [TopicPartition(topic, partition)]
     admin = target.admin("tidemark-leader-election")
-    future = admin.admin.elect_leaders(ElectionType[election_type], wanted, request_timeout=admin.timeout_s)
+    # No request_timeout: confluent-kafka 2.16 fails on any keyword argument of elect_leaders; the wait
+    # below bounds the call instead.
+    future = admin.admin.elect_leaders(ElectionType[election_type], wanted)
     try:
         results = future.result(timeout=admin.timeout_s + 1.0)
     except KafkaException as exc:

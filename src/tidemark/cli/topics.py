@@ -192,6 +192,7 @@ def create_command(target: Target, name: str, partitions: int | None, replicatio
         if partitions is not None or replication_factor is not None:
             raise click.UsageError("--replica-assignment replaces --partitions and --replication-factor")
         kwargs["replica_assignment"] = parse_replica_assignment(replica_assignment)
+        kwargs["num_partitions"] = len(kwargs["replica_assignment"])
     else:
         kwargs["num_partitions"] = -1 if partitions is None else partitions
         kwargs["replication_factor"] = -1 if replication_factor is None else replication_factor
