@@ -110,6 +110,6 @@ def test_several_groups_and_all_groups(group_broker: BrokerProcess) -> None:
 
 def test_usage() -> None:
     runner = CliRunner()
-    for args in ([], ["g", "--all-groups"], ["g", "--members", "--output", "json"]):
+    for args in ([], ["g", "--all-groups"], ["g", "--members", "--state"], ["g", "--offsets", "--members"]):
         result = runner.invoke(groups, ["describe", *args, "--bootstrap-server", "127.0.0.1:9"])
         assert result.exit_code == 2, result.output

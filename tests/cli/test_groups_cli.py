@@ -13,7 +13,8 @@ from confluent_kafka.admin import AdminClient
 
 from tests.conftest import BrokerProcess, free_port
 from tests.integration.clients import create_topic, produce_all
-from tidemark.cli.groups import format_table, groups
+from tidemark.cli.groups import groups
+from tidemark.cli.output import format_table
 
 GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "100", "offsets.topic.num.partitions": "10"}
 TOPIC = "orders"

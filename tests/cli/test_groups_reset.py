@@ -21,7 +21,8 @@ from confluent_kafka.admin import AdminClient
 
 from tests.conftest import BrokerProcess
 from tests.integration.clients import create_topic
-from tidemark.cli.groups import groups, parse_datetime, parse_duration, parse_plan, plan_csv
+from tidemark.cli.groups import groups
+from tidemark.cli.groups.reset_offsets import parse_datetime, parse_duration, parse_plan, plan_csv
 
 UTC = datetime.timezone.utc
 # Partition -> messages produced; message i of every partition has timestamp base + i * step.

@@ -12,8 +12,8 @@ from tidemark.coordinator.group import (
     GroupState,
     IllegalStateTransition,
     Member,
-    decode_subscription_topics,
 )
+from tidemark.records.consumer_protocol import decode_subscription_topics
 from tidemark.records.offsets_schema import (
     GroupMetadataValue,
     MemberMetadata,

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from tidemark.wire.client import encode_request_with_kio
 from tidemark.wire.codec import decode_request
-from tidemark.wire.fast_requests import FETCH, FETCH_VERSION, encode_fetch_request
+from tidemark.wire.api_keys import ApiKey
+from tidemark.wire.fast_requests import FETCH_VERSION, encode_fetch_request
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -28,7 +29,7 @@ BODY = st.fixed_dictionaries({
 @settings(max_examples=80, deadline=None)
 @given(body=BODY, correlation_id=I32, client_id=st.none() | NAMES)
 def test_fetch_request_matches_kio(body, correlation_id, client_id):
-    expected = encode_request_with_kio(FETCH, FETCH_VERSION, correlation_id, body, client_id)
+    expected = encode_request_with_kio(ApiKey.FETCH, FETCH_VERSION, correlation_id, body, client_id)
     assert encode_fetch_request(correlation_id, client_id, body) == expected
 
 
@@ -39,9 +40,9 @@ def test_a_broker_decodes_a_followers_fetch():
                 {"partition": 4, "current_leader_epoch": 5, "fetch_offset": 1234, "log_start_offset": 0,
                  "partition_max_bytes": 1048576}]}],
             "forgotten_topics_data": [{"topic": "orders", "partitions": [1, 2]}]}
-    request = decode_request(encode_fetch_request(9, "replica-2", body), {FETCH: (0, 16)})
+    request = decode_request(encode_fetch_request(9, "replica-2", body), {ApiKey.FETCH: (0, 16)})
     assert (request.api_key, request.api_version, request.correlation_id, request.client_id) == \
-        (FETCH, FETCH_VERSION, 9, "replica-2")
+        (ApiKey.FETCH, FETCH_VERSION, 9, "replica-2")
     (topic,) = request.body.topics
     (partition,) = topic.partitions
     assert (request.body.replica_id, request.body.session_id, request.body.session_epoch) == (2, 7, 3)

@@ -282,7 +282,7 @@ def status(bootstrap: str, topics: tuple[str, ...], under_replicated: bool, unav
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from tidemark.cli.reach import unreachable
+    from tidemark.client.reach import unreachable
     from tidemark.spark.clients import quiet
 
     why = unreachable(bootstrap, timeout)
@@ -331,6 +331,6 @@ def _print_rows(rows: list[tuple]) -> None:
             table.add_row(*map(str, row))
         Console().print(table)
         return
-    from tidemark.cli.groups import format_table
+    from tidemark.cli.output import format_table
 
     click.echo(format_table(HEADERS, rows))

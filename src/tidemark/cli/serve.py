@@ -18,6 +18,7 @@ import structlog
 
 from tidemark import logging as tidemark_logging
 from tidemark.broker.config import BrokerConfig, ConfigError
+from tidemark.cli.server_properties import read_server_properties
 from tidemark.log.errors import DataDirLockedError
 
 
@@ -37,20 +38,35 @@ def _parse_listen(value: str) -> tuple[str, int]:
 @click.command()
 @click.option("--listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on (port 0: any free port).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("tidemark-data"), show_default=True)
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A server.properties file (Kafka setting names).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A server.properties file (Kafka's; log.dirs and listeners give the data directory and the listener; "
+                   "settings tidemark does not implement are listed at start).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one setting; repeatable.")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port (off by default).")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto", show_default=True)
-def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str, ...], metrics_port: int | None,
+@click.pass_context
+def serve(ctx: click.Context, listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str, ...], metrics_port: int | None,
           log_level: str, log_format: str) -> None:
     """Run a tidemark broker on the embedded single-node metadata."""
     tidemark_logging.configure(log_level, log_format)
-    host, port = _parse_listen(listen)
+    from_file = None
     try:
-        config = BrokerConfig.load(config_file, sets)
+        if config_file is not None:
+            from_file = read_server_properties(config_file)
+            # --listen and --data-dir given on the command line win over the file's.
+            given = click.core.ParameterSource.COMMANDLINE
+            if from_file.listen is not None and ctx.get_parameter_source("listen") != given:
+                listen = from_file.listen
+            if from_file.data_dir is not None and ctx.get_parameter_source("data_dir") != given:
+                data_dir = from_file.data_dir
+        config = BrokerConfig.load(None, [*(f"{k}={v}" for k, v in (from_file.settings if from_file else {}).items()),
+                                          *sets])
     except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(f"{config_file}: {exc}" if from_file is None and config_file else str(exc)) from None
+    host, port = _parse_listen(listen)
+    if from_file is not None and from_file.not_implemented:
+        structlog.get_logger("tidemark.cli").warning("settings_not_implemented", file=str(config_file),
+                                                     settings=from_file.not_implemented)
     # Before any log is opened (recovery can take a while): a port in use is the commonest
     # mistake (`make serve` twice) and deserves one line, not a traceback.
     if port:

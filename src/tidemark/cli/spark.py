@@ -72,7 +72,7 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
             require_offsets_partitions(kwargs["data_dir"])
         else:
-            from tidemark.cli.reach import unreachable
+            from tidemark.client.reach import unreachable
 
             why = unreachable(kwargs["bootstrap"], REACH_TIMEOUT_S)
             if why is not None:

@@ -12,8 +12,9 @@ from typing import Any
 import click
 from kio.schema.errors import ErrorCode
 
-from tidemark.cli.groups import DEFAULT_TIMEOUT_MS, GroupsError, format_table
-from tidemark.cli.reach import split_host_port
+from tidemark.cli.options import DEFAULT_TIMEOUT_MS
+from tidemark.cli.output import CliError, format_table
+from tidemark.client.reach import split_host_port
 from tidemark.wire.client import decode_response, encode_request
 
 METADATA, FIND_COORDINATOR, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 3, 10, 65, 66
@@ -144,10 +145,10 @@ def transactions() -> None:
     """Inspect transactional producers of any Kafka cluster (like kafka-transactions.sh)."""
 
 
-def _failed(what: str, bootstrap: str, exc: BaseException) -> GroupsError:
+def _failed(what: str, bootstrap: str, exc: BaseException) -> CliError:
     if isinstance(exc, TimeoutError | socket.timeout):
-        return GroupsError(f"Error: {what} timed out against {bootstrap}")
-    return GroupsError(f"Error: {what} failed against {bootstrap}: {exc}")
+        return CliError(f"Error: {what} timed out against {bootstrap}")
+    return CliError(f"Error: {what} failed against {bootstrap}: {exc}")
 
 
 @transactions.command("list")
@@ -173,7 +174,7 @@ def list_command(bootstrap: str, timeout_ms: int) -> None:
             finally:
                 connection.close()
             if listed.error_code != ErrorCode.none:
-                raise GroupsError(f"Error: listing transactions of broker {broker.node_id} failed: "
+                raise CliError(f"Error: listing transactions of broker {broker.node_id} failed: "
                                   f"{listed.error_code.name.upper()}")
             rows += [(t.transactional_id, broker.node_id, t.producer_id, t.transaction_state)
                      for t in listed.transaction_states]
@@ -213,7 +214,7 @@ def describe_command(transactional_id: str, bootstrap: str, timeout_ms: int) -> 
     except (OSError, ConnectionError, TimeoutError) as exc:
         raise _failed(f"describing transactional id '{transactional_id}'", bootstrap, exc) from None
     if code != ErrorCode.none or state is None:
-        raise GroupsError(f"Error: describing transactional id '{transactional_id}' failed: {code.name.upper()}")
+        raise CliError(f"Error: describing transactional id '{transactional_id}' failed: {code.name.upper()}")
     now_ms = int(time.time() * 1000)
     start = state["start_ms"]
     partitions = ",".join(f"{topic}-{p}" for topic, ps in state["topics"] for p in ps)

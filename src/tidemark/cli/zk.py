@@ -21,12 +21,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from tidemark.cli.groups import Cluster, GroupsError, _parse_config, common_options
+from tidemark.cli.options import Target, cluster_options
+from tidemark.cli.output import CliError, CommandGroup
+from tidemark.client.admin import Admin
 from tidemark.cli.zk_groups import ZookeeperGroup, read_zookeeper
 from tidemark.zk.offset_store import ZookeeperUnavailable
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def zk() -> None:
     """ZooKeeper-stored consumer offsets: move them to the offsets topic."""
 
@@ -37,16 +39,14 @@ def zk() -> None:
 @click.option("--group", "group_names", multiple=True, metavar="GROUP",
               help="A group to migrate; repeatable. Default: every group under /consumers.")
 @click.option("--dry-run", is_flag=True, help="Only show what would move.")
-@common_options
-def migrate_offsets_command(zookeeper: str, group_names: tuple[str, ...], dry_run: bool, bootstrap: str,
-                            timeout_ms: int, command_config: tuple[str, ...]) -> None:
+@cluster_options
+def migrate_offsets_command(zookeeper: str, group_names: tuple[str, ...], dry_run: bool, target: Target) -> None:
     """Copy ZooKeeper-stored offsets of groups without live members into the offsets topic."""
-    cluster = Cluster(bootstrap, timeout_ms, _parse_config(command_config))
-    cluster.check_reachable()
+    cluster = target.admin("tidemark-zk")
     try:
         zk_groups = asyncio.run(read_zookeeper(zookeeper, group_names, cluster.timeout_s))
     except ZookeeperUnavailable as exc:
-        raise GroupsError(f"Error: cannot read ZooKeeper {zookeeper}: {exc}") from exc
+        raise CliError(f"Error: cannot read ZooKeeper {zookeeper}: {exc}") from exc
     known = cluster.topic_partitions()
     table = Table("GROUP", "TOPIC", "PARTITION", "ZOOKEEPER-OFFSET", "RESULT",
                   title="dry run: nothing committed" if dry_run else None)
@@ -83,10 +83,10 @@ def migrate_offsets_command(zookeeper: str, group_names: tuple[str, ...], dry_ru
             progress.advance(task)
     Console(width=200).print(table)
     if refused:
-        raise GroupsError(f"Error: {len(refused)} group(s) not migrated (live members): {', '.join(refused)}")
+        raise CliError(f"Error: {len(refused)} group(s) not migrated (live members): {', '.join(refused)}")
 
 
-def _refusal(cluster: Cluster, group: ZookeeperGroup) -> str | None:
+def _refusal(cluster: Admin, group: ZookeeperGroup) -> str | None:
     """Why a group may not be migrated now, or None."""
     if group.members:
         return f"live ZooKeeper consumers {', '.join(group.members)}"

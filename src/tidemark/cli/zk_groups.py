@@ -7,7 +7,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from tidemark.cli.reach import unreachable
+from tidemark.client.reach import unreachable
 from tidemark.logging import quiet_kazoo_chroot_warning
 from tidemark.zk.offset_store import ZookeeperOffsetManager, ZookeeperUnavailable
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import struct
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.records.consumer_protocol import CONSUMER_PROTOCOL_TYPE, decode_subscription_topics
 from tidemark.records.offsets_schema import GroupMetadataValue, MemberMetadata
 
 
@@ -33,8 +33,6 @@ TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
     GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
     GroupState.DEAD: frozenset(GroupState),
 }
-
-CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 class IllegalStateTransition(AssertionError):
@@ -372,27 +370,3 @@ class Group:
             ))
         group.leader = value.leader if value.members else None
         return group
-
-
-def decode_subscription_topics(data: bytes) -> set[str] | None:
-    """Topics of a ConsumerProtocolSubscription (any version: its v0 prefix), None if invalid.
-
-    Layout: int16 version, int32 topic count, then per topic an int16 length and UTF-8 bytes
-    (user data and, from v1, owned partitions follow; they are not needed here).
-    """
-    try:
-        version, count = struct.unpack_from(">hi", data, 0)
-        offset = 6
-        if version < 0 or count < 0:
-            return None
-        topics = set()
-        for _ in range(count):
-            (length,) = struct.unpack_from(">h", data, offset)
-            offset += 2
-            if length < 0 or offset + length > len(data):
-                return None
-            topics.add(data[offset:offset + length].decode("utf-8"))
-            offset += length
-        return topics
-    except (struct.error, UnicodeDecodeError):
-        return None

@@ -61,7 +61,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tidemark.coordinator.group import Group
+from tidemark.records.consumer_protocol import subscribed_topics
 from tidemark.records.offsets_schema import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
@@ -163,7 +163,7 @@ def _version(data: bytes) -> int | None:
 
 def _subscribed_topics(group_id: str, value) -> list[str] | None:
     """Topics the group's members subscribe to, decoded exactly as the coordinator does."""
-    topics = Group.from_metadata_value(group_id, value, 0).subscribed_topics()
+    topics = subscribed_topics(value)
     return None if topics is None else sorted(topics)
 
 

@@ -40,9 +40,9 @@ from . import array_guard, error_responses, list_offsets_v0, offsets_v0, produce
 from .build import build
 from .errors import MalformedRequest
 from .list_offsets_v0 import ListOffsetsV0Response
+from .api_keys import ApiKey
 
 __all__ = (
-    "API_VERSIONS_KEY",
     "CODEC_API_RANGES",
     "KIO_API_RANGES",
     "Request",
@@ -54,9 +54,7 @@ __all__ = (
     "response_schema",
 )
 
-API_VERSIONS_KEY = 18
-LIST_OFFSETS_KEY = 2
-_UNGUARDED = frozenset({1, 9, 68})  # Fetch, OffsetFetch, ConsumerGroupHeartbeat
+_UNGUARDED = frozenset({ApiKey.FETCH, ApiKey.OFFSET_FETCH, ApiKey.CONSUMER_GROUP_HEARTBEAT})  # hot paths
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _I16 = struct.Struct(">h")
@@ -97,16 +95,16 @@ CODEC_API_RANGES: dict[int, tuple[int, int]] = dict(KIO_API_RANGES)
 """What this module can decode and encode: kio's ranges plus the hand-written ListOffsets v0 and
 Produce v0-v2. (OffsetCommit v0-1 and OffsetFetch v0 are hand-written too, but only a broker with
 a ZooKeeper offset store serves them: see HAND_WRITTEN_RANGES.)"""
-CODEC_API_RANGES[LIST_OFFSETS_KEY] = (0, KIO_API_RANGES[LIST_OFFSETS_KEY][1])
-CODEC_API_RANGES[produce_v0.PRODUCE_KEY] = (0, KIO_API_RANGES[produce_v0.PRODUCE_KEY][1])
+CODEC_API_RANGES[ApiKey.LIST_OFFSETS] = (0, KIO_API_RANGES[ApiKey.LIST_OFFSETS][1])
+CODEC_API_RANGES[ApiKey.PRODUCE] = (0, KIO_API_RANGES[ApiKey.PRODUCE][1])
 
 # (api key, version) -> (request body reader, response class, response body writer) of the
 # versions written by hand.
 _HAND_CODECS: dict[tuple[int, int], tuple] = {**offsets_v0.CODECS, **produce_v0.CODECS}
 
 HAND_WRITTEN_RANGES: dict[int, tuple[int, int]] = {
-    offsets_v0.OFFSET_COMMIT_KEY: (0, KIO_API_RANGES[offsets_v0.OFFSET_COMMIT_KEY][1]),
-    offsets_v0.OFFSET_FETCH_KEY: (0, KIO_API_RANGES[offsets_v0.OFFSET_FETCH_KEY][1]),
+    ApiKey.OFFSET_COMMIT: (0, KIO_API_RANGES[ApiKey.OFFSET_COMMIT][1]),
+    ApiKey.OFFSET_FETCH: (0, KIO_API_RANGES[ApiKey.OFFSET_FETCH][1]),
 }
 """The ranges with the old versions this module writes by hand, for brokers that serve them."""
 
@@ -130,7 +128,7 @@ _DECODERS: dict[tuple[int, int], _Decoder | None] = {}
 
 
 def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
-    if api_key == LIST_OFFSETS_KEY and api_version == 0:
+    if api_key == ApiKey.LIST_OFFSETS and api_version == 0:
         read_header = entity_reader(RequestHeaderV1)
         read_body = list_offsets_v0.read_request
     elif (api_key, api_version) in _HAND_CODECS:
@@ -237,7 +235,7 @@ def _encoder_for(cls: type) -> tuple[bool, _Encoder]:
     else:
         if getattr(cls, "__type__", None) is not EntityType.response:
             raise TypeError(f"{cls.__name__} is not a kio response entity")
-        if cls.__api_key__ == API_VERSIONS_KEY:
+        if cls.__api_key__ == ApiKey.API_VERSIONS:
             flexible_header = False  # KIP-511: always response header v0
         else:
             flexible_header = bool(cls.__header_schema__.__flexible__)
@@ -258,7 +256,7 @@ def encode_response(request: Request, body: object) -> bytes:
     buffer = io.BytesIO()
     # Size placeholder, correlation id, and for header v1 an empty tagged-field section.
     buffer.write(_HEADER_V1_TEMPLATE if flexible_header else _HEADER_V0_TEMPLATE)
-    if request.api_key == API_VERSIONS_KEY:
+    if request.api_key == ApiKey.API_VERSIONS:
         # The broker answers every connection with the same ApiVersions body, and kio's
         # writer takes a few hundred microseconds for ~90 keys: keep the bytes.
         last = _API_VERSIONS_LAST

@@ -157,7 +157,7 @@ def coordinator(key: str, code: ErrorCode, message: str | None = None) -> dict[s
 def find_coordinator(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     if version >= 4:
         return {"throttle_time": 0, "coordinators": [coordinator(key, code) for key in _each(body and body.coordinator_keys)]}
-    return {"throttle_time": 0, **coordinator("", code)}
+    return {"throttle_time": 0, **{k: v for k, v in coordinator("", code).items() if k != "key"}}
 
 
 def join_group(version: int, code: ErrorCode | int, member_id: str) -> dict[str, Any]:

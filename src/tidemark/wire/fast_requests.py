@@ -14,13 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .fast_responses import Writer
+from .api_keys import ApiKey
+from .primitives import I16, I32
 
-FETCH = 1
 FETCH_VERSION = 12
 
 _HEADER = struct.Struct(">hhi")  # request_api_key, request_api_version, correlation_id
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _FETCH_LIMITS = struct.Struct(">iiiibii")  # replica_id, max_wait, min_bytes, max_bytes, isolation_level, session
 _FETCH_PARTITION = struct.Struct(">iiqiqi")  # partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
 #                                               log_start_offset, partition_max_bytes
@@ -29,17 +28,17 @@ _FETCH_PARTITION = struct.Struct(">iiqiqi")  # partition, current_leader_epoch, 
 def _header_v2(w: Writer, api_key: int, version: int, correlation_id: int, client_id: str | None) -> None:
     w.out += _HEADER.pack(api_key, version, correlation_id)
     if client_id is None:  # the header's client_id stays a non-compact string in flexible versions
-        w.out += _I16.pack(-1)
+        w.out += I16.pack(-1)
     else:
         raw = client_id.encode()
-        w.out += _I16.pack(len(raw)) + raw
+        w.out += I16.pack(len(raw)) + raw
     w.tagged_fields()
 
 
 def encode_fetch_request(correlation_id: int, client_id: str | None, body: dict[str, Any]) -> bytes:
     """A Fetch v12 request's payload (header and body), without the size prefix."""
     w = Writer(flexible=True)
-    _header_v2(w, FETCH, FETCH_VERSION, correlation_id, client_id)
+    _header_v2(w, ApiKey.FETCH, FETCH_VERSION, correlation_id, client_id)
     w.out += _FETCH_LIMITS.pack(body["replica_id"], body["max_wait"], body["min_bytes"], body["max_bytes"],
                                 body["isolation_level"], body["session_id"], body["session_epoch"])
     topics = body["topics"]
@@ -60,7 +59,7 @@ def encode_fetch_request(correlation_id: int, client_id: str | None, body: dict[
         w.string(topic["topic"])
         w.array_length(len(topic["partitions"]))
         for index in topic["partitions"]:
-            w.out += _I32.pack(index)
+            w.out += I32.pack(index)
         w.tagged_fields()
     w.string(body["rack_id"])
     w.tagged_fields()
@@ -69,5 +68,5 @@ def encode_fetch_request(correlation_id: int, client_id: str | None, body: dict[
 
 # (api key, version) -> encoder of (correlation id, client id, body dict)
 FAST_REQUEST_ENCODERS: dict[tuple[int, int], Callable[[int, str | None, dict[str, Any]], bytes]] = {
-    (FETCH, FETCH_VERSION): encode_fetch_request,
+    (ApiKey.FETCH, FETCH_VERSION): encode_fetch_request,
 }

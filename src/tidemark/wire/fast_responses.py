@@ -16,26 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .codec import Request, encode_response_body
+from .api_keys import ApiKey
+from .primitives import I16, I32, I64, uvarint
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _PARTITION_COMMIT = struct.Struct(">ih")  # partition_index, error_code
 _PARTITION_FETCHED = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
 _ABORTED_TRANSACTION = struct.Struct(">qq")  # producer_id, first_offset
 _ZERO_UUID = uuid.UUID(int=0)  # kio reads it as None
 
-FETCH = 1
-OFFSET_COMMIT = 8
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 class Writer:
@@ -47,16 +35,16 @@ class Writer:
 
     def array_length(self, n: int | None) -> None:
         if self.flexible:
-            self.out += _uvarint(0 if n is None else n + 1)
+            self.out += uvarint(0 if n is None else n + 1)
         else:
-            self.out += _I32.pack(-1 if n is None else n)
+            self.out += I32.pack(-1 if n is None else n)
 
     def string(self, text: str | None) -> None:
         if text is None:
-            self.out += b"\x00" if self.flexible else _I16.pack(-1)
+            self.out += b"\x00" if self.flexible else I16.pack(-1)
             return
         raw = text.encode()
-        self.out += _uvarint(len(raw) + 1) if self.flexible else _I16.pack(len(raw))
+        self.out += uvarint(len(raw) + 1) if self.flexible else I16.pack(len(raw))
         self.out += raw
 
     def tagged_fields(self) -> None:
@@ -65,16 +53,16 @@ class Writer:
 
     def nullable_bytes(self, data: bytes | None) -> None:
         if data is None:
-            self.out += b"\x00" if self.flexible else _I32.pack(-1)
+            self.out += b"\x00" if self.flexible else I32.pack(-1)
             return
-        self.out += _uvarint(len(data) + 1) if self.flexible else _I32.pack(len(data))
+        self.out += uvarint(len(data) + 1) if self.flexible else I32.pack(len(data))
         self.out += data
 
 
 def encode_offset_commit_response(version: int, response: dict[str, Any]) -> bytes:
     w = Writer(flexible=version >= 8)
     if version >= 3:
-        w.out += _I32.pack(response.get("throttle_time", 0))
+        w.out += I32.pack(response.get("throttle_time", 0))
     topics = response["topics"]
     w.array_length(len(topics))
     for topic in topics:
@@ -97,10 +85,10 @@ def encode_fetch_response(version: int, response: dict[str, Any]) -> bytes:
     (diverging_epoch, current_leader, snapshot_id), nor the response node_endpoints."""
     w = Writer(flexible=version >= 12)
     out = w.out
-    out += _I32.pack(response.get("throttle_time", 0))
+    out += I32.pack(response.get("throttle_time", 0))
     if version >= 7:
-        out += _I16.pack(response["error_code"])
-        out += _I32.pack(response["session_id"])
+        out += I16.pack(response["error_code"])
+        out += I32.pack(response["session_id"])
     topics = response["responses"]
     w.array_length(len(topics))
     for topic in topics:
@@ -114,14 +102,14 @@ def encode_fetch_response(version: int, response: dict[str, Any]) -> bytes:
             out += _PARTITION_FETCHED.pack(p["partition_index"], p["error_code"], p["high_watermark"],
                                            p["last_stable_offset"])
             if version >= 5:
-                out += _I64.pack(p["log_start_offset"])
+                out += I64.pack(p["log_start_offset"])
             aborted = p["aborted_transactions"]
             w.array_length(None if aborted is None else len(aborted))
             for transaction in aborted or ():
                 out += _ABORTED_TRANSACTION.pack(transaction["producer_id"], transaction["first_offset"])
                 w.tagged_fields()
             if version >= 11:
-                out += _I32.pack(p["preferred_read_replica"])
+                out += I32.pack(p["preferred_read_replica"])
             w.nullable_bytes(p["records"])
             w.tagged_fields()
         w.tagged_fields()
@@ -131,8 +119,8 @@ def encode_fetch_response(version: int, response: dict[str, Any]) -> bytes:
 
 # api key -> (versions it encodes, first flexible version, body encoder)
 FAST_ENCODERS: dict[int, tuple[range, int, Callable[[int, dict[str, Any]], bytes]]] = {
-    OFFSET_COMMIT: (range(2, 11), 8, encode_offset_commit_response),
-    FETCH: (range(4, 19), 12, encode_fetch_response),
+    ApiKey.OFFSET_COMMIT: (range(2, 11), 8, encode_offset_commit_response),
+    ApiKey.FETCH: (range(4, 19), 12, encode_fetch_response),
 }
 
 

@@ -23,6 +23,9 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from .api_keys import ApiKey
+from .primitives import I32, Reader, write_string
+
 __all__ = (
     "ListOffsetsV0Partition",
     "ListOffsetsV0Topic",
@@ -36,12 +39,8 @@ __all__ = (
     "write_response",
 )
 
-API_KEY = 2
 VERSION = 0
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _REQ_PARTITION = struct.Struct(">iqi")  # partition_index, timestamp, max_num_offsets
 _RESP_PARTITION_HEAD = struct.Struct(">ih")  # partition_index, error_code
 
@@ -59,7 +58,7 @@ class ListOffsetsV0Topic(NamedTuple):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListOffsetsV0Request:
-    __api_key__: ClassVar[int] = API_KEY
+    __api_key__: ClassVar[int] = ApiKey.LIST_OFFSETS
     __version__: ClassVar[int] = VERSION
     __flexible__: ClassVar[bool] = False
     replica_id: int
@@ -79,32 +78,10 @@ class ListOffsetsV0ResponseTopic(NamedTuple):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListOffsetsV0Response:
-    __api_key__: ClassVar[int] = API_KEY
+    __api_key__: ClassVar[int] = ApiKey.LIST_OFFSETS
     __version__: ClassVar[int] = VERSION
     __flexible__: ClassVar[bool] = False
     topics: tuple[ListOffsetsV0ResponseTopic, ...]
-
-
-def _read_string(buf, pos: int) -> tuple[str, int]:
-    (n,) = _I16.unpack_from(buf, pos)
-    pos += 2
-    if n < 0:
-        raise ValueError("null topic name")
-    end = pos + n
-    if end > len(buf):
-        raise ValueError("string runs past the end of the frame")
-    return bytes(buf[pos:end]).decode("utf-8"), end
-
-
-def _read_count(buf, pos: int, min_item_size: int) -> tuple[int, int]:
-    (n,) = _I32.unpack_from(buf, pos)
-    pos += 4
-    if n < 0:
-        raise ValueError("null array")
-    # Reject absurd counts before allocating anything.
-    if n * min_item_size > len(buf) - pos:
-        raise ValueError("array count larger than the remaining bytes")
-    return n, pos
 
 
 def read_request(buf, offset: int = 0) -> tuple[ListOffsetsV0Request, int]:
@@ -112,35 +89,23 @@ def read_request(buf, offset: int = 0) -> tuple[ListOffsetsV0Request, int]:
 
     Raises ``struct.error``, ``ValueError`` or ``UnicodeDecodeError`` on bad input.
     """
-    pos = offset
-    (replica_id,) = _I32.unpack_from(buf, pos)
-    pos += 4
-    n_topics, pos = _read_count(buf, pos, 6)
+    r = Reader(buf, offset)
+    replica_id = r.int32()
     topics = []
-    for _ in range(n_topics):
-        name, pos = _read_string(buf, pos)
-        n_parts, pos = _read_count(buf, pos, _REQ_PARTITION.size)
-        parts = []
-        for _ in range(n_parts):
-            parts.append(ListOffsetsV0Partition(*_REQ_PARTITION.unpack_from(buf, pos)))
-            pos += _REQ_PARTITION.size
+    for _ in range(r.count(6)):
+        name = r.string()
+        parts = [ListOffsetsV0Partition(*r.unpack(_REQ_PARTITION)) for _ in range(r.count(_REQ_PARTITION.size))]
         topics.append(ListOffsetsV0Topic(name, tuple(parts)))
-    return ListOffsetsV0Request(replica_id=replica_id, topics=tuple(topics)), pos - offset
-
-
-def _write_string(out: bytearray, value: str) -> None:
-    data = value.encode("utf-8")
-    out += _I16.pack(len(data))
-    out += data
+    return ListOffsetsV0Request(replica_id=replica_id, topics=tuple(topics)), r.pos - offset
 
 
 def write_request(request: ListOffsetsV0Request) -> bytes:
     """Encode a v0 request body (used by tests and client-side tools)."""
-    out = bytearray(_I32.pack(request.replica_id))
-    out += _I32.pack(len(request.topics))
+    out = bytearray(I32.pack(request.replica_id))
+    out += I32.pack(len(request.topics))
     for name, partitions in request.topics:
-        _write_string(out, name)
-        out += _I32.pack(len(partitions))
+        write_string(out, name)
+        out += I32.pack(len(partitions))
         for partition_index, timestamp, max_num_offsets in partitions:
             out += _REQ_PARTITION.pack(partition_index, timestamp, max_num_offsets)
     return bytes(out)
@@ -150,13 +115,13 @@ def write_response(response: ListOffsetsV0Response, out: bytearray | None = None
     """Encode a v0 response body, appending to ``out`` (a new bytearray by default)."""
     if out is None:
         out = bytearray()
-    out += _I32.pack(len(response.topics))
+    out += I32.pack(len(response.topics))
     for name, partitions in response.topics:
-        _write_string(out, name)
-        out += _I32.pack(len(partitions))
+        write_string(out, name)
+        out += I32.pack(len(partitions))
         for partition_index, error_code, offsets in partitions:
             out += _RESP_PARTITION_HEAD.pack(partition_index, int(error_code))
-            out += _I32.pack(len(offsets))
+            out += I32.pack(len(offsets))
             if offsets:
                 out += struct.pack(f">{len(offsets)}q", *offsets)
     return out
@@ -164,21 +129,15 @@ def write_response(response: ListOffsetsV0Response, out: bytearray | None = None
 
 def read_response(buf, offset: int = 0) -> tuple[ListOffsetsV0Response, int]:
     """Decode a v0 response body at ``offset``; returns (response, bytes consumed)."""
-    pos = offset
-    n_topics, pos = _read_count(buf, pos, 6)
+    r = Reader(buf, offset)
     topics = []
-    for _ in range(n_topics):
-        name, pos = _read_string(buf, pos)
-        n_parts, pos = _read_count(buf, pos, 10)
+    for _ in range(r.count(6)):
+        name = r.string()
         parts = []
-        for _ in range(n_parts):
-            partition_index, error_code = _RESP_PARTITION_HEAD.unpack_from(buf, pos)
-            pos += _RESP_PARTITION_HEAD.size
-            n_offsets, pos = _read_count(buf, pos, 8)
-            offsets = struct.unpack_from(f">{n_offsets}q", buf, pos)
-            pos += 8 * n_offsets
-            parts.append(
-                ListOffsetsV0ResponsePartition(partition_index, ErrorCode(error_code), offsets)
-            )
+        for _ in range(r.count(10)):
+            partition_index, error_code = r.unpack(_RESP_PARTITION_HEAD)
+            n_offsets = r.count(8)
+            offsets = r.unpack(struct.Struct(f">{n_offsets}q"))
+            parts.append(ListOffsetsV0ResponsePartition(partition_index, ErrorCode(error_code), offsets))
         topics.append(ListOffsetsV0ResponseTopic(name, tuple(parts)))
-    return ListOffsetsV0Response(topics=tuple(topics)), pos - offset
+    return ListOffsetsV0Response(topics=tuple(topics)), r.pos - offset

@@ -23,18 +23,15 @@ The entities carry kio's field names, so handlers and `build()` treat them like 
 from __future__ import annotations
 
 import dataclasses
-import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 
-OFFSET_COMMIT_KEY = 8
-OFFSET_FETCH_KEY = 9
+from .api_keys import ApiKey
+from .primitives import I16, I32, I64, Reader, write_string
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+
 _ERROR_CODE = {"kafka_type": "error_code"}
 
 
@@ -57,7 +54,7 @@ class OffsetCommitV0Topic:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetCommitV0Request:
-    __api_key__: ClassVar[int] = OFFSET_COMMIT_KEY
+    __api_key__: ClassVar[int] = ApiKey.OFFSET_COMMIT
     group_id: str
     topics: tuple[OffsetCommitV0Topic, ...]
     # v0 has no group membership: it commits as a standalone consumer would.
@@ -81,7 +78,7 @@ class OffsetCommitV0ResponseTopic:
 class OffsetCommitV0Response:
     """The response of OffsetCommit v0 and v1 (one layout; `version` says which answers which)."""
 
-    __api_key__: ClassVar[int] = OFFSET_COMMIT_KEY
+    __api_key__: ClassVar[int] = ApiKey.OFFSET_COMMIT
     topics: tuple[OffsetCommitV0ResponseTopic, ...]
 
 
@@ -102,7 +99,7 @@ class OffsetFetchV0Topic:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetFetchV0Request:
-    __api_key__: ClassVar[int] = OFFSET_FETCH_KEY
+    __api_key__: ClassVar[int] = ApiKey.OFFSET_FETCH
     __version__: ClassVar[int] = 0
     group_id: str
     topics: tuple[OffsetFetchV0Topic, ...]
@@ -124,68 +121,19 @@ class OffsetFetchV0ResponseTopic:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetFetchV0Response:
-    __api_key__: ClassVar[int] = OFFSET_FETCH_KEY
+    __api_key__: ClassVar[int] = ApiKey.OFFSET_FETCH
     __version__: ClassVar[int] = 0
     topics: tuple[OffsetFetchV0ResponseTopic, ...]
 
 
 RESPONSE_CLASSES: dict[tuple[int, int], type] = {
-    (OFFSET_COMMIT_KEY, 0): OffsetCommitV0Response,
-    (OFFSET_COMMIT_KEY, 1): OffsetCommitV1Response,
-    (OFFSET_FETCH_KEY, 0): OffsetFetchV0Response,
+    (ApiKey.OFFSET_COMMIT, 0): OffsetCommitV0Response,
+    (ApiKey.OFFSET_COMMIT, 1): OffsetCommitV1Response,
+    (ApiKey.OFFSET_FETCH, 0): OffsetFetchV0Response,
 }
 
 
 # --------------------------------------------------------------------------- primitives
-
-
-class _Reader:
-    def __init__(self, buf: Any, pos: int) -> None:
-        self.buf, self.pos = buf, pos
-
-    def _unpack(self, fmt: struct.Struct) -> int:
-        (value,) = fmt.unpack_from(self.buf, self.pos)
-        self.pos += fmt.size
-        return value
-
-    def int16(self) -> int:
-        return self._unpack(_I16)
-
-    def int32(self) -> int:
-        return self._unpack(_I32)
-
-    def int64(self) -> int:
-        return self._unpack(_I64)
-
-    def string(self, nullable: bool = False) -> str | None:
-        n = self._unpack(_I16)
-        if n < 0:
-            if nullable:
-                return None
-            raise ValueError("null string where Kafka requires one")
-        end = self.pos + n
-        if end > len(self.buf):
-            raise ValueError("string runs past the end of the frame")
-        value = bytes(self.buf[self.pos:end]).decode("utf-8")
-        self.pos = end
-        return value
-
-    def count(self, min_item_size: int) -> int:
-        n = self._unpack(_I32)
-        if n < 0:
-            raise ValueError("null array")
-        if n * min_item_size > len(self.buf) - self.pos:  # absurd counts, before allocating
-            raise ValueError("array count larger than the remaining bytes")
-        return n
-
-
-def _string(out: bytearray, value: str | None) -> None:
-    if value is None:
-        out += _I16.pack(-1)
-        return
-    data = value.encode("utf-8")
-    out += _I16.pack(len(data))
-    out += data
 
 
 # --------------------------------------------------------------------------- OffsetCommit v0-1
@@ -195,7 +143,7 @@ def read_offset_commit(version: int) -> Any:
     """The body reader of OffsetCommit `version` (0 or 1): (buf, offset) -> (request, size)."""
 
     def read(buf: Any, offset: int = 0) -> tuple[OffsetCommitV0Request, int]:
-        r = _Reader(buf, offset)
+        r = Reader(buf, offset)
         group_id = r.string()
         generation, member_id = (r.int32(), r.string()) if version >= 1 else (-1, "")
         topics = []
@@ -217,34 +165,34 @@ def read_offset_commit(version: int) -> Any:
 def write_offset_commit(request: OffsetCommitV0Request, version: int) -> bytes:
     """Encode an OffsetCommit v0/v1 request body (tests and client-side tools)."""
     out = bytearray()
-    _string(out, request.group_id)
+    write_string(out, request.group_id)
     if version >= 1:
-        out += _I32.pack(request.generation_id_or_member_epoch)
-        _string(out, request.member_id)
-    out += _I32.pack(len(request.topics))
+        out += I32.pack(request.generation_id_or_member_epoch)
+        write_string(out, request.member_id)
+    out += I32.pack(len(request.topics))
     for topic in request.topics:
-        _string(out, topic.name)
-        out += _I32.pack(len(topic.partitions))
+        write_string(out, topic.name)
+        out += I32.pack(len(topic.partitions))
         for p in topic.partitions:
-            out += _I32.pack(p.partition_index) + _I64.pack(p.committed_offset)
+            out += I32.pack(p.partition_index) + I64.pack(p.committed_offset)
             if version >= 1:
-                out += _I64.pack(p.commit_timestamp)
-            _string(out, p.committed_metadata)
+                out += I64.pack(p.commit_timestamp)
+            write_string(out, p.committed_metadata)
     return bytes(out)
 
 
 def write_offset_commit_response(response: OffsetCommitV0Response) -> bytes:
-    out = bytearray(_I32.pack(len(response.topics)))
+    out = bytearray(I32.pack(len(response.topics)))
     for topic in response.topics:
-        _string(out, topic.name)
-        out += _I32.pack(len(topic.partitions))
+        write_string(out, topic.name)
+        out += I32.pack(len(topic.partitions))
         for p in topic.partitions:
-            out += _I32.pack(p.partition_index) + _I16.pack(int(p.error_code))
+            out += I32.pack(p.partition_index) + I16.pack(int(p.error_code))
     return bytes(out)
 
 
 def read_offset_commit_response(buf: Any, offset: int = 0) -> tuple[OffsetCommitV0Response, int]:
-    r = _Reader(buf, offset)
+    r = Reader(buf, offset)
     topics = []
     for _ in range(r.count(6)):
         name = r.string()
@@ -260,7 +208,7 @@ def read_offset_commit_response(buf: Any, offset: int = 0) -> tuple[OffsetCommit
 
 
 def read_offset_fetch(buf: Any, offset: int = 0) -> tuple[OffsetFetchV0Request, int]:
-    r = _Reader(buf, offset)
+    r = Reader(buf, offset)
     group_id = r.string()
     topics = []
     for _ in range(r.count(6)):
@@ -271,30 +219,30 @@ def read_offset_fetch(buf: Any, offset: int = 0) -> tuple[OffsetFetchV0Request, 
 
 def write_offset_fetch(request: OffsetFetchV0Request) -> bytes:
     out = bytearray()
-    _string(out, request.group_id)
-    out += _I32.pack(len(request.topics))
+    write_string(out, request.group_id)
+    out += I32.pack(len(request.topics))
     for topic in request.topics:
-        _string(out, topic.name)
-        out += _I32.pack(len(topic.partition_indexes))
+        write_string(out, topic.name)
+        out += I32.pack(len(topic.partition_indexes))
         for index in topic.partition_indexes:
-            out += _I32.pack(index)
+            out += I32.pack(index)
     return bytes(out)
 
 
 def write_offset_fetch_response(response: OffsetFetchV0Response) -> bytes:
-    out = bytearray(_I32.pack(len(response.topics)))
+    out = bytearray(I32.pack(len(response.topics)))
     for topic in response.topics:
-        _string(out, topic.name)
-        out += _I32.pack(len(topic.partitions))
+        write_string(out, topic.name)
+        out += I32.pack(len(topic.partitions))
         for p in topic.partitions:
-            out += _I32.pack(p.partition_index) + _I64.pack(p.committed_offset)
-            _string(out, p.metadata)
-            out += _I16.pack(int(p.error_code))
+            out += I32.pack(p.partition_index) + I64.pack(p.committed_offset)
+            write_string(out, p.metadata)
+            out += I16.pack(int(p.error_code))
     return bytes(out)
 
 
 def read_offset_fetch_response(buf: Any, offset: int = 0) -> tuple[OffsetFetchV0Response, int]:
-    r = _Reader(buf, offset)
+    r = Reader(buf, offset)
     topics = []
     for _ in range(r.count(6)):
         name = r.string()
@@ -309,7 +257,7 @@ def read_offset_fetch_response(buf: Any, offset: int = 0) -> tuple[OffsetFetchV0
 
 # The codec's table: (api key, version) -> (body reader, response class, response writer).
 CODECS: dict[tuple[int, int], tuple[Any, type, Any]] = {
-    (OFFSET_COMMIT_KEY, 0): (read_offset_commit(0), OffsetCommitV0Response, write_offset_commit_response),
-    (OFFSET_COMMIT_KEY, 1): (read_offset_commit(1), OffsetCommitV1Response, write_offset_commit_response),
-    (OFFSET_FETCH_KEY, 0): (read_offset_fetch, OffsetFetchV0Response, write_offset_fetch_response),
+    (ApiKey.OFFSET_COMMIT, 0): (read_offset_commit(0), OffsetCommitV0Response, write_offset_commit_response),
+    (ApiKey.OFFSET_COMMIT, 1): (read_offset_commit(1), OffsetCommitV1Response, write_offset_commit_response),
+    (ApiKey.OFFSET_FETCH, 0): (read_offset_fetch, OffsetFetchV0Response, write_offset_fetch_response),
 }

@@ -26,12 +26,11 @@ from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 
-PRODUCE_KEY = 0
+from .api_keys import ApiKey
+from .primitives import I16, I32, I64, Reader, write_string
+
 VERSIONS = (0, 1, 2)
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _HEAD = struct.Struct(">hi")  # acks, timeout
 _ERROR_CODE = {"kafka_type": "error_code"}
 
@@ -50,7 +49,7 @@ class ProduceV0TopicData:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceV0Request:
-    __api_key__: ClassVar[int] = PRODUCE_KEY
+    __api_key__: ClassVar[int] = ApiKey.PRODUCE
     acks: int
     timeout: datetime.timedelta
     topic_data: tuple[ProduceV0TopicData, ...]
@@ -75,7 +74,7 @@ class ProduceV0TopicResponse:
 class ProduceV0Response:
     """The response of Produce v0 to v2 (the subclasses say which version answers)."""
 
-    __api_key__: ClassVar[int] = PRODUCE_KEY
+    __api_key__: ClassVar[int] = ApiKey.PRODUCE
     responses: tuple[ProduceV0TopicResponse, ...]
     throttle_time: int = 0  # v1+
 
@@ -95,56 +94,16 @@ ProduceV1Response.__version__ = 1  # type: ignore[attr-defined]
 ProduceV2Response.__version__ = 2  # type: ignore[attr-defined]
 
 
-def _string(out: bytearray, value: str) -> None:
-    data = value.encode("utf-8")
-    out += _I16.pack(len(data))
-    out += data
-
-
-class _Reader:
-    def __init__(self, buf: Any, pos: int) -> None:
-        self.buf, self.pos = buf, pos
-
-    def unpack(self, fmt: struct.Struct) -> Any:
-        values = fmt.unpack_from(self.buf, self.pos)
-        self.pos += fmt.size
-        return values
-
-    def string(self) -> str:
-        (n,) = self.unpack(_I16)
-        if n < 0 or self.pos + n > len(self.buf):
-            raise ValueError("null string, or one running past the end of the frame")
-        value = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8")
-        self.pos += n
-        return value
-
-    def count(self, min_item_size: int) -> int:
-        (n,) = self.unpack(_I32)
-        if n < 0 or n * min_item_size > len(self.buf) - self.pos:  # absurd counts, before allocating
-            raise ValueError("null array, or a count larger than the remaining bytes")
-        return n
-
-    def nullable_bytes(self) -> bytes | None:
-        (n,) = self.unpack(_I32)
-        if n < 0:
-            return None
-        if self.pos + n > len(self.buf):
-            raise ValueError("bytes run past the end of the frame")
-        value = bytes(self.buf[self.pos:self.pos + n])
-        self.pos += n
-        return value
-
-
 def read_request(buf: Any, offset: int = 0) -> tuple[ProduceV0Request, int]:
     """A Produce v0-v2 request body (one layout for the three)."""
-    r = _Reader(buf, offset)
+    r = Reader(buf, offset)
     acks, timeout_ms = r.unpack(_HEAD)
     topics = []
     for _ in range(r.count(6)):
         name = r.string()
         partitions = []
         for _ in range(r.count(8)):
-            (index,) = r.unpack(_I32)
+            (index,) = r.unpack(I32)
             partitions.append(ProduceV0PartitionData(index, r.nullable_bytes()))
         topics.append(ProduceV0TopicData(name, tuple(partitions)))
     request = ProduceV0Request(acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=tuple(topics))
@@ -154,31 +113,31 @@ def read_request(buf: Any, offset: int = 0) -> tuple[ProduceV0Request, int]:
 def write_request(request: ProduceV0Request) -> bytes:
     """Encode a Produce v0-v2 request body (tests and client-side tools)."""
     out = bytearray(_HEAD.pack(request.acks, int(request.timeout.total_seconds() * 1000)))
-    out += _I32.pack(len(request.topic_data))
+    out += I32.pack(len(request.topic_data))
     for topic in request.topic_data:
-        _string(out, topic.name)
-        out += _I32.pack(len(topic.partition_data))
+        write_string(out, topic.name)
+        out += I32.pack(len(topic.partition_data))
         for p in topic.partition_data:
-            out += _I32.pack(p.index)
+            out += I32.pack(p.index)
             if p.records is None:
-                out += _I32.pack(-1)
+                out += I32.pack(-1)
             else:
-                out += _I32.pack(len(p.records)) + p.records
+                out += I32.pack(len(p.records)) + p.records
     return bytes(out)
 
 
 def write_response(response: ProduceV0Response) -> bytes:
     version = type(response).__version__  # type: ignore[attr-defined]
-    out = bytearray(_I32.pack(len(response.responses)))
+    out = bytearray(I32.pack(len(response.responses)))
     for topic in response.responses:
-        _string(out, topic.name)
-        out += _I32.pack(len(topic.partition_responses))
+        write_string(out, topic.name)
+        out += I32.pack(len(topic.partition_responses))
         for p in topic.partition_responses:
-            out += _I32.pack(p.index) + _I16.pack(int(p.error_code)) + _I64.pack(p.base_offset)
+            out += I32.pack(p.index) + I16.pack(int(p.error_code)) + I64.pack(p.base_offset)
             if version >= 2:
-                out += _I64.pack(p.log_append_time)
+                out += I64.pack(p.log_append_time)
     if version >= 1:
-        out += _I32.pack(response.throttle_time)
+        out += I32.pack(response.throttle_time)
     return bytes(out)
 
 
@@ -187,17 +146,17 @@ def read_response(version: int) -> Any:
     cls = RESPONSE_CLASSES[version]
 
     def read(buf: Any, offset: int = 0) -> tuple[ProduceV0Response, int]:
-        r = _Reader(buf, offset)
+        r = Reader(buf, offset)
         topics = []
         for _ in range(r.count(6)):
             name = r.string()
             partitions = []
             for _ in range(r.count(14)):
                 index, code, base_offset = r.unpack(struct.Struct(">ihq"))
-                append_time = r.unpack(_I64)[0] if version >= 2 else -1
+                append_time = r.unpack(I64)[0] if version >= 2 else -1
                 partitions.append(ProduceV0PartitionResponse(index, ErrorCode(code), base_offset, append_time))
             topics.append(ProduceV0TopicResponse(name, tuple(partitions)))
-        throttle = r.unpack(_I32)[0] if version >= 1 else 0
+        throttle = r.unpack(I32)[0] if version >= 1 else 0
         return cls(responses=tuple(topics), throttle_time=throttle), r.pos - offset
 
     return read
@@ -206,6 +165,6 @@ def read_response(version: int) -> Any:
 RESPONSE_CLASSES: dict[int, type[ProduceV0Response]] = {0: ProduceV0Response, 1: ProduceV1Response, 2: ProduceV2Response}
 
 CODECS: dict[tuple[int, int], tuple[Any, type, Any]] = {
-    (PRODUCE_KEY, version): (read_request, RESPONSE_CLASSES[version], write_response) for version in VERSIONS
+    (ApiKey.PRODUCE, version): (read_request, RESPONSE_CLASSES[version], write_response) for version in VERSIONS
 }
 """(api key, version) -> (request body reader, response class, response body writer), as offsets_v0.CODECS."""

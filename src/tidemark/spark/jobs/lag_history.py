@@ -131,40 +131,35 @@ class ClusterLookups(Lookups):
         self.config = dict(config or {})
 
     def _consumer(self):
-        from tidemark.cli.group_lag import probe_consumer
+        from tidemark.client.lag_probe import probe_consumer
 
         return probe_consumer(self.bootstrap_servers, int(LOOKUP_TIMEOUT_S * 1000), self.config)
 
     def first_timestamps(self, committed, ends):
-        from tidemark.cli.group_lag import first_unconsumed_timestamps
+        from tidemark.client.lag_probe import first_unconsumed_timestamps
 
         consumer = self._consumer()
         try:
-            found: dict[Key, int | None] = {}
-            for group in sorted({key[0] for key in committed}):  # one committed offset per partition a call
-                mine = {key[1:]: offset for key, offset in committed.items() if key[0] == group}
-                stamps = first_unconsumed_timestamps(consumer, mine, ends, time.monotonic() + LOOKUP_TIMEOUT_S)
-                found.update({(group, *tp): stamp for tp, stamp in stamps.items()})
-            return found
+            return first_unconsumed_timestamps(consumer, committed, ends, time.monotonic() + LOOKUP_TIMEOUT_S)
         finally:
             consumer.close()
 
     def ends_at(self, stamps, ends):
-        from confluent_kafka import TopicPartition
+        from tidemark.client.lag_probe import ends_at_with_consumer
 
+        asks: dict[TP, set[int]] = {}
+        for key, times in stamps.items():
+            asks.setdefault(key[1:], set()).update(times)
         consumer = self._consumer()
         try:
-            answers: dict[Key, list[int]] = {key: [] for key in stamps}
-            for i in range(max((len(s) for s in stamps.values()), default=0)):
-                asked = [(key, s[i]) for key, s in stamps.items() if i < len(s)]
-                found = consumer.offsets_for_times([TopicPartition(k[1], k[2], ts) for k, ts in asked],
-                                                   timeout=LOOKUP_TIMEOUT_S)
-                for (key, _ts), answer in zip(asked, found, strict=True):
-                    end = ends[key[1:]]
-                    answers[key].append(end if answer.offset is None or answer.offset < 0 else answer.offset)
-            return answers
+            found = ends_at_with_consumer(consumer, asks, time.monotonic() + LOOKUP_TIMEOUT_S)
         finally:
             consumer.close()
+        answers: dict[Key, list[int]] = {}
+        for key, times in stamps.items():
+            end = ends[key[1:]]
+            answers[key] = [end if found.get((key[1:], ts)) is None else found[(key[1:], ts)] for ts in times]
+        return answers
 
 
 class DataDirLookups(Lookups):

@@ -1,0 +1,84 @@
+"""Kafka's primitive encodings, shared by the hand-written codecs (wire/*_v0.py, the fast
+encoders): big-endian integers, int16-length strings, int32-counted arrays, unsigned varints."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+I16 = struct.Struct(">h")
+I32 = struct.Struct(">i")
+I64 = struct.Struct(">q")
+
+
+def uvarint(n: int) -> bytes:
+    """An unsigned varint (the lengths of flexible versions' compact strings and arrays)."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def write_string(out: bytearray, value: str | None) -> None:
+    """An int16-length string; None is the null string (length -1)."""
+    if value is None:
+        out += I16.pack(-1)
+        return
+    data = value.encode("utf-8")
+    out += I16.pack(len(data))
+    out += data
+
+
+class Reader:
+    """Reads primitives from a frame at a moving position; every length is checked against the
+    frame before anything is allocated (ValueError, struct.error, UnicodeDecodeError on bad input)."""
+
+    def __init__(self, buf: Any, pos: int) -> None:
+        self.buf, self.pos = buf, pos
+
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
+        values = fmt.unpack_from(self.buf, self.pos)
+        self.pos += fmt.size
+        return values
+
+    def int16(self) -> int:
+        return self.unpack(I16)[0]
+
+    def int32(self) -> int:
+        return self.unpack(I32)[0]
+
+    def int64(self) -> int:
+        return self.unpack(I64)[0]
+
+    def string(self, nullable: bool = False) -> str | None:
+        n = self.int16()
+        if n < 0:
+            if nullable:
+                return None
+            raise ValueError("null string where Kafka requires one")
+        end = self.pos + n
+        if end > len(self.buf):
+            raise ValueError("string runs past the end of the frame")
+        value = bytes(self.buf[self.pos:end]).decode("utf-8")
+        self.pos = end
+        return value
+
+    def count(self, min_item_size: int) -> int:
+        n = self.int32()
+        if n < 0:
+            raise ValueError("null array")
+        if n * min_item_size > len(self.buf) - self.pos:  # absurd counts, before allocating
+            raise ValueError("array count larger than the remaining bytes")
+        return n
+
+    def nullable_bytes(self) -> bytes | None:
+        n = self.int32()
+        if n < 0:
+            return None
+        if self.pos + n > len(self.buf):
+            raise ValueError("bytes run past the end of the frame")
+        value = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return value
