@@ -28,6 +28,7 @@ from kio.schema.index import api_key_map
 from tidemark import metrics
 from tidemark.broker import dynamic_config, zk_offsets
 from tidemark.broker.apis import (
+    acls,
     api_versions,
     configs,
     delete_records,
@@ -46,6 +47,7 @@ from tidemark.broker.apis import (
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.coordinator_io import LogOffsetsTopic
+from tidemark.broker.security import authorizing
 from tidemark.coordinator.runtime.io import Clock, SystemClock
 from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
@@ -99,6 +101,9 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     44: (configs.handle_incremental_alter, 0),
     43: (elect_leaders.handle, 0),
     60: (describe_cluster.handle, 0),
+    29: (acls.handle_describe, 1),
+    30: (acls.handle_create, 1),
+    31: (acls.handle_delete, 1),
 }
 
 # The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process
@@ -134,6 +139,7 @@ class Broker:
             if config["zookeeper.connect"] else None
         self.cluster = ClusterLink(config, self.replicas, self.coordinator, self.clock, self.zookeeper) \
             if self.zookeeper is not None else None
+        self.authorizer, self.acl_store = authorizing.authorizer_of(config, self.replicas, self.zookeeper)
         self._server: asyncio.base_events.Server | None = None
         self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
@@ -151,6 +157,8 @@ class Broker:
             self.replicas.open()
             dynamic_config.load_embedded(self.config, self.replicas)
         self._opened = True
+        if self.acl_store is not None:
+            await self.acl_store.start()  # ACLs enforced from the first request
         self.replicas.start()
         self.coordinator.start()
         await hold_async("broker_start")  # a test can hold the start here (logs open, not serving)
@@ -188,6 +196,8 @@ class Broker:
                 log.warning("cluster_stop_timed_out", seconds=bound_s)
         if self._server is not None:
             self._server.close()
+        if self.acl_store is not None:
+            await self.acl_store.close()
         for connection in list(self.connections):
             connection.close()
         await self.coordinator.stop()
@@ -221,7 +231,7 @@ class Broker:
             client_host=client_host, clock=self.clock, config=self.config,
             node=Node(self.node_id, self.advertised_host, self.advertised_port),
             replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
-            cluster=self.cluster,
+            cluster=self.cluster, authorizer=self.authorizer,
         )
 
     async def dispatch(self, connection_context: RequestContext, request: Request) -> bytes | None:
