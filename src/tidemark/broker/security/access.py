@@ -3,7 +3,8 @@ Always yes without an authorizer (authorizer.class.name empty, as in Kafka)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from tidemark.broker.acl_operations import OMITTED, AclOperation, to_bit_field
 from tidemark.broker.security.authorizer import CLUSTER_NAME, ResourceType
@@ -43,3 +44,25 @@ def operations_field(ctx: RequestContext, supported: frozenset[AclOperation], re
         return to_bit_field(supported)
     return to_bit_field(authorizer.authorized_operations(ctx.principal, ctx.client_host, resource_type, name,
                                                          supported))
+
+
+def refused(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, names: Iterable[str | None]) -> set[str]:
+    """The names (None skipped: not resolved, answered otherwise) the principal may not `operation`."""
+    if ctx.authorizer is None:
+        return set()
+    return {n for n in set(names) if n is not None and not allowed(ctx, operation, resource_type, n)}
+
+
+def topics_refused_partitions(topic_entries: list[dict[str, Any]], refused_names: set[str], code: int,
+                              drop: bool = False) -> list[dict[str, Any]]:
+    """Answer entries ({"name", "partitions": [...]}) with the refused topics' partitions carrying
+    `code` and no data (OffsetFetch's layout), or left out when `drop` (an all-topics ask)."""
+    answered = []
+    for entry in topic_entries:
+        if entry.get("name") not in refused_names:
+            answered.append(entry)
+        elif not drop:
+            answered.append({**entry, "partitions": [
+                {**p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "", "error_code": code}
+                for p in entry["partitions"]]})
+    return answered
