@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tidemark.wire.codec import Request
 
 _DISABLED = "No Authorizer is configured on the broker"
+_REFUSED = "Cluster authorization failed."  # Kafka sends its exception's message; clients show it
 
 
 def _store(ctx: RequestContext) -> Any:
@@ -36,7 +37,7 @@ async def handle_create(ctx: RequestContext, request: Request) -> dict[str, Any]
     if store is None:
         code, message = ErrorCode.security_disabled, _DISABLED
     elif not access.allowed(ctx, access.ALTER, access.CLUSTER):
-        code, message = ErrorCode.cluster_authorization_failed, None
+        code, message = ErrorCode.cluster_authorization_failed, _REFUSED
     else:
         results, valid = [], []
         for creation in creations:
@@ -69,7 +70,7 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
     if _store(ctx) is None:
         return _describe_error(ErrorCode.security_disabled, _DISABLED)
     if not access.allowed(ctx, access.DESCRIBE, access.CLUSTER):
-        return _describe_error(ErrorCode.cluster_authorization_failed, None)
+        return _describe_error(ErrorCode.cluster_authorization_failed, _REFUSED)
     try:
         wanted = filter_from(body.resource_type_filter, body.resource_name_filter, body.pattern_type_filter,
                              body.principal_filter, body.host_filter, body.operation, body.permission_type)
@@ -100,7 +101,7 @@ async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]
     if store is None:
         return _delete_error(filters, ErrorCode.security_disabled, _DISABLED)
     if not access.allowed(ctx, access.ALTER, access.CLUSTER):
-        return _delete_error(filters, ErrorCode.cluster_authorization_failed, None)
+        return _delete_error(filters, ErrorCode.cluster_authorization_failed, _REFUSED)
     parsed, results = [], []
     for f in filters:
         try:
