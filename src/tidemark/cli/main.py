@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tidemark.cli.acls import acls
 from tidemark.cli.cluster import cluster
 from tidemark.cli.groups import groups
 from tidemark.cli.offsets import offsets
@@ -24,3 +25,4 @@ main.add_command(groups)
 main.add_command(spark)
 main.add_command(zk)
 main.add_command(cluster)
+main.add_command(acls)
