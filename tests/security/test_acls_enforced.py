@@ -196,3 +196,108 @@ def test_allowed_and_refused_operations(secured):
     check = Consumer({"bootstrap.servers": bootstrap, "group.id": "readers", "enable.auto.commit": False})
     assert check.committed([TopicPartition("open-a", 0)], timeout=BOUND_S)[0].offset == 6
     check.close()
+
+
+# -- principals other than User:ANONYMOUS, in-process: the test sets each connection's principal,
+# as SASL or TLS will -----------------------------------------------------------------------------
+
+def _binding(rtype, name: str, principal: str, op, pattern=None):
+    from tidemark.broker.security.authorizer import (AccessControlEntry, AclBinding, PatternType, PermissionType,
+                                                     ResourcePattern)
+    return AclBinding(ResourcePattern(rtype, name, pattern or PatternType.LITERAL),
+                      AccessControlEntry(principal, "*", op, PermissionType.ALLOW))
+
+
+def _commit_body(group: str, topics: list[str]) -> dict:
+    return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": t, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                   "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                       for t in topics]}
+
+
+def test_each_principal_gets_what_its_acls_allow(tmp_path):
+    import asyncio
+
+    from tests.broker.inprocess import running_broker
+    from tests.integration.raw import AsyncRawClient, fetch_body
+    from tidemark.broker.acl_operations import AclOperation as Op
+    from tidemark.broker.security.authorizer import ResourceType as R
+
+    async def scenario() -> None:
+        settings = {**AUTHORIZER, "super.users": "User:admin"}
+        async with running_broker(tmp_path / "data", settings) as broker:
+            opened = broker.connection_context
+            principals: list[str] = []
+
+            def context_as(host: str):  # the next connection is that principal's
+                ctx = opened(host)
+                ctx.principal = principals.pop(0)
+                return ctx
+
+            broker.connection_context = context_as
+
+            async def connect(principal: str) -> AsyncRawClient:
+                principals.append(principal)
+                return await AsyncRawClient.connect(broker.port)
+
+            admin, alice, bob = [await connect(p) for p in ("User:admin", "User:alice", "User:bob")]
+            await broker.acl_store.create([_binding(R.TOPIC, "orders", "User:alice", Op.READ),
+                                           _binding(R.GROUP, "app", "User:alice", Op.READ)])
+            for topic in ("orders", "secret"):
+                created = await admin.request(19, 7, {"topics": [{"name": topic, "num_partitions": 1,
+                    "replication_factor": 1, "assignments": [], "configs": []}], "timeout": 10000,
+                    "validate_only": False})
+                assert created.topics[0].error_code == 0
+            refused = await bob.request(19, 7, {"topics": [{"name": "mine", "num_partitions": 1,
+                "replication_factor": 1, "assignments": [], "configs": []}], "timeout": 10000, "validate_only": False})
+            assert refused.topics[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            # The offsets topic is created at the first FindCoordinator; commit once it has loaded.
+            await admin.request(10, 3, {"key": "app", "key_type": 0})
+            while (code := (await admin.request(8, 8, _commit_body("app", ["secret"]))).topics[0].partitions[0]
+                   .error_code) == KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
+                await asyncio.sleep(0.01)  # loading an empty partition: the next try finds it loaded
+            assert code == 0
+
+            # OffsetCommit: READ on the group, then per topic.
+            committed = await alice.request(8, 8, _commit_body("app", ["orders", "secret"]))
+            assert [(t.name, t.partitions[0].error_code) for t in committed.topics] == [
+                ("orders", 0), ("secret", KafkaError.TOPIC_AUTHORIZATION_FAILED)]
+            bobs = await bob.request(8, 8, _commit_body("app", ["orders"]))
+            assert bobs.topics[0].partitions[0].error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+            # OffsetFetch: per group; all topics: only those it may describe; named: refused per partition.
+            fetched = await alice.request(9, 8, {"groups": [{"group_id": "app", "topics": None},
+                                                            {"group_id": "other", "topics": None}],
+                                                 "require_stable": False})
+            assert [(g.group_id, g.error_code, [t.name for t in g.topics]) for g in fetched.groups] == [
+                ("app", 0, ["orders"]), ("other", KafkaError.GROUP_AUTHORIZATION_FAILED, [])]
+            named = await alice.request(9, 8, {"groups": [{"group_id": "app", "topics": [
+                {"name": "secret", "partition_indexes": [0]}]}], "require_stable": False})
+            assert named.groups[0].topics[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            assert named.groups[0].topics[0].partitions[0].committed_offset == -1
+
+            # Metadata: topics filtered by DESCRIBE; KIP-430's operations as the authorizer decides.
+            meta = await alice.request(3, 9, {"topics": None, "allow_auto_topic_creation": False,
+                                              "include_cluster_authorized_operations": True,
+                                              "include_topic_authorized_operations": True})
+            assert [(t.name, t.topic_authorized_operations) for t in meta.topics] == [
+                ("orders", (1 << Op.READ) | (1 << Op.DESCRIBE))]
+            assert meta.cluster_authorized_operations == 0
+            assert [t.name for t in (await bob.request(3, 9, {"topics": None, "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False})).topics] == []
+
+            # Fetch: READ for a consumer; a follower's fetch needs CLUSTER_ACTION.
+            consumer = await alice.request(1, 11, fetch_body([("orders", 0, 0, 1024), ("secret", 0, 0, 1024)]))
+            assert [p.error_code for t in consumer.responses for p in t.partitions] == [
+                0, KafkaError.TOPIC_AUTHORIZATION_FAILED]
+            follower = await alice.request(1, 11, {**fetch_body([("orders", 0, 0, 1024)]), "replica_id": 1})
+            assert follower.responses[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+            # ApiVersions is never authorized.
+            assert (await bob.request(18, 3, {"client_software_name": "t",
+                                              "client_software_version": "1"})).error_code == 0
+            for client in (admin, alice, bob):
+                await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=BOUND_S))
