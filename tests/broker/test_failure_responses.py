@@ -90,6 +90,12 @@ REQUESTS: dict[int, dict[str, Any]] = {
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
         {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
     60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    29: {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 3, "principal_filter": None,
+         "host_filter": None, "operation": 1, "permission_type": 1},
+    30: {"creations": [{"resource_type": 2, "resource_name": "a", "resource_pattern_type": 3, "principal": "User:x",
+                        "host": "*", "operation": 3, "permission_type": 3}]},
+    31: {"filters": [{"resource_type_filter": 2, "resource_name_filter": "a", "pattern_type_filter": 3,
+                      "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
 }
