@@ -165,22 +165,38 @@ class Authorizer:
 
     def __init__(self, acls: Mapping[ResourcePattern, frozenset[AccessControlEntry]] | None = None, *,
                  super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False) -> None:
-        self.acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = dict(acls or {})
+        self.acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+        # Indexes: a decision costs a lookup per prefix of the name, not a pass over every ACL.
+        self._literal: dict[tuple[ResourceType, str], frozenset[AccessControlEntry]] = {}
+        self._prefixed: dict[ResourceType, dict[str, frozenset[AccessControlEntry]]] = {}
+        self.set_acls(acls or {})
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self.store: object | None = None  # the AclStore writing its ACLs (set by the broker)
 
     def set_acls(self, acls: Mapping[ResourcePattern, frozenset[AccessControlEntry]]) -> None:
         self.acls = {pattern: entries for pattern, entries in acls.items() if entries}
+        literal: dict[tuple[ResourceType, str], frozenset[AccessControlEntry]] = {}
+        prefixed: dict[ResourceType, dict[str, frozenset[AccessControlEntry]]] = {}
+        for pattern, entries in self.acls.items():
+            if pattern.pattern_type is PatternType.LITERAL:
+                literal[(pattern.resource_type, pattern.name)] = entries
+            elif pattern.pattern_type is PatternType.PREFIXED:
+                prefixed.setdefault(pattern.resource_type, {})[pattern.name] = entries
+        self._literal, self._prefixed = literal, prefixed  # swapped whole: a reader sees one snapshot
 
     def bindings(self) -> list[AclBinding]:
         return [AclBinding(p, e) for p, entries in self.acls.items() for e in entries]
 
     def _matching(self, resource_type: ResourceType, name: str) -> list[AccessControlEntry]:
         found: list[AccessControlEntry] = []
-        for pattern, entries in self.acls.items():
-            if pattern.resource_type == resource_type and _pattern_applies(pattern, name):
-                found.extend(entries)
+        found.extend(self._literal.get((resource_type, name), ()))
+        if name != WILDCARD:
+            found.extend(self._literal.get((resource_type, WILDCARD), ()))
+        prefixes = self._prefixed.get(resource_type)
+        if prefixes:
+            for end in range(1, len(name) + 1):
+                found.extend(prefixes.get(name[:end], ()))
         return found
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
