@@ -68,6 +68,9 @@ def test_errors_are_one_line(secured):
     unknown = _run("add", "--bootstrap-server", secured.bootstrap, "--allow-principal", "User:a", "--operation",
                    "Fly", "--topic", "t")
     assert unknown.exit_code == 1 and unknown.output.startswith("Error: unknown operation 'Fly'")
+    unsupported = _run("add", "--bootstrap-server", secured.bootstrap, "--allow-principal", "User:a", "--operation",
+                       "Write", "--group", "g")
+    assert unsupported.exit_code == 1 and unsupported.output == "Error: GROUP does not support operation(s) WRITE\n"
     nowhere = _run("list", "--bootstrap-server", f"127.0.0.1:{free_port()}", "--timeout", "2000")
     assert nowhere.exit_code == 1 and nowhere.output.startswith("Error: cannot reach bootstrap server")
 

@@ -26,6 +26,18 @@ _PATTERNS = {"literal": ResourcePatternType.LITERAL, "prefixed": ResourcePattern
              "any": ResourcePatternType.ANY, "match": ResourcePatternType.MATCH}
 
 
+_O = AclOperation
+# What each resource type supports (Kafka's AclEntry.supportedOperations, which kafka-acls.sh checks).
+_SUPPORTED = {
+    ResourceType.TOPIC: {_O.READ, _O.WRITE, _O.CREATE, _O.DESCRIBE, _O.DELETE, _O.ALTER, _O.DESCRIBE_CONFIGS,
+                         _O.ALTER_CONFIGS},
+    ResourceType.GROUP: {_O.READ, _O.DESCRIBE, _O.DELETE},
+    ResourceType.BROKER: {_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS, _O.IDEMPOTENT_WRITE,
+                          _O.ALTER, _O.DESCRIBE},
+    ResourceType.TRANSACTIONAL_ID: {_O.DESCRIBE, _O.WRITE},
+}
+
+
 class AclsError(click.ClickException):
     def show(self, file: Any = None) -> None:
         click.echo(self.message, err=True)
@@ -132,6 +144,10 @@ def _bindings(resources: list[tuple[ResourceType, str]], pattern: ResourcePatter
     ops = _operations(operations)
     bindings = []
     for restype, name in resources:
+        unsupported = [op.name for op in ops if op != AclOperation.ALL and op not in _SUPPORTED[restype]]
+        if unsupported:
+            kind = "Cluster" if restype == ResourceType.BROKER else restype.name
+            raise AclsError(f"Error: {kind} does not support operation(s) {', '.join(unsupported)}")
         for permission, principals, hosts in (
                 (AclPermissionType.ALLOW, _principals(allow_principals, "--allow-principal"), allow_hosts or ("*",)),
                 (AclPermissionType.DENY, _principals(deny_principals, "--deny-principal"), deny_hosts or ("*",))):
