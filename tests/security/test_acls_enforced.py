@@ -294,6 +294,32 @@ def test_each_principal_gets_what_its_acls_allow(tmp_path):
             follower = await alice.request(1, 11, {**fetch_body([("orders", 0, 0, 1024)]), "replica_id": 1})
             assert follower.responses[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
+            # The group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup need READ on the group.
+            join = {"group_id": "app", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
+                    "group_instance_id": None, "protocol_type": "consumer", "protocols": [
+                        {"name": "range", "metadata": b""}], "reason": None}
+            assert (await bob.request(11, 9, join)).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            assert (await bob.request(14, 5, {"group_id": "app", "generation_id": 1, "member_id": "m",
+                                              "group_instance_id": None, "protocol_type": None,
+                                              "protocol_name": None, "assignments": []})
+                    ).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            assert (await bob.request(12, 4, {"group_id": "app", "generation_id": 1, "member_id": "m",
+                                              "group_instance_id": None})
+                    ).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            assert (await bob.request(13, 5, {"group_id": "app", "members": [
+                {"member_id": "m", "group_instance_id": None, "reason": None}]})
+                    ).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            # DescribeGroups: DESCRIBE, with the group's operations as the authorizer decides;
+            # ListGroups: the groups the principal may describe; DeleteGroups: DELETE.
+            described = await alice.request(15, 5, {"groups": ["app", "other"], "include_authorized_operations": True})
+            assert [(g.group_id, g.error_code) for g in described.groups] == [
+                ("app", 0), ("other", KafkaError.GROUP_AUTHORIZATION_FAILED)]
+            assert described.groups[0].authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
+            assert [g.group_id for g in (await alice.request(16, 4, {"states_filter": []})).groups] == ["app"]
+            assert [g.group_id for g in (await bob.request(16, 4, {"states_filter": []})).groups] == []
+            deleted = await alice.request(42, 2, {"groups_names": ["app"]})
+            assert deleted.results[0].error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+
             # ApiVersions is never authorized.
             assert (await bob.request(18, 3, {"client_software_name": "t",
                                               "client_software_version": "1"})).error_code == 0
