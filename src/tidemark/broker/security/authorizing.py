@@ -3,7 +3,7 @@ authorizer.class.name)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidemark.broker.security.acl_store import AclStore, EmbeddedAclStore, ZkAclStore
 from tidemark.broker.security.authorizer import Authorizer
@@ -21,10 +21,10 @@ class _EmbeddedMetadataOf:
         self._replicas = replicas
 
     @property
-    def acls(self):  # type: ignore[no-untyped-def]
+    def acls(self) -> list[dict[str, Any]]:
         return self._replicas.metadata.acls
 
-    def set_acls(self, resources) -> None:  # type: ignore[no-untyped-def]
+    def set_acls(self, resources: list[dict[str, Any]]) -> None:
         self._replicas.metadata.set_acls(resources)
 
 
