@@ -96,6 +96,10 @@ REQUESTS: dict[int, dict[str, Any]] = {
                         "host": "*", "operation": 3, "permission_type": 3}]},
     31: {"filters": [{"resource_type_filter": 2, "resource_name_filter": "a", "pattern_type_filter": 3,
                       "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]},
+    68: {"group_id": "g", "member_id": "m-1", "member_epoch": 0, "instance_id": None, "rack_id": None,
+         "rebalance_timeout": 30000, "subscribed_topic_names": ["a"], "subscribed_topic_regex": None,
+         "server_assignor": None, "topic_partitions": []},
+    69: {"group_ids": ["g1", "g2"], "include_authorized_operations": False},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
 }

@@ -53,7 +53,7 @@ from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
 from tidemark.hold import hold_async
-from tidemark.replication.partition_manager import PartitionManager
+from tidemark.replication.partition_manager import PartitionManager, PartitionManagerConfig
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
     CODEC_API_RANGES,
@@ -95,6 +95,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     15: (groups.handle_describe, 0),
     16: (groups.handle_list, 0),
     42: (groups.handle_delete_groups, 0),
+    68: (groups.handle_consumer_group_heartbeat, 0),  # KIP-848
+    69: (groups.handle_consumer_group_describe, 0),
     21: (delete_records.handle, 0),
     32: (configs.handle_describe, 0),
     33: (configs.handle_alter, 0),
@@ -119,6 +121,16 @@ def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> d
     return {key: (max(low, CODEC_API_RANGES[key][0]), CODEC_API_RANGES[key][1]) for key, (_, low) in handlers.items()}
 
 
+def partition_manager_config(config: BrokerConfig) -> PartitionManagerConfig:
+    """The partition manager's settings, taken from the broker's config."""
+    return PartitionManagerConfig(
+        node_id=config.node_id, replicated=bool(config["zookeeper.connect"]), log_config=config.log_config,
+        cleaner=config.cleaner_config(), retention_check_interval_ms=config["log.retention.check.interval.ms"],
+        producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"],
+        high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+        replica_flush_interval_ms=config["tidemark.replica.flush.interval.ms"])
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
                  handlers: dict[int, tuple[Handler, int]] | None = None, clock: Clock | None = None) -> None:
@@ -131,7 +143,7 @@ class Broker:
         # advertised.listeners when set, else the listener (its port known once bound)
         self.advertised_host, self.advertised_port = config.advertised_address or (host, port)
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
-        self.replicas = PartitionManager(config, data_dir)
+        self.replicas = PartitionManager(partition_manager_config(config), data_dir)
         self.coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, self.replicas), clock=self.clock)
         # A ZooKeeper cluster's member when zookeeper.connect is set (on one ZooKeeper session,
         # shared with the ZooKeeper offset store); else the embedded single node.

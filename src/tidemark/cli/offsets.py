@@ -29,6 +29,7 @@ from tidemark.log.offline import (
     segment_files,
     topic_partition_dirs,
 )
+from tidemark.records import consumer_group_schema
 from tidemark.records.offsets_schema import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
@@ -68,7 +69,14 @@ def format_record(partition: int, offset: int, key: bytes | None, value: bytes |
             decoded_key = None
             key_text = f"<malformed: {exc}>"
         else:
-            if isinstance(decoded_key, UnknownKey):
+            if isinstance(decoded_key, UnknownKey) and decoded_key.version in consumer_group_schema.RECORD_TYPES:
+                try:
+                    decoded_key = consumer_group_schema.decode_key(key)
+                    key_text = consumer_group_schema.to_json(decoded_key)
+                except ValueError as exc:
+                    decoded_key = None
+                    key_text = f"<malformed: {exc}>"
+            elif isinstance(decoded_key, UnknownKey):
                 key_text = f"unknown version {decoded_key.version}"
             else:
                 key_text = render(decoded_key)
@@ -78,6 +86,11 @@ def format_record(partition: int, offset: int, key: bytes | None, value: bytes |
         decode = decode_offset_commit_value if isinstance(decoded_key, OffsetCommitKey) else decode_group_metadata_value
         try:
             value_text = render(decode(value))
+        except ValueError as exc:
+            value_text = f"<malformed: {exc}>"
+    elif isinstance(decoded_key, consumer_group_schema.ConsumerGroupKey):
+        try:
+            value_text = consumer_group_schema.to_json(consumer_group_schema.decode_value(decoded_key.record_type, value))
         except ValueError as exc:
             value_text = f"<malformed: {exc}>"
     else:

@@ -10,6 +10,8 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
+from tidemark.coordinator.consumer_group import views as consumer_group_views
+from tidemark.coordinator.consumer_group.heartbeat import ConsumerGroupConfig
 from tidemark.coordinator.group_views import list_groups
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.runtime import Clock, CoordinatorRuntime, CoordinatorTopic, LoadState
@@ -34,6 +36,13 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard]):
                 max_session_timeout_ms=config["group.max.session.timeout.ms"],
                 initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
                 max_size=config["group.max.size"],
+            ),
+            consumer=ConsumerGroupConfig(
+                session_timeout_ms=config["group.consumer.session.timeout.ms"],
+                heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+                max_size=config["group.consumer.max.size"],
+                assignors=tuple(config["group.consumer.assignors"]),
+                migration_policy=config["group.consumer.migration.policy"],
             ),
         )
         super().__init__(OFFSETS_TOPIC, config, topic,
@@ -61,6 +70,7 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard]):
         for runtime in self.shards.values():
             if runtime.state is LoadState.ACTIVE and runtime.shard is not None:
                 groups.extend(list_groups(runtime.shard.groups, body, version)["groups"])
+                groups.extend(consumer_group_views.list_entries(runtime.shard.consumer_groups.committed, body))
             elif runtime.leading:  # loading, or failed and retrying; the others are not ours
                 error = ErrorCode.coordinator_load_in_progress
         return ([], error) if error is not ErrorCode.none else (groups, error)

@@ -22,12 +22,17 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
+from tidemark.coordinator.consumer_group import offsets as consumer_group_offsets
+from tidemark.coordinator.consumer_group.group import ConsumerGroups
+from tidemark.coordinator.consumer_group.heartbeat import ConsumerGroupConfig, ConsumerGroupHeartbeats
 from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.offsets import OffsetStore
 from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
+from tidemark.records import consumer_group_schema
+from tidemark.records.consumer_group_schema import ConsumerGroupKey
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -54,6 +59,7 @@ class CoordinatorConfig:
     retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     retention_ms: int = 7 * 24 * 3_600_000  # offsets.retention.minutes
     group: GroupConfig = dataclasses.field(default_factory=GroupConfig)
+    consumer: ConsumerGroupConfig = dataclasses.field(default_factory=ConsumerGroupConfig)
 
 
 def _retention_ms(request: Any) -> int:
@@ -90,6 +96,17 @@ class GroupCoordinatorShard:
         # Every deadline of this shard: members' sessions, groups' join/sync phases, retention.
         self.timer = CoordinatorTimer()
         self.membership = GroupMembership(self.groups, config.group, timer=self.timer)
+        # KIP-848 consumer groups (coordinator/consumer_group/): their own records and views.
+        self.consumer_groups = ConsumerGroups()
+        self.consumer = ConsumerGroupHeartbeats(self.consumer_groups, config.consumer, self.timer,
+                                                self._classic_group_kind)
+
+    def _classic_group_kind(self, group_id: str) -> str | None:
+        """Whether a classic group has this id (latest view): "empty", "active", or None."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return None
+        return "empty" if group.state is GroupState.EMPTY and not group.members else "active"
 
     # -- timers ---------------------------------------------------------------------------------
 
@@ -104,6 +121,7 @@ class GroupCoordinatorShard:
         """The shard starts serving: members' sessions restart now (as Kafka reschedules loaded
         members' heartbeats) and the retention check is armed."""
         self.membership.restart_sessions(now_ms)
+        self.consumer.restart_sessions(now_ms)
         self.schedule_retention_check(now_ms, self.config.retention_check_interval_ms, self.config.retention_ms)
 
     def schedule_retention_check(self, now_ms: int, interval_ms: int, retention_ms: int) -> None:
@@ -122,6 +140,9 @@ class GroupCoordinatorShard:
         if not group_id:
             return ErrorCode.invalid_group_id
         generation = request.generation_id_or_member_epoch
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return consumer_group_offsets.validate_commit(consumer_group, request.member_id, generation, version)
         group = self.groups.get(group_id)
         if group is None:
             # A standalone consumer (assign() + commit) commits to a group that does not exist
@@ -194,6 +215,11 @@ class GroupCoordinatorShard:
 
     # -- OffsetFetch ----------------------------------------------------------------------------
 
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        """OffsetFetch v9+'s member check for a consumer group (the committed view)."""
+        return consumer_group_offsets.validate_fetch(self.consumer_groups.committed.get(group_id), member_id,
+                                                     member_epoch)
+
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                       require_stable: bool) -> list[dict[str, Any]]:
         """Committed offsets of a group (the committed view): every requested partition (-1
@@ -240,6 +266,15 @@ class GroupCoordinatorShard:
         return Result(records=records)
 
     def delete_group(self, group_id: str, token: int, now_ms: int) -> Result:
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return Result().respond(token, {"group_id": group_id, "error_code": ErrorCode.non_empty_group})
+            records = self._offset_tombstones(group_id, sorted(self.offsets.latest_group_offsets(group_id)))
+            result = Result(records=records + self.consumer.group_tombstones(consumer_group))
+            result.on_failure = lambda code, _now_ms: Result().respond(
+                token, {"group_id": group_id, "error_code": group_append_error(code)})
+            return result.respond(token, {"group_id": group_id, "error_code": ErrorCode.none})
         group = self.groups.get(group_id)
         error = ErrorCode.group_id_not_found if group is None else group.validate_delete_group()
         if error is not None:
@@ -314,14 +349,20 @@ class GroupCoordinatorShard:
         offset it decides on): tombstones for expired offsets, and a group tombstone for an
         Empty group left without offsets (removed when they are committed)."""
         result = Result()
-        for group_id in sorted(set(self.groups) | self.offsets.latest_groups()):
+        for group_id in sorted(set(self.groups) | self.offsets.latest_groups()):  # consumer groups: by their offsets
             group = self.groups.get(group_id)
             if group is not None and group.deleting:
                 continue  # its tombstones are already written
             latest = self.offsets.latest_group_offsets(group_id)
             expired = []
+            consumer_group = self.consumer_groups.get(group_id)
             for (topic, partition), entry in latest.items():
-                base = self._expiration_base(group, topic, entry.commit_timestamp)
+                if consumer_group is not None:
+                    # KIP-848 groups (Kafka): a subscribed topic's offsets are kept; others count
+                    # from their commit.
+                    base = None if topic in consumer_group.subscription_metadata else entry.commit_timestamp
+                else:
+                    base = self._expiration_base(group, topic, entry.commit_timestamp)
                 if base is None:
                     continue  # not a candidate at all, whatever retention its commit asked for
                 if entry.expire_timestamp >= 0:  # an explicit retention (OffsetCommit v2-v4)
@@ -351,19 +392,34 @@ class GroupCoordinatorShard:
             else:
                 value = record.decoded[1] if record.decoded else decode_offset_commit_value(record.value)
                 self.offsets.append_commit(log_offset, key.group, tp, value)
-                if key.group not in self.groups:  # a standalone consumer's group starts here
+                if key.group not in self.groups and key.group not in self.consumer_groups:
+                    # a standalone consumer's group starts here
                     group = self.groups[key.group] = Group(key.group, now_ms)
                     group.created_at = log_offset  # not in the committed view until this commits
         elif isinstance(key, GroupMetadataKey):
             value = None if record.value is None else (record.decoded[1] if record.decoded else
                                                        decode_group_metadata_value(record.value))
             return self.membership.replay_group_appended(log_offset, key.group, value, now_ms)
+        elif isinstance(key, (ConsumerGroupKey, UnknownKey)):
+            decoded = record.decoded or self._consumer_group_record(key, record.key, record.value)
+            if decoded is not None:
+                self.consumer_groups.replay_appended(log_offset, decoded[0], decoded[1])
         return _NOTHING
+
+    @staticmethod
+    def _consumer_group_record(key: Any, key_bytes: bytes, value_bytes: bytes | None) -> tuple[Any, Any] | None:
+        """A KIP-848 record (types 3..8) decoded, or None for a record type this shard skips."""
+        if isinstance(key, UnknownKey) and key.version not in consumer_group_schema.RECORD_TYPES:
+            return None
+        cg_key = consumer_group_schema.decode_key(key_bytes)
+        value = None if value_bytes is None else consumer_group_schema.decode_value(cg_key.record_type, value_bytes)
+        return cg_key, value
 
     def rebuild_latest(self, surviving: list[tuple[int, OffsetsRecord]], now_ms: int) -> Result:
         """Appended records failed: the latest view becomes the committed one plus the records
         that survive (in log order)."""
         self.offsets.drop_pending()
+        self.consumer_groups.rebuild_latest()
         result = self.membership.drop_appended(now_ms)
         for group_id, group in list(self.groups.items()):
             if group.created_at is not None and group.created_at >= self.groups.committed_to \
@@ -394,12 +450,19 @@ class GroupCoordinatorShard:
             else:
                 value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
                 self.offsets.replay_commit(log_offset, key.group, tp, value)
-                if not appended and key.group not in self.groups:  # a standalone consumer's group starts here
+                if not appended and key.group not in self.groups and key.group not in self.consumer_groups:
+                    # a standalone consumer's group starts here
                     self.groups[key.group] = Group(key.group, now_ms)
         elif isinstance(key, GroupMetadataKey):
             value = None if value_bytes is None else (decoded[1] if decoded else
                                                       decode_group_metadata_value(value_bytes))
             return self.membership.replay_group(key.group, value, now_ms, log_offset)
+        elif isinstance(key, ConsumerGroupKey) or (isinstance(key, UnknownKey)
+                                                   and key.version in consumer_group_schema.RECORD_TYPES):
+            record = decoded if isinstance(key, ConsumerGroupKey) else \
+                self._consumer_group_record(key, key_bytes, value_bytes)
+            assert record is not None
+            self.consumer_groups.replay(log_offset, record[0], record[1])
         elif isinstance(key, UnknownKey):
             log.warning("offsets_record_skipped", partition=self.partition_index, offset=log_offset,
                         key_version=key.version)

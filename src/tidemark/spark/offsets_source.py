@@ -21,9 +21,11 @@ Two ways in, both partition-parallel (one Spark task per offsets partition):
 
 Option `topic` (default `__consumer_offsets`) names another topic of the same layout.
 
-Rows follow `OFFSETS_LOG_SCHEMA`. `record_type` is "offset_commit", "group_metadata" or
-"unknown": a key of a record type tidemark does not decode (KIP-848 records), or a key or value
-that fails to decode; in the latter case `decode_error` says why and the job goes on. Timestamps
+Rows follow `OFFSETS_LOG_SCHEMA`. `record_type` is "offset_commit", "group_metadata", one of the
+KIP-848 consumer group record types ("consumer_group_metadata", ..., "consumer_group_current_
+member_assignment", with `group` and the record as JSON in `consumer_group_record`), or
+"unknown": a key of a record type tidemark does not decode, or a key or value that fails to
+decode; in the latter case `decode_error` says why and the job goes on. Timestamps
 of -1 (absent) are null. A tombstone has `tombstone` true and null value fields.
 """
 
@@ -64,6 +66,7 @@ from tidemark.records.offsets_schema import (
     decode_offset_commit_value_tuple,
 )
 
+from tidemark.records import consumer_group_schema
 from tidemark.spark.shipping import ShippedToExecutors
 
 FORMAT = "tidemark-offsets"
@@ -71,6 +74,10 @@ FORMAT = "tidemark-offsets"
 OFFSET_COMMIT = "offset_commit"
 GROUP_METADATA = "group_metadata"
 UNKNOWN = "unknown"
+# KIP-848 record types (keys 3..8), by Kafka's record names
+CONSUMER_GROUP_RECORDS = {3: "consumer_group_metadata", 4: "consumer_group_partition_metadata",
+                          5: "consumer_group_member_metadata", 6: "consumer_group_target_assignment_metadata",
+                          7: "consumer_group_target_assignment_member", 8: "consumer_group_current_member_assignment"}
 
 MEMBER_SCHEMA = StructType([
     StructField("member_id", StringType()),
@@ -110,6 +117,7 @@ OFFSETS_LOG_SCHEMA = StructType([
     StructField("members", ArrayType(MEMBER_SCHEMA)),
     StructField("subscribed_topics", ArrayType(StringType())),
     StructField("decode_error", StringType()),
+    StructField("consumer_group_record", StringType()),
 ])
 
 # The Arrow schema Spark checks every returned RecordBatch against (timestamps: us, UTC).
@@ -181,6 +189,7 @@ class OffsetsRowBuilder:
         self.keys: list[tuple] = []  # values of _KEY
         self.key_index: dict[bytes, int] = {}  # offset commit key bytes -> index in keys (decode_records)
         self.group_rows: list[tuple[int, tuple]] = []  # (row, values of _GROUP_COLUMNS)
+        self.consumer_group_rows: list[tuple[int, str]] = []  # (row, KIP-848 record as JSON)
 
     def __len__(self) -> int:
         return len(self.columns[0])
@@ -210,6 +219,13 @@ class OffsetsRowBuilder:
                 record_type = GROUP_METADATA
             else:
                 assert isinstance(decoded, UnknownKey)
+                if decoded.version in CONSUMER_GROUP_RECORDS:
+                    cg_key = consumer_group_schema.decode_key(key)
+                    group = cg_key.group
+                    cg_value = None if value is None else consumer_group_schema.decode_value(cg_key.record_type, value)
+                    self.consumer_group_rows.append((len(self), consumer_group_schema.to_json(
+                        {"member_id": cg_key.member_id, "value": cg_value})))
+                    record_type = CONSUMER_GROUP_RECORDS[decoded.version]
         except ValueError as exc:
             record_type, commit, error = UNKNOWN, _NO_COMMIT, str(exc) or type(exc).__name__
         self.keys.append((record_type, key_version, group, topic, partition))
@@ -251,12 +267,17 @@ class OffsetsRowBuilder:
         for i, name in enumerate(_GROUP_COLUMNS):
             if name not in columns:
                 columns[name] = pa.array(self._group_column(i, rows), schema.field(name).type)
+        consumer_group_column: list = [None] * rows
+        for row, text in self.consumer_group_rows:
+            consumer_group_column[row] = text
+        columns["consumer_group_record"] = pa.array(consumer_group_column, pa.string())
         # Emptied in place: decode_records holds on to these.
         for column in self.columns:
             column.clear()
         self.keys.clear()
         self.key_index.clear()
         self.group_rows.clear()
+        self.consumer_group_rows.clear()
         return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 

@@ -210,6 +210,21 @@ def delete_groups(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "results": [deleted_group(g, code) for g in _each(body and body.groups_names)]}
 
 
+def consumer_group_heartbeat(code: ErrorCode | int, message: str | None = None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+
+
+def consumer_group_described(group_id: str, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+            "authorized_operations": -2147483648}
+
+
+def consumer_group_describe(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "groups": [consumer_group_described(g, code) for g in _each(body and body.group_ids)]}
+
+
 def offset_for_leader_epoch(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": [
         {"topic": topic.topic, "partitions": [
@@ -292,6 +307,8 @@ SHAPES: dict[int, Shape] = {
     43: elect_leaders,
     44: alter_configs,
     47: offset_delete,
+    68: lambda body, version, code: consumer_group_heartbeat(code),
+    69: consumer_group_describe,
 }
 """api key -> its failure response from (request body or None, version, error code)."""
 

@@ -8,8 +8,10 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.broker.acl_operations import GROUP_OPERATIONS
 from tidemark.broker.security import access
+from tidemark.coordinator.consumer_group import views as consumer_group_views
 from tidemark.coordinator.group_views import describe_groups
 from tidemark.coordinator.result import Result
+from tidemark.records.consumer_group_schema import TopicMetadata as ConsumerGroupTopic
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.wire import error_responses
 
@@ -60,11 +62,11 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
 async def _cluster_coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
     """In a cluster the group's coordinator is the leader of its offsets partition."""
     assert ctx.cluster is not None
-    code = await ctx.cluster.ensure_offsets_topic()
-    leader = ctx.cluster.leader_of(OFFSETS_TOPIC, ctx.coordinator.partition_for(key)) if code is None else None
+    refusal = await ctx.cluster.ensure_offsets_topic()
+    leader = ctx.cluster.leader_of(OFFSETS_TOPIC, ctx.coordinator.partition_for(key)) if refusal is None else None
     if leader is None:
         return error_responses.coordinator(key, ErrorCode.coordinator_not_available,
-                                           "the group's offsets partition has no leader")
+                                           refusal or "the group's offsets partition has no leader")
     return {"key": key, "node_id": leader.id, "host": leader.host, "port": leader.port, "error_code": 0,
             "error_message": None}
 
@@ -78,11 +80,59 @@ async def handle_join(ctx: RequestContext, request: Request) -> dict[str, Any]:
     if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
         return error_responses.join_group(version, ErrorCode.group_authorization_failed, body.member_id)
     client_id, client_host = ctx.client_id or "", ctx.client_host
+
+    def join(shard: Any, token: int, now: int) -> Result:
+        if body.group_id in shard.consumer_groups:
+            # A classic member cannot join a KIP-848 consumer group here (no online downgrade).
+            return _immediate(error_responses.join_group(version, ErrorCode.inconsistent_group_protocol,
+                                                         body.member_id), token)
+        return shard.membership.join_group(body, version, token, now, client_id, client_host)
+
+    return await ctx.coordinator.call(body.group_id, join,
+                                      lambda code: error_responses.join_group(version, code, body.member_id))
+
+
+def _topics_image(ctx: RequestContext) -> dict[str, Any]:
+    """Every topic a consumer may subscribe to, as the consumer group records describe it."""
+    return {t.name: ConsumerGroupTopic(t.topic_id, t.name, t.partitions)
+            for t in ctx.replicas.metadata.topics.values() if not t.internal}
+
+
+async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
+    # As Kafka: READ on the group, DESCRIBE on every topic subscribed to by name.
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return error_responses.consumer_group_heartbeat(ErrorCode.group_authorization_failed)
+    if access.refused(ctx, access.DESCRIBE, access.TOPIC, body.subscribed_topic_names or ()):
+        return error_responses.consumer_group_heartbeat(ErrorCode.topic_authorization_failed)
+    client_id, client_host = ctx.client_id or "", ctx.client_host
+    topics = _topics_image(ctx)
     return await ctx.coordinator.call(
         body.group_id,
-        lambda shard, token, now: shard.membership.join_group(body, version, token, now, client_id, client_host),
-        lambda code: error_responses.join_group(version, code, body.member_id),
+        lambda shard, token, now: shard.consumer.heartbeat(body, version, token, now, topics, client_id, client_host),
+        error_responses.consumer_group_heartbeat,
     )
+
+
+async def handle_consumer_group_describe(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body = request.body
+    topics = _topics_image(ctx)
+    described = []
+    for group_id in body.group_ids:
+        if not access.allowed(ctx, access.DESCRIBE, access.GROUP, group_id):
+            described.append(error_responses.consumer_group_described(group_id, ErrorCode.group_authorization_failed))
+            continue
+
+        def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
+            return error_responses.consumer_group_described(group_id, code)
+
+        described.append(await ctx.coordinator.read(
+            group_id, lambda shard, g=group_id: consumer_group_views.describe(shard, g, topics), failed))
+    if body.include_authorized_operations:
+        described = [{**g, "authorized_operations": access.operations_field(ctx, GROUP_OPERATIONS, True, access.GROUP,
+                                                                            g["group_id"])}
+                     if g["error_code"] == ErrorCode.none else g for g in described]
+    return {"throttle_time": 0, "groups": described}
 
 
 async def handle_sync(ctx: RequestContext, request: Request) -> dict[str, Any]:
@@ -131,7 +181,7 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
             return {"groups": [error_responses.described_group(group_id, code)]}
 
         described = await ctx.coordinator.read(
-            group_id, lambda shard, g=group_id: describe_groups(shard.groups, _OneGroup(g), version), failed
+            group_id, lambda shard, g=group_id: _describe_one(shard, g, version), failed
         )
         groups.extend(described["groups"])
     if version >= AUTHORIZED_OPERATIONS_FROM and body.include_authorized_operations:
@@ -140,6 +190,18 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
                                                                          g["group_id"])}
                   if g["error_code"] == ErrorCode.none else g for g in groups]
     return {"throttle_time": 0, "groups": groups}
+
+
+def _describe_one(shard: Any, group_id: str, version: int) -> dict[str, Any]:
+    """A classic group as DescribeGroups describes it; a consumer group (KIP-848) as Kafka 4.x
+    answers it: v6+ GROUP_ID_NOT_FOUND "Group ... is not a classic group.", older versions Dead."""
+    if group_id in shard.consumer_groups.committed:
+        return {"groups": [{
+            "error_code": ErrorCode.group_id_not_found if version >= 6 else ErrorCode.none,
+            "error_message": f"Group {group_id} is not a classic group." if version >= 6 else None,
+            "group_id": group_id, "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+            "authorized_operations": consumer_group_views.AUTHORIZED_OPERATIONS_OMITTED}]}
+    return describe_groups(shard.groups, _OneGroup(group_id), version)
 
 
 class _OneGroup:

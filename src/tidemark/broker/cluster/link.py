@@ -27,6 +27,7 @@ from tidemark.broker.cluster.applied_view import AppliedView
 from tidemark.broker.cluster.config_reloads import ConfigReloads
 from tidemark.broker.cluster.isr_maintenance import IsrMaintenance
 from tidemark.broker.cluster.roles import ReplicaRoles
+from tidemark.broker.cluster.session_fence import CoordinatorFence
 from tidemark.broker.cluster.tasks import BackgroundTasks, halt
 from tidemark.broker.config import validate_topic_configs
 from tidemark.broker.dynamic_config import BrokerConfigReloads
@@ -74,6 +75,8 @@ class ClusterLink:
         self.config_reloads = ConfigReloads(self.session, replicas)
         self.broker_config_reloads = BrokerConfigReloads(config, self.session)
         self.tasks = BackgroundTasks(on_fatal)
+        # The group coordinator serves only while the session's lease holds (session_fence.py).
+        self.coordinator_fence = CoordinatorFence(self.node_id, self.session, coordinator, replicas, self.tasks)
         # Offsets in ZooKeeper (offsets.storage=zookeeper, OffsetCommit/OffsetFetch v0) on this
         # broker's session.
         self.offset_store = ZookeeperOffsetManager(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
@@ -123,7 +126,7 @@ class ClusterLink:
                                                 wait_for_owner_s=self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.session.call(self._registration.register,
                                 timeout_s=self._registration.wait_for_owner_s + STARTUP_CALL_TIMEOUT_S)
-        self._controller = Controller(self.client, self.node_id)
+        self._controller = Controller(self.session, self.node_id)
         await self.session.call(self._controller.start, timeout_s=STARTUP_CALL_TIMEOUT_S)
         self._started = True
         self._apply(everything=True)
@@ -254,7 +257,7 @@ class ClusterLink:
                                       timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
         return await self.admin.elect_preferred_leaders(partitions, timeout_s)
 
-    async def ensure_offsets_topic(self) -> ErrorCode | None:
+    async def ensure_offsets_topic(self) -> str | None:
         return await self.admin.ensure_offsets_topic()
 
     async def set_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
