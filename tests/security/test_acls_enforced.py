@@ -320,6 +320,13 @@ def test_each_principal_gets_what_its_acls_allow(tmp_path):
             deleted = await alice.request(42, 2, {"groups_names": ["app"]})
             assert deleted.results[0].error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
 
+            # KIP-848's heartbeat: READ on the group, DESCRIBE on each topic subscribed to.
+            heartbeat = {"group_id": "app", "member_id": "m-1", "member_epoch": 0, "instance_id": None,
+                         "rack_id": None, "rebalance_timeout": 30000, "subscribed_topic_names": ["secret"],
+                         "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": []}
+            assert (await bob.request(68, 1, heartbeat)).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            assert (await alice.request(68, 1, heartbeat)).error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
             # ApiVersions is never authorized.
             assert (await bob.request(18, 3, {"client_software_name": "t",
                                               "client_software_version": "1"})).error_code == 0
