@@ -100,6 +100,11 @@ REQUESTS: dict[int, dict[str, Any]] = {
          "rebalance_timeout": 30000, "subscribed_topic_names": ["a"], "subscribed_topic_regex": None,
          "server_assignor": None, "topic_partitions": []},
     69: {"group_ids": ["g1", "g2"], "include_authorized_operations": False},
+    27: {"markers": [{"producer_id": 5, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                      "topics": [{"name": "a", "partition_indexes": [0, 2]}, {"name": "b", "partition_indexes": [1]}]}]},
+    28: {"transactional_id": "tx", "group_id": "g", "producer_id": 5, "producer_epoch": 0, "topics": [
+        {"name": "a", "partitions": [{"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                                      "committed_metadata": ""}]}]},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
 }

@@ -222,3 +222,21 @@ def test_dump_beside_a_cleaner_swapping_segments(tmp_path, monkeypatch):
     log.close()
     assert printed == in_log
     assert len(listings) > 1 and len(in_log) < 300
+
+
+def test_dump_shows_transactional_commits_and_markers(tmp_path):
+    from tidemark.records.control import build_marker_batch
+
+    value = encode_offset_commit_value(OffsetCommitValue(9, -1, "", T, -1))
+    write_segment(tmp_path, 0, 0, [
+        build_batch([(OFFSET_KEY, value, (), T)], producer_id=12, producer_epoch=3, is_transactional=True),
+        build_marker_batch(12, 3, False, 7, T, base_offset=1),
+    ])
+    result = run("--data-dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        'partition: 0 offset: 0 key: {"group":"g1","topic":"orders","partition":0} '
+        'value: {"offset":9,"leader_epoch":-1,"metadata":"","commit_timestamp":1700000000000,"expire_timestamp":-1} '
+        'transactional: {"producer_id":12,"producer_epoch":3}',
+        'partition: 0 offset: 1 control: ABORT transactional: {"producer_id":12,"producer_epoch":3,"coordinator_epoch":7}',
+    ]

@@ -43,6 +43,7 @@ from tidemark.broker.apis import (
     offsets,
     produce,
     topics,
+    transactions,
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
@@ -106,6 +107,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     29: (acls.handle_describe, 1),
     30: (acls.handle_create, 1),
     31: (acls.handle_delete, 1),
+    27: (transactions.handle_write_txn_markers, 0),  # kio has v1-v2 (the flexible ones)
+    28: (transactions.handle_txn_offset_commit, 0),
 }
 
 # The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process

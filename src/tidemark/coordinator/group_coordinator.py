@@ -14,7 +14,7 @@ from tidemark.coordinator.consumer_group import views as consumer_group_views
 from tidemark.coordinator.consumer_group.heartbeat import ConsumerGroupConfig
 from tidemark.coordinator.group_views import list_groups
 from tidemark.coordinator.rebalance import GroupConfig
-from tidemark.coordinator.runtime import Clock, CoordinatorRuntime, CoordinatorTopic, LoadState
+from tidemark.coordinator.runtime import Clock, CoordinatorRuntime, CoordinatorTopic, LoadState, ShardNotAvailable
 from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
@@ -59,6 +59,23 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard]):
         for outcome in await asyncio.gather(*events, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 log.warning("offsets_of_deleted_topic_kept", topics=topics, error=repr(outcome))
+
+    async def complete_transaction(self, partition_index: int, producer_id: int, producer_epoch: int,
+                                   committed: bool, coordinator_epoch: int) -> ErrorCode:
+        """A transaction marker for one offsets partition (WriteTxnMarkers): written through its
+        shard, answered once committed; the shard's state code if it is not active here."""
+        runtime = self.shards.get(partition_index)
+        if runtime is None:
+            return ErrorCode.not_coordinator
+        token, response = self.new_token()
+        try:
+            handled = runtime.submit(lambda shard, now: shard.complete_transaction(
+                producer_id, producer_epoch, committed, coordinator_epoch, token))
+            await handled
+        except ShardNotAvailable as exc:
+            response.cancel()
+            return exc.code
+        return await response
 
     def list_groups(self, body: Any, version: int) -> tuple[list[dict[str, Any]], ErrorCode]:
         """ListGroups across every loaded shard, from their committed views: (groups, NONE), or

@@ -277,6 +277,18 @@ def delete_acls(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
                                                    for _ in _each(body and body.filters)]}
 
 
+def write_txn_markers(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"markers": [{"producer_id": m.producer_id, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
+        for t in m.topics]} for m in _each(body and body.markers)]}
+
+
+def txn_offset_commit(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]} for t in _each(body and body.topics)]}
+
+
 SHAPES: dict[int, Shape] = {
     29: describe_acls,
     30: create_acls,
@@ -309,6 +321,8 @@ SHAPES: dict[int, Shape] = {
     47: offset_delete,
     68: lambda body, version, code: consumer_group_heartbeat(code),
     69: consumer_group_describe,
+    27: write_txn_markers,
+    28: txn_offset_commit,
 }
 """api key -> its failure response from (request body or None, version, error code)."""
 
