@@ -327,6 +327,18 @@ def test_each_principal_gets_what_its_acls_allow(tmp_path):
             assert (await bob.request(68, 1, heartbeat)).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
             assert (await alice.request(68, 1, heartbeat)).error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
+            # Transactions: WriteTxnMarkers is for brokers (CLUSTER_ACTION); TxnOffsetCommit needs WRITE
+            # on the transactional id first.
+            markers = await bob.request(27, 1, {"markers": [{"producer_id": 1, "producer_epoch": 0,
+                "transaction_result": True, "topics": [{"name": "orders", "partition_indexes": [0]}],
+                "coordinator_epoch": 0}]})
+            assert markers.markers[0].topics[0].partitions[0].error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+            txn_commit = await alice.request(28, 3, {"transactional_id": "tx", "group_id": "app", "producer_id": 1,
+                "producer_epoch": 0, "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [
+                    {"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+            assert txn_commit.topics[0].partitions[0].error_code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
             # ApiVersions is never authorized.
             assert (await bob.request(18, 3, {"client_software_name": "t",
                                               "client_software_version": "1"})).error_code == 0
