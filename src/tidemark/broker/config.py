@@ -135,6 +135,23 @@ class Setting:
     maximum: int | None = None
 
 
+def _parse_authorizer(text: str) -> str:
+    """authorizer.class.name: empty (no authorization) or Kafka's ACL authorizer's name."""
+    from tidemark.broker.security.authorizer import AUTHORIZER_NAMES
+    name = text.strip()
+    if name and name not in AUTHORIZER_NAMES:
+        raise ValueError(f"expected empty or kafka.security.authorizer.AclAuthorizer, got {name!r}")
+    return name
+
+
+def _parse_super_users(text: str) -> frozenset[str]:
+    """super.users: principals separated by semicolons (User:alice;User:bob)."""
+    users = frozenset(part.strip() for part in text.split(";") if part.strip())
+    if any(":" not in user for user in users):
+        raise ValueError("expected principals as TYPE:NAME separated by ';'")
+    return users
+
+
 def _int(name: str, default: int, minimum: int | None = None, doc: str = "", maximum: int | None = None) -> Setting:
     return Setting(name, default, _parse_int, minimum, doc, maximum)
 
@@ -261,6 +278,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("transactional.id.expiration.ms", 604800000, 1),
         _int("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000, 1),
         _int("transaction.remove.expired.transaction.cleanup.interval.ms", 3600000, 1),
+        # Authorization (Kafka's AclAuthorizer): ACLs enforced once an authorizer is named.
+        Setting("authorizer.class.name", "", _parse_authorizer),
+        Setting("super.users", frozenset(), _parse_super_users),
+        Setting("allow.everyone.if.no.acl.found", False, _parse_bool),
         # KIP-848 consumer groups (group.protocol=consumer), with Kafka's defaults and bounds.
         _int("group.consumer.session.timeout.ms", 45000, 1),
         _int("group.consumer.min.session.timeout.ms", 45000, 1),

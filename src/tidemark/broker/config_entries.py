@@ -61,6 +61,8 @@ def to_string(value: Any) -> str | None:
         return _JAVA_DOUBLE_MAX if math.isinf(value) else repr(value)
     if isinstance(value, dict):  # max.connections.per.ip.overrides
         return ",".join(f"{host}:{count}" for host, count in value.items())
+    if isinstance(value, frozenset):  # super.users
+        return ";".join(sorted(value))
     return str(value)
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tidemark.coordinator.runtime.io import Clock
     from tidemark.replication.partition_manager import PartitionManager
     from tidemark.broker.cluster import ClusterLink
+    from tidemark.broker.security.authorizer import Authorizer
     from tidemark.coordinator.result import Result
     from tidemark.coordinator.shard import GroupCoordinatorShard
     from tidemark.coordinator.transactions.coordinator import TransactionCoordinator
@@ -58,7 +59,8 @@ class RequestContext:
     copied per request on the hot path, and a frozen class would make that copy slower)."""
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
-                 "replicas", "coordinator", "supported_versions", "cluster", "transactions")
+                 "replicas", "coordinator", "supported_versions", "cluster", "transactions",
+                 "principal", "authorizer")
 
     api_version: int
     client_id: str | None
@@ -72,12 +74,15 @@ class RequestContext:
     supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
     cluster: ClusterLink | None  # this broker's ZooKeeper cluster, None when embedded
     transactions: TransactionCoordinator  # the transaction coordinator (None in some unit tests)
+    principal: str  # the connection's principal, Kafka's "User:NAME" ("User:ANONYMOUS" unauthenticated)
+    authorizer: Authorizer | None  # None: authorizer.class.name is empty, everything is allowed
 
     def __init__(self, *, client_host: str, clock: Clock, config: BrokerConfig, node: Node,
                  replicas: PartitionManager, coordinator: Coordinator,
                  supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
                  api_version: int = -1, client_id: str | None = None, correlation_id: int = -1,
-                 transactions: TransactionCoordinator | None = None) -> None:
+                 transactions: TransactionCoordinator | None = None,
+                 principal: str = "User:ANONYMOUS", authorizer: Authorizer | None = None) -> None:
         self.api_version = api_version
         self.client_id = client_id
         self.correlation_id = correlation_id
@@ -90,6 +95,8 @@ class RequestContext:
         self.supported_versions = supported_versions
         self.cluster = cluster
         self.transactions = transactions  # type: ignore[assignment]
+        self.principal = principal
+        self.authorizer = authorizer
 
     def for_request(self, request: Request) -> RequestContext:
         """This (connection's) context carrying `request`'s header facts."""
@@ -106,6 +113,8 @@ class RequestContext:
         ctx.supported_versions = self.supported_versions
         ctx.cluster = self.cluster
         ctx.transactions = self.transactions
+        ctx.principal = self.principal
+        ctx.authorizer = self.authorizer
         return ctx
 
 

@@ -28,6 +28,7 @@ from kio.schema.index import api_key_map
 from tidemark import metrics
 from tidemark.broker import dynamic_config, zk_offsets
 from tidemark.broker.apis import (
+    acls,
     api_versions,
     configs,
     delete_records,
@@ -50,6 +51,7 @@ from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.coordinator_io import LogOffsetsTopic
 from tidemark.broker.transaction_io import BrokerMarkerDestinations, LogTransactionStateTopic
 from tidemark.coordinator.transactions.coordinator import TransactionCoordinator
+from tidemark.broker.security import authorizing
 from tidemark.coordinator.runtime.io import Clock, SystemClock
 from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
@@ -112,6 +114,9 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     26: (transactions.handle_end_txn, 0),
     65: (transactions.handle_describe, 0),
     66: (transactions.handle_list, 0),
+    29: (acls.handle_describe, 1),
+    30: (acls.handle_create, 1),
+    31: (acls.handle_delete, 1),
 }
 
 # api key -> the highest version served where it is below what the codec covers: AddPartitionsToTxn
@@ -170,6 +175,7 @@ class Broker:
         self.cluster = ClusterLink(config, self.replicas, _Coordinators(self.coordinator, self.transactions),
                                    self.clock, self.zookeeper) if self.zookeeper is not None else None
         self.marker_destinations.cluster = self.cluster
+        self.authorizer, self.acl_store = authorizing.authorizer_of(config, self.replicas, self.zookeeper)
         self._server: asyncio.base_events.Server | None = None
         self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
@@ -187,6 +193,8 @@ class Broker:
             self.replicas.open()
             dynamic_config.load_embedded(self.config, self.replicas)
         self._opened = True
+        if self.acl_store is not None:
+            await self.acl_store.start()  # ACLs enforced from the first request
         self.replicas.start()
         self.coordinator.start()
         self.transactions.start()
@@ -225,6 +233,8 @@ class Broker:
                 log.warning("cluster_stop_timed_out", seconds=bound_s)
         if self._server is not None:
             self._server.close()
+        if self.acl_store is not None:
+            await self.acl_store.close()
         for connection in list(self.connections):
             connection.close()
         await self.coordinator.stop()
@@ -260,7 +270,7 @@ class Broker:
             client_host=client_host, clock=self.clock, config=self.config,
             node=Node(self.node_id, self.advertised_host, self.advertised_port),
             replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
-            cluster=self.cluster, transactions=self.transactions,
+            cluster=self.cluster, transactions=self.transactions, authorizer=self.authorizer,
         )
 
     async def dispatch(self, connection_context: RequestContext, request: Request) -> bytes | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tidemark.cli.acls import acls
 from tidemark.cli.cluster import cluster
 from tidemark.cli.configs import configs
 from tidemark.cli.groups import groups
@@ -17,7 +18,7 @@ from tidemark.cli.topics import topics
 from tidemark.cli.zk import zk
 
 # Every command, in the order `tidemark --help` lists them; a new command is one import and one entry.
-COMMANDS = (serve, offsets, groups, topics, configs, leader_election, transactions, spark, zk, cluster)
+COMMANDS = (serve, offsets, groups, topics, configs, acls, leader_election, transactions, spark, zk, cluster)
 
 
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})

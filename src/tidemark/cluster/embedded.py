@@ -92,6 +92,9 @@ class EmbeddedMetadata:
         self.cluster_id = ""
         # Dynamic broker settings as text, by entity: "<default>" or this broker's id.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # ACLs by resource, each in Kafka's ZooKeeper JSON ({"resourceType", "name", "patternType",
+        # "acls": [...]}): the authorizer's store when there is no ZooKeeper.
+        self.acls: list[dict[str, Any]] = []
         self._load()
 
     @property
@@ -106,6 +109,7 @@ class EmbeddedMetadata:
             self._producer_id_limit = state["producer_id_block_end"]
             self._next_producer_id = self._producer_id_limit
             self.broker_configs = state.get("broker_configs", {})
+            self.acls = state.get("acls", [])
             for entry in state["topics"]:
                 topic = TopicMetadata(
                     name=entry["name"],
@@ -128,6 +132,7 @@ class EmbeddedMetadata:
             "cluster_id": self.cluster_id,
             "producer_id_block_end": self._producer_id_limit,
             "broker_configs": self.broker_configs,
+            "acls": self.acls,
             "topics": [
                 {
                     "name": t.name,
@@ -184,6 +189,11 @@ class EmbeddedMetadata:
             self.broker_configs[entity] = dict(configs)
         else:
             self.broker_configs.pop(entity, None)
+        self._save()
+
+    def set_acls(self, resources: list[dict[str, Any]]) -> None:
+        """Replace every ACL (durably, before the authorizer applies them)."""
+        self.acls = list(resources)
         self._save()
 
     def delete_topic(self, name: str) -> TopicMetadata:

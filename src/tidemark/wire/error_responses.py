@@ -290,6 +290,20 @@ def elect_leaders(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
         for t in _each(body and body.topic_partitions)]}
 
 
+def describe_acls(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": None, "resources": []}
+
+
+def create_acls(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": [{"error_code": code, "error_message": None}
+                                            for _ in _each(body and body.creations)]}
+
+
+def delete_acls(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "filter_results": [{"error_code": code, "error_message": None, "matching_acls": []}
+                                                   for _ in _each(body and body.filters)]}
+
+
 def write_txn_markers(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"markers": [{"producer_id": m.producer_id, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
@@ -303,6 +317,9 @@ def txn_offset_commit(body: Any, version: int, code: ErrorCode) -> dict[str, Any
 
 
 SHAPES: dict[int, Shape] = {
+    29: describe_acls,
+    30: create_acls,
+    31: delete_acls,
     0: produce,
     1: fetch,
     2: list_offsets,

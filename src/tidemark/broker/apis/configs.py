@@ -23,6 +23,8 @@ from tidemark.broker.config_entries import (
 from tidemark.broker.dynamic_config import DynamicConfigRefused
 from tidemark.cluster.embedded import InvalidTopicError, TopicMetadata, validate_topic_name
 
+from tidemark.broker.security import access
+
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
@@ -71,6 +73,14 @@ def _unsupported(resource_type: int) -> Refused:
     return Refused(ErrorCode.invalid_request, f"Unsupported resource type: {resource_type}")
 
 
+def _authorize(ctx: RequestContext, operation: Any, resource: Any) -> None:
+    """As Kafka: the operation on the topic, or on the cluster for a broker resource."""
+    if resource.resource_type == TOPIC and not access.allowed(ctx, operation, access.TOPIC, resource.resource_name):
+        raise Refused(ErrorCode.topic_authorization_failed, None)
+    if resource.resource_type == BROKER and not access.allowed(ctx, operation, access.CLUSTER):
+        raise Refused(ErrorCode.cluster_authorization_failed, None)
+
+
 # -- DescribeConfigs ---------------------------------------------------------------------------
 
 def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool) -> dict[str, Any]:
@@ -78,6 +88,7 @@ def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool) ->
               "resource_name": resource.resource_name, "configs": []}
     name = resource.resource_name
     try:
+        _authorize(ctx, access.DESCRIBE_CONFIGS, resource)
         if resource.resource_type == TOPIC:
             entries = topic_entries(ctx.config, _topic(ctx, name).configs, include_synonyms)
         elif resource.resource_type == BROKER:
@@ -167,6 +178,7 @@ async def _alter(ctx: RequestContext, request: Request, new_overrides: NewOverri
         try:
             if key in duplicated:  # Kafka refuses every copy of a resource named twice
                 raise Refused(ErrorCode.invalid_request, "Each resource must appear at most once.")
+            _authorize(ctx, access.ALTER_CONFIGS, resource)
             await _alter_one(ctx, resource, body.validate_only, new_overrides)
         except Refused as refused:
             code, message = refused.code, refused.message

@@ -16,6 +16,8 @@ from kio.schema.errors import ErrorCode
 from tidemark.cluster.embedded import INTERNAL_TOPICS
 from tidemark.log.errors import OffsetOutOfRangeError
 
+from tidemark.broker.security import access
+
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
@@ -26,6 +28,8 @@ HIGH_WATERMARK = -1
 
 async def _delete_one(ctx: RequestContext, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
     """(error, low watermark) for one partition."""
+    if not access.allowed(ctx, access.DELETE, access.TOPIC, topic):  # as Kafka
+        return ErrorCode.topic_authorization_failed, -1
     if topic in INTERNAL_TOPICS:
         return ErrorCode.invalid_topic_exception, -1
     partition = ctx.replicas.partition(topic, index)

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker.acl_operations import CLUSTER_OPERATIONS, authorized_operations
+from tidemark.broker.acl_operations import CLUSTER_OPERATIONS
+from tidemark.broker.security import access
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
@@ -48,6 +49,6 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         "cluster_id": ctx.replicas.metadata.cluster_id,
         "controller_id": controller,
         "brokers": brokers,
-        "cluster_authorized_operations": authorized_operations(
-            CLUSTER_OPERATIONS, body.include_cluster_authorized_operations),
+        "cluster_authorized_operations": access.operations_field(
+            ctx, CLUSTER_OPERATIONS, body.include_cluster_authorized_operations, access.CLUSTER),
     }

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker.security import access
+
 if TYPE_CHECKING:
     from tidemark.broker.cluster import ClusterLink
     from tidemark.broker.context import RequestContext
@@ -61,6 +63,11 @@ def _unclean(cluster: ClusterLink, partitions: Iterable[tuple[str, int]]) -> Out
 
 async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
+    if not access.allowed(ctx, access.ALTER, access.CLUSTER):  # as Kafka: the whole request refused
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "replica_election_results": [
+            {"topic": t.topic, "partition_result": [
+                {"partition_id": i, "error_code": ErrorCode.cluster_authorization_failed, "error_message": None}
+                for i in t.partitions]} for t in body.topic_partitions or ()]}
     election_type = getattr(body, "election_type", PREFERRED)  # v0 elects the preferred replica only
     every = body.topic_partitions is None
     if every:

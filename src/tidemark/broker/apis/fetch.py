@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
+from tidemark.broker.security import access
 from tidemark.log import errors as log_errors
 from tidemark.records import iter_batches
 from tidemark.replication.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, FetchPosition, FetchSession,
@@ -163,6 +164,10 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
         if ref not in topics:
             topics[ref] = _resolve(ctx, ref)
         topic, missing = topics[ref]
+        if not _may_fetch(ctx, replica_id, topic.name if topic is not None else ref):
+            response["error_code"] = ErrorCode.topic_authorization_failed
+            errors = True
+            continue
         partition = replicas.partition(topic.name, index) if topic is not None else None
         if partition is None:
             response["error_code"] = missing or replicas.absent_code(topic.name, index)
@@ -216,6 +221,16 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
         total += len(records)
         remaining = max(0, remaining - len(records))
     return answers, total, partitions, errors, unread
+
+
+def _may_fetch(ctx: RequestContext, replica_id: int, name: str | uuid.UUID) -> bool:
+    """As Kafka: a follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ on the
+    topic (an id no topic has is answered UNKNOWN_TOPIC_ID, not refused)."""
+    if ctx.authorizer is None:
+        return True
+    if replica_id >= 0:
+        return access.allowed(ctx, access.CLUSTER_ACTION, access.CLUSTER)
+    return isinstance(name, uuid.UUID) or access.allowed(ctx, access.READ, access.TOPIC, name)
 
 
 def _aborted(log: Any, fetch_offset: int, records: bytes) -> list[dict[str, int]]:

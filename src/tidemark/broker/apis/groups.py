@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker.acl_operations import GROUP_OPERATIONS, authorized_operations
+from tidemark.broker.acl_operations import GROUP_OPERATIONS
+from tidemark.broker.security import access
 from tidemark.coordinator.consumer_group import views as consumer_group_views
 from tidemark.coordinator.group_views import describe_groups
 from tidemark.coordinator.result import Result
@@ -31,7 +32,11 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
     coordinators = []
     for key in keys:
-        if key_type == TRANSACTION_KEY_TYPE:
+        if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE) and not access.allowed(
+                ctx, access.DESCRIBE, access.GROUP if key_type == GROUP_KEY_TYPE else access.TRANSACTIONAL_ID, key):
+            entry = error_responses.coordinator(key, ErrorCode.group_authorization_failed if key_type == GROUP_KEY_TYPE
+                                                else ErrorCode.transactional_id_authorization_failed)
+        elif key_type == TRANSACTION_KEY_TYPE:
             entry = await _transaction_coordinator(ctx, key)
         elif key_type != GROUP_KEY_TYPE:
             entry = error_responses.coordinator(key, ErrorCode.invalid_request, f"unknown key type {key_type}")
@@ -87,6 +92,8 @@ def _immediate(response: Any, token: int) -> Result:
 
 async def handle_join(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body, version = request.body, ctx.api_version
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return error_responses.join_group(version, ErrorCode.group_authorization_failed, body.member_id)
     client_id, client_host = ctx.client_id or "", ctx.client_host
 
     def join(shard: Any, token: int, now: int) -> Result:
@@ -108,6 +115,11 @@ def _topics_image(ctx: RequestContext) -> dict[str, Any]:
 
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body, version = request.body, ctx.api_version
+    # As Kafka: READ on the group, DESCRIBE on every topic subscribed to by name.
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return error_responses.consumer_group_heartbeat(ErrorCode.group_authorization_failed)
+    if access.refused(ctx, access.DESCRIBE, access.TOPIC, body.subscribed_topic_names or ()):
+        return error_responses.consumer_group_heartbeat(ErrorCode.topic_authorization_failed)
     client_id, client_host = ctx.client_id or "", ctx.client_host
     topics = _topics_image(ctx)
     return await ctx.coordinator.call(
@@ -122,20 +134,26 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Request) 
     topics = _topics_image(ctx)
     described = []
     for group_id in body.group_ids:
+        if not access.allowed(ctx, access.DESCRIBE, access.GROUP, group_id):
+            described.append(error_responses.consumer_group_described(group_id, ErrorCode.group_authorization_failed))
+            continue
+
         def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
             return error_responses.consumer_group_described(group_id, code)
 
         described.append(await ctx.coordinator.read(
             group_id, lambda shard, g=group_id: consumer_group_views.describe(shard, g, topics), failed))
     if body.include_authorized_operations:
-        operations = authorized_operations(GROUP_OPERATIONS, requested=True)
-        described = [{**g, "authorized_operations": operations} if g["error_code"] == ErrorCode.none else g
-                     for g in described]
+        described = [{**g, "authorized_operations": access.operations_field(ctx, GROUP_OPERATIONS, True, access.GROUP,
+                                                                            g["group_id"])}
+                     if g["error_code"] == ErrorCode.none else g for g in described]
     return {"throttle_time": 0, "groups": described}
 
 
 async def handle_sync(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body, version = request.body, ctx.api_version
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return error_responses.sync_group(ErrorCode.group_authorization_failed)
     return await ctx.coordinator.call(
         body.group_id, lambda shard, token, now: shard.membership.sync_group(body, version, token, now),
         error_responses.sync_group,
@@ -144,6 +162,8 @@ async def handle_sync(ctx: RequestContext, request: Request) -> dict[str, Any]:
 
 async def handle_heartbeat(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body, version = request.body, ctx.api_version
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return error_responses.heartbeat(ErrorCode.group_authorization_failed)
     return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: _immediate(shard.membership.heartbeat(body, version, now), token),
@@ -155,6 +175,8 @@ async def handle_heartbeat(ctx: RequestContext, request: Request) -> dict[str, A
 
 async def handle_leave(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body, version = request.body, ctx.api_version
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return error_responses.leave_group(ErrorCode.group_authorization_failed)
     return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.membership.leave_group(body, version, token, now),
@@ -166,6 +188,10 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
     body, version = request.body, ctx.api_version
     groups = []
     for group_id in body.groups:
+        if not access.allowed(ctx, access.DESCRIBE, access.GROUP, group_id):
+            groups.append(error_responses.described_group(group_id, ErrorCode.group_authorization_failed))
+            continue
+
         def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
             return {"groups": [error_responses.described_group(group_id, code)]}
 
@@ -174,10 +200,10 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
         )
         groups.extend(described["groups"])
     if version >= AUTHORIZED_OPERATIONS_FROM and body.include_authorized_operations:
-        # As Kafka, only for a group described without error; with no ACLs, every operation.
-        operations = authorized_operations(GROUP_OPERATIONS, requested=True)
-        groups = [{**g, "authorized_operations": operations} if g["error_code"] == ErrorCode.none else g
-                  for g in groups]
+        # As Kafka, only for a group described without error; without an authorizer, every operation.
+        groups = [{**g, "authorized_operations": access.operations_field(ctx, GROUP_OPERATIONS, True, access.GROUP,
+                                                                         g["group_id"])}
+                  if g["error_code"] == ErrorCode.none else g for g in groups]
     return {"throttle_time": 0, "groups": groups}
 
 
@@ -204,6 +230,8 @@ class _OneGroup:
 async def handle_list(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body, version = request.body, ctx.api_version
     groups, error = ctx.coordinator.list_groups(body, version)
+    if not access.allowed(ctx, access.DESCRIBE, access.CLUSTER):  # else only the groups it may describe
+        groups = [g for g in groups if access.allowed(ctx, access.DESCRIBE, access.GROUP, g["group_id"])]
     return {"throttle_time": 0, "error_code": error, "groups": groups}
 
 
@@ -211,6 +239,9 @@ async def handle_delete_groups(ctx: RequestContext, request: Request) -> dict[st
     body = request.body
     results = []
     for group_id in body.groups_names:
+        if not access.allowed(ctx, access.DELETE, access.GROUP, group_id):
+            results.append(error_responses.deleted_group(group_id, ErrorCode.group_authorization_failed))
+            continue
         result = await ctx.coordinator.call(
             group_id,
             lambda shard, token, now, g=group_id: shard.delete_group(g, token, now),

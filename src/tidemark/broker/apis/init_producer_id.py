@@ -8,15 +8,26 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker.apis import transactions
+from tidemark.broker.security import access
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
     from tidemark.wire.codec import Request
 
+
 async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
     if body.transactional_id == "":
         return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "producer_id": -1, "producer_epoch": -1}
+    if body.transactional_id is not None and not access.allowed(ctx, access.WRITE, access.TRANSACTIONAL_ID,
+                                                                body.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
+                "producer_id": -1, "producer_epoch": -1}
+    if body.transactional_id is None and not (access.allowed(ctx, access.IDEMPOTENT_WRITE, access.CLUSTER)
+                                              or access.allowed_any(ctx, access.WRITE, access.TOPIC)):
+        # As Kafka (KIP-679): an idempotent producer needs IDEMPOTENT_WRITE or WRITE on some topic.
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                "producer_id": -1, "producer_epoch": -1}
     if body.transactional_id is not None:
         return await transactions.init_producer_id(ctx, request)  # the transaction coordinator's
     # Without a transactional id Kafka always hands out a fresh producer id at epoch 0, even

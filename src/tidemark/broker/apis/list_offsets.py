@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, ListOffsetsV0Response
+
+from tidemark.broker.security import access
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
@@ -45,6 +49,8 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | List
         partitions = []
         for wanted in wanted_topic.partitions:
             partition, code = ctx.replicas.leader_partition(wanted_topic.name, wanted.partition_index)
+            if not access.allowed(ctx, access.DESCRIBE, access.TOPIC, wanted_topic.name):  # as Kafka
+                partition, code = None, ErrorCode.topic_authorization_failed
             if partition is None:
                 partitions.append({"partition_index": wanted.partition_index, "error_code": code,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
@@ -63,6 +69,8 @@ def _handle_v0(ctx: RequestContext, body: ListOffsetsV0Request) -> ListOffsetsV0
         partitions = []
         for index, timestamp, max_num_offsets in wanted_partitions:
             partition, code = ctx.replicas.leader_partition(name, index)
+            if not access.allowed(ctx, access.DESCRIBE, access.TOPIC, name):
+                partition, code = None, ErrorCode.topic_authorization_failed
             if partition is None:
                 partitions.append((index, int(code), ()))
                 continue

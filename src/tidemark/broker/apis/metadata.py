@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
+from tidemark.broker.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from tidemark.broker.security import access
 from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, TopicMetadata, validate_topic_name
 from tidemark.cluster.zk.assignment import RackAwareMode
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
@@ -75,15 +76,16 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     replicas = ctx.replicas
     # KIP-430 (v8+): every topic named, known or not, carries its authorized operations when asked
     # (Kafka sets them on the whole describable list); without the ask, Kafka's "omitted" value.
-    topic_operations = authorized_operations(TOPIC_OPERATIONS,
-                                             getattr(body, "include_topic_authorized_operations", False))
+    ask_topic_operations = getattr(body, "include_topic_authorized_operations", False)
     # Auto-creation: v4+ carries the client's wish; older versions always allow it.
     allow_auto_create = ctx.config["auto.create.topics.enable"] and getattr(
         body, "allow_auto_topic_creation", True
     )
     requested = body.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [topic_entry(ctx, t) for t in replicas.metadata.topics.values()]
+        # As Kafka: all topics means all the principal may DESCRIBE.
+        topics = [topic_entry(ctx, t) for t in replicas.metadata.topics.values()
+                  if access.allowed(ctx, access.DESCRIBE, access.TOPIC, t.name)]
     else:
         topics = []
         for item in requested:
@@ -95,7 +97,13 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
                 continue
             if name is None:  # v12+ may ask by topic id
                 topic = replicas.topic_by_id(item.topic_id)
+                if topic is not None and not access.allowed(ctx, access.DESCRIBE, access.TOPIC, topic.name):
+                    topics.append(_error_entry(None, ErrorCode.topic_authorization_failed))
+                    continue
                 topics.append(topic_entry(ctx, topic) if topic else _error_entry(None, ErrorCode.unknown_topic_id))
+                continue
+            if not access.allowed(ctx, access.DESCRIBE, access.TOPIC, name):
+                topics.append(_error_entry(name, ErrorCode.topic_authorization_failed))
                 continue
             topic = replicas.topic(name)
             if topic is None and name == OFFSETS_TOPIC:
@@ -103,6 +111,11 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
                 # (monitoring tools such as Burrow read its partition count before anything else).
                 topic = await _create(ctx, name)
             if topic is None and allow_auto_create and name not in INTERNAL_TOPICS:
+                # As Kafka: auto-creation needs CREATE on the cluster or the topic.
+                if not (access.allowed(ctx, access.CREATE, access.CLUSTER)
+                        or access.allowed(ctx, access.CREATE, access.TOPIC, name)):
+                    topics.append(_error_entry(name, ErrorCode.topic_authorization_failed))
+                    continue
                 try:
                     validate_topic_name(name)
                 except InvalidTopicError:
@@ -114,11 +127,12 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
             )
     for entry in topics:
         if entry["name"]:
-            entry["topic_authorized_operations"] = topic_operations
+            entry["topic_authorized_operations"] = access.operations_field(
+                ctx, TOPIC_OPERATIONS, ask_topic_operations, access.TOPIC, entry["name"])
     return {
         "throttle_time": 0,
-        "cluster_authorized_operations": authorized_operations(  # v8-10
-            CLUSTER_OPERATIONS, getattr(body, "include_cluster_authorized_operations", False)),
+        "cluster_authorized_operations": access.operations_field(  # v8-10
+            ctx, CLUSTER_OPERATIONS, getattr(body, "include_cluster_authorized_operations", False), access.CLUSTER),
         # rack: v1+ (KIP-36), from broker.rack (each broker's registration on a cluster)
         "brokers": [{"node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port,
                      "rack": ctx.config["broker.rack"]}] if ctx.cluster is None

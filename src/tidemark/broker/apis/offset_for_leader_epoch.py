@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker.security import access
+
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
     from tidemark.replication.partition import Partition
@@ -43,8 +45,15 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     # replica_id (v3+) names a follower; followers and consumers get the same answer, from the
     # leader only, as from Kafka.
     require_leader = getattr(request.body, "replica_id", -1) != DEBUGGING_REPLICA_ID
+    # As Kafka: CLUSTER_ACTION on the cluster (brokers), else DESCRIBE on each topic.
+    cluster_action = access.allowed(ctx, access.CLUSTER_ACTION, access.CLUSTER)
     topics = []
     for wanted in request.body.topics:
+        if not cluster_action and not access.allowed(ctx, access.DESCRIBE, access.TOPIC, wanted.topic):
+            partitions = [{"partition": p.partition, "leader_epoch": -1, "end_offset": -1,
+                           "error_code": ErrorCode.topic_authorization_failed} for p in wanted.partitions]
+            topics.append({"topic": wanted.topic, "partitions": partitions})
+            continue
         partitions = [{"partition": p.partition, "leader_epoch": -1, "end_offset": -1,
                        **end_offset(ctx.replicas.partition(wanted.topic, p.partition), p.current_leader_epoch,
                                     p.leader_epoch, require_leader)}

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker import zk_offsets
+from tidemark.broker.security import access
 from tidemark.broker.offset_fetch_forwarding import ForwardFailed, OffsetFetchForwarder
 from tidemark.coordinator.result import Result
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
@@ -85,16 +86,36 @@ def _unknown_id_commit(topic: Any) -> dict[str, Any]:
 
 async def handle_commit(ctx: RequestContext, request: Request) -> Any:
     body = request.body
+    # As Kafka: READ on the group (else the whole commit is refused), READ on each topic.
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return _old_version(ctx, 8, error_responses.offset_commit(body, ctx.api_version,
+                                                                  ErrorCode.group_authorization_failed))
     names = _names(ctx, body.topics)
-    if names is None:
+    refused = access.refused(ctx, access.READ, access.TOPIC,
+                             (t.name if names is None else names[t.topic_id] for t in body.topics))
+    if names is None and not refused:
         return _old_version(ctx, 8, await _commit(ctx, body, None))
-    known = tuple(t for t in body.topics if names[t.topic_id] is not None)
-    # Only the topics that exist go to the coordinator (none at all: it is not asked).
+
+    def name_of(t: Any) -> str | None:
+        return t.name if names is None else names[t.topic_id]
+
+    known = tuple(t for t in body.topics if name_of(t) is not None and name_of(t) not in refused)
+    # Only the topics that exist and may be read go to the coordinator (none at all: it is not asked).
     response = await _commit(ctx, dataclasses.replace(body, topics=known), names) if known else \
         {"throttle_time": 0, "topics": []}
     answered = iter(response["topics"])  # one per known topic, in the request's order
-    return {**response, "topics": [next(answered) if names[t.topic_id] is not None else _unknown_id_commit(t)
-                                   for t in body.topics]}
+    return _old_version(ctx, 8, {**response, "topics": [
+        _unknown_id_commit(t) if name_of(t) is None else
+        error_responses.offset_commit(_Topics((t,)), ctx.api_version, ErrorCode.topic_authorization_failed)["topics"][0]
+        if name_of(t) in refused else next(answered)
+        for t in body.topics]})
+
+
+class _Topics:
+    """A request body naming only these topics (for error_responses' per-partition answers)."""
+
+    def __init__(self, topics: Any) -> None:
+        self.topics = topics
 
 
 # -- OffsetFetch --------------------------------------------------------------------------------
@@ -153,13 +174,19 @@ async def handle_fetch(ctx: RequestContext, request: Request) -> Any:
     asked = [(g.group_id, g.topics) for g in body.groups] if version >= 8 else [(body.group_id, body.topics)]
     names = [_names(ctx, topics) for _, topics in asked]
     wanted = [_wanted(topics, n) for (_, topics), n in zip(asked, names)]
+    # As Kafka: DESCRIBE on each group (else that group's GROUP_AUTHORIZATION_FAILED) and topic.
+    denied = access.refused(ctx, access.DESCRIBE, access.GROUP, (g for g, _ in asked))
     if zk_offsets.serves(ctx, zk_offsets.OFFSET_FETCH):
-        groups = list(await asyncio.gather(*(zk_offsets.fetch_group(ctx, g, w) for (g, _), w in zip(asked, wanted))))
+        groups = list(await asyncio.gather(*(_denied_group(g) if g in denied else zk_offsets.fetch_group(ctx, g, w)
+                                             for (g, _), w in zip(asked, wanted))))
     else:
         members = body.groups if version >= 8 else [None]
-        groups = [await _read_group(ctx, g, w, require_stable, m) for (g, _), w, m in zip(asked, wanted, members)]
+        groups = [await _denied_group(g) if g in denied else await _read_group(ctx, g, w, require_stable, m)
+                  for (g, _), w, m in zip(asked, wanted, members)]
     if version >= TOPIC_IDS_FROM:
         groups = [_with_topic_ids(ctx, group, topics, n) for group, (_, topics), n in zip(groups, asked, names)]
+    if ctx.authorizer is not None:
+        groups = [_topics_described(ctx, group, w is None) for group, w in zip(groups, wanted)]
         # (a forwarded group's answer below comes from its coordinator, ids and all)
     forwarder = _forwarder(ctx)
     if version >= 8:  # the multi-group form
@@ -175,6 +202,20 @@ async def handle_fetch(ctx: RequestContext, request: Request) -> Any:
     if group["error_code"] != ErrorCode.none:
         return _old_version(ctx, 9, error_responses.offset_fetch(body, version, group["error_code"]))
     return _old_version(ctx, 9, {"throttle_time": 0, "topics": group["topics"], "error_code": ErrorCode.none})
+
+
+async def _denied_group(group_id: str) -> dict[str, Any]:
+    return error_responses.offset_fetch_group(group_id, ErrorCode.group_authorization_failed)
+
+
+def _topics_described(ctx: RequestContext, group: dict[str, Any], all_topics: bool) -> dict[str, Any]:
+    """A group's answer without the offsets of topics the principal may not DESCRIBE: left out
+    of an all-topics fetch, TOPIC_AUTHORIZATION_FAILED on each partition asked for."""
+    refused = access.refused(ctx, access.DESCRIBE, access.TOPIC, (t.get("name") for t in group["topics"]))
+    if not refused:
+        return group
+    return {**group, "topics": access.topics_refused_partitions(group["topics"], refused,
+                                                                ErrorCode.topic_authorization_failed, all_topics)}
 
 
 def _forwarder(ctx: RequestContext) -> OffsetFetchForwarder | None:
@@ -213,7 +254,19 @@ async def _forward_group(ctx: RequestContext, forwarder: OffsetFetchForwarder, b
 
 async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
-    return await ctx.coordinator.call(
-        body.group_id, lambda shard, token, now: shard.delete_offsets(body, token, now),
+    # As Kafka: DELETE on the group, READ on each topic (refused topics' partitions answered
+    # TOPIC_AUTHORIZATION_FAILED, the rest deleted).
+    if not access.allowed(ctx, access.DELETE, access.GROUP, body.group_id):
+        return error_responses.offset_delete(body, ctx.api_version, ErrorCode.group_authorization_failed)
+    refused = access.refused(ctx, access.READ, access.TOPIC, (t.name for t in body.topics))
+    asked = dataclasses.replace(body, topics=tuple(t for t in body.topics if t.name not in refused)) if refused else body
+    response = await ctx.coordinator.call(
+        body.group_id, lambda shard, token, now: shard.delete_offsets(asked, token, now),
         lambda code: error_responses.offset_delete(body, ctx.api_version, code),
     )
+    if refused and response["error_code"] == ErrorCode.none:
+        response = {**response, "topics": list(response["topics"]) + [
+            {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                             "error_code": ErrorCode.topic_authorization_failed}
+                                            for p in t.partitions]} for t in body.topics if t.name in refused]}
+    return response

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
+from tidemark.broker.security import access
 from tidemark.broker.validator import upconvert_produce, validate_produce
 from tidemark.records import RecordValidationError
 
@@ -29,6 +30,11 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
     now_ms = ctx.clock.now_ms()
     topic_responses: list[dict[str, Any]] = []
     waits = []  # acks=-1: (partition response, partition, end offset its high watermark must reach)
+    # As Kafka: a transactional produce needs WRITE on its transactional id (else every partition
+    # is refused), each topic WRITE (else its partitions are).
+    transactional_id = getattr(body, "transactional_id", None)
+    denied_all = ErrorCode.transactional_id_authorization_failed if transactional_id is not None and not \
+        access.allowed(ctx, access.WRITE, access.TRANSACTIONAL_ID, transactional_id) else None
     for topic_data in body.topic_data:
         topic_id = getattr(topic_data, "topic_id", None)  # v13+ names topics by id
         topic, missing = replicas.resolve_topic(getattr(topic_data, "name", None), topic_id)
@@ -38,6 +44,10 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
                         "log_start_offset": -1, "record_errors": [], "error_message": None}
             partition_responses.append(response)
             partition = replicas.partition(topic.name, data.index) if topic is not None else None
+            refused = denied_all or _unauthorized(ctx, topic.name if topic is not None else getattr(topic_data, "name", None))
+            if refused is not None:
+                response["error_code"] = refused
+                continue
             if acks not in (0, 1, -1):
                 response["error_code"] = ErrorCode.invalid_required_acks
                 continue
@@ -85,6 +95,12 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
     if waits:
         await _wait_committed(waits, body.timeout.total_seconds())
     return {"responses": topic_responses, "throttle_time": 0}
+
+
+def _unauthorized(ctx: RequestContext, name: str | None) -> ErrorCode | None:
+    if name is None or access.allowed(ctx, access.WRITE, access.TOPIC, name):
+        return None  # (an unknown topic id is answered as such)
+    return ErrorCode.topic_authorization_failed
 
 
 def _min_insync(ctx: RequestContext, topic_configs: dict[str, Any]) -> int:

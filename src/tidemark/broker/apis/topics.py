@@ -14,6 +14,7 @@ from tidemark.cluster.embedded import (
 )
 
 from tidemark.broker.cluster import cluster_error_code
+from tidemark.broker.security import access
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
@@ -108,6 +109,10 @@ async def handle_create(ctx: RequestContext, request: Request) -> dict[str, Any]
         if item.name in duplicated:  # Kafka refuses every copy of a name given twice
             results.append({"name": item.name, "topic_id": None, "error_code": ErrorCode.invalid_request,
                             "error_message": "Duplicate topic name.", "configs": None})
+        elif not (access.allowed(ctx, access.CREATE, access.CLUSTER)
+                  or access.allowed(ctx, access.CREATE, access.TOPIC, item.name)):
+            results.append({"name": item.name, "topic_id": None, "error_code": ErrorCode.topic_authorization_failed,
+                            "error_message": None, "configs": None})
         else:
             results.append(await _create_one(ctx, item, validate_only))
     return {"throttle_time": 0, "topics": results}
@@ -154,6 +159,9 @@ async def handle_create_partitions(ctx: RequestContext, request: Request) -> dic
         if item.name in duplicated:
             results.append({"name": item.name, "error_code": ErrorCode.invalid_request,
                             "error_message": "Duplicate topic name."})
+        elif not access.allowed(ctx, access.ALTER, access.TOPIC, item.name):
+            results.append({"name": item.name, "error_code": ErrorCode.topic_authorization_failed,
+                            "error_message": None})
         else:
             results.append(await _create_partitions_one(ctx, item, body.validate_only))
     return {"throttle_time": 0, "results": results}
@@ -175,6 +183,10 @@ async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]
                               "error_message": "Duplicate topic name or id."})
             continue
         topic, missing = replicas.resolve_topic(name, topic_id if name is None else None)
+        if (topic is not None or name is not None) and \
+                not access.allowed(ctx, access.DELETE, access.TOPIC, topic.name if topic is not None else name):
+            responses.append({"name": name, "topic_id": topic_id, "error_code": ErrorCode.topic_authorization_failed})
+            continue
         if topic is None:
             responses.append({"name": name, "topic_id": topic_id, "error_code": missing})
             continue

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
+from tidemark.broker.security import access
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.wire import error_responses
 
@@ -72,6 +73,8 @@ def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCo
 
 
 async def handle_write_txn_markers(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    if not access.allowed(ctx, access.CLUSTER_ACTION, access.CLUSTER):  # as Kafka: brokers only
+        return error_responses.write_txn_markers(request.body, ctx.api_version, ErrorCode.cluster_authorization_failed)
     markers = []
     waits: list[tuple[dict[str, Any], asyncio.Future]] = []
     # Every append happens before the first await: markers reach each log in request order.
@@ -101,6 +104,15 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Request) -> dic
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
+    # As Kafka: WRITE on the transactional id, READ on the group (each refusal the whole request's),
+    # READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions, nothing committed).
+    refusal = ErrorCode.transactional_id_authorization_failed if not access.allowed(
+        ctx, access.WRITE, access.TRANSACTIONAL_ID, body.transactional_id) else \
+        ErrorCode.group_authorization_failed if not access.allowed(ctx, access.READ, access.GROUP, body.group_id) \
+        else ErrorCode.topic_authorization_failed if access.refused(ctx, access.READ, access.TOPIC,
+                                                                    (t.name for t in body.topics)) else None
+    if refusal is not None:
+        return error_responses.txn_offset_commit(body, ctx.api_version, refusal)
     return await ctx.coordinator.call(
         body.group_id,
         lambda shard, token, now: shard.txn_commit_offsets(body, token, now),
