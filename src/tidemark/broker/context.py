@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
 
     from tidemark.broker.config import BrokerConfig
+    from tidemark.broker.quotas.store import QuotaStore
     from tidemark.coordinator.runtime.io import Clock
     from tidemark.replication.partition_manager import PartitionManager
     from tidemark.broker.cluster import ClusterLink
@@ -54,7 +55,7 @@ class RequestContext:
     copied per request on the hot path, and a frozen class would make that copy slower)."""
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
-                 "replicas", "coordinator", "supported_versions", "cluster")
+                 "replicas", "coordinator", "supported_versions", "cluster", "principal", "quotas")
 
     api_version: int
     client_id: str | None
@@ -67,11 +68,14 @@ class RequestContext:
     coordinator: Coordinator
     supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
     cluster: ClusterLink | None  # this broker's ZooKeeper cluster, None when embedded
+    principal: str  # the connection's authenticated principal, "User:ANONYMOUS" when none
+    quotas: QuotaStore | None  # the client quotas (Describe/AlterClientQuotas)
 
     def __init__(self, *, client_host: str, clock: Clock, config: BrokerConfig, node: Node,
                  replicas: PartitionManager, coordinator: Coordinator,
                  supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
-                 api_version: int = -1, client_id: str | None = None, correlation_id: int = -1) -> None:
+                 api_version: int = -1, client_id: str | None = None, correlation_id: int = -1,
+                 principal: str = "User:ANONYMOUS", quotas: QuotaStore | None = None) -> None:
         self.api_version = api_version
         self.client_id = client_id
         self.correlation_id = correlation_id
@@ -83,6 +87,8 @@ class RequestContext:
         self.coordinator = coordinator
         self.supported_versions = supported_versions
         self.cluster = cluster
+        self.principal = principal
+        self.quotas = quotas
 
     def for_request(self, request: Request) -> RequestContext:
         """This (connection's) context carrying `request`'s header facts."""
@@ -98,6 +104,8 @@ class RequestContext:
         ctx.coordinator = self.coordinator
         ctx.supported_versions = self.supported_versions
         ctx.cluster = self.cluster
+        ctx.principal = self.principal
+        ctx.quotas = self.quotas
         return ctx
 
 

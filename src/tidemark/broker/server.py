@@ -29,6 +29,7 @@ from tidemark import metrics
 from tidemark.broker import dynamic_config, zk_offsets
 from tidemark.broker.apis import (
     api_versions,
+    client_quotas,
     configs,
     delete_records,
     describe_cluster,
@@ -45,8 +46,11 @@ from tidemark.broker.apis import (
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
+from tidemark.broker.quotas.manager import ClientQuotas
+from tidemark.broker.quotas.store import QuotaStore
+from tidemark.broker.quotas.usage import Timed, throttle_ms, with_throttle
 from tidemark.broker.coordinator_io import LogOffsetsTopic
-from tidemark.coordinator.runtime.io import Clock, SystemClock
+from tidemark.coordinator.runtime.io import Cancellable, Clock, SystemClock
 from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
@@ -99,6 +103,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     44: (configs.handle_incremental_alter, 0),
     43: (elect_leaders.handle, 0),
     60: (describe_cluster.handle, 0),
+    48: (client_quotas.handle_describe, 0),
+    49: (client_quotas.handle_alter, 0),
 }
 
 # The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process
@@ -134,6 +140,11 @@ class Broker:
             if config["zookeeper.connect"] else None
         self.cluster = ClusterLink(config, self.replicas, self.coordinator, self.clock, self.zookeeper) \
             if self.zookeeper is not None else None
+        # Client quotas: kept in ZooKeeper (followed through its change notices) or the data dir.
+        self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
+        self.quota_store = QuotaStore(self.quotas, self.cluster)
+        if self.cluster is not None:
+            self.cluster.quota_reload = self.quota_store.reload
         self._server: asyncio.base_events.Server | None = None
         self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
@@ -146,10 +157,12 @@ class Broker:
         started = time.perf_counter()
         if self.cluster is not None:
             table = await self.cluster.connect()  # reads the dynamic settings too
+            await self.quota_store.load_cluster(self.config["zookeeper.session.timeout.ms"] / 1000)
             self.replicas.open(metadata=lambda: table)
         else:
             self.replicas.open()
             dynamic_config.load_embedded(self.config, self.replicas)
+            self.quota_store.load_embedded(self.replicas.metadata)
         self._opened = True
         self.replicas.start()
         self.coordinator.start()
@@ -221,11 +234,14 @@ class Broker:
             client_host=client_host, clock=self.clock, config=self.config,
             node=Node(self.node_id, self.advertised_host, self.advertised_port),
             replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
-            cluster=self.cluster,
+            cluster=self.cluster, quotas=self.quota_store,
         )
 
-    async def dispatch(self, connection_context: RequestContext, request: Request) -> bytes | None:
-        """Run one request's handler; return the encoded response frame, or None for no response."""
+    async def dispatch(self, connection_context: RequestContext, request: Request,
+                       connection: Connection | None = None) -> bytes | None:
+        """Run one request's handler; return the encoded response frame, or None for no response.
+        A client over its quotas is answered at once with throttle_time_ms, and its connection
+        muted for that long (KIP-219)."""
         api = api_key_map.get(request.api_key, str(request.api_key))
         metrics.REQUESTS.labels(api).inc()
         started = time.perf_counter()
@@ -234,13 +250,26 @@ class Broker:
                 return api_versions_fallback(request, self.supported_versions)
             return _failure_response(request, ErrorCode.unsupported_version)
         handler, _ = self.handlers[request.api_key]
+        metered = self.quotas.any
         try:
-            result = await handler(connection_context.for_request(request), request)
+            if metered:  # request time: the handler's steps on the event loop, not its waits
+                timed = Timed(handler(connection_context.for_request(request), request))
+                result = await timed
+            else:
+                result = await handler(connection_context.for_request(request), request)
         except Exception:
             log.exception("handler_failed", api=api, version=request.api_version)
             return _failure_response(request, ErrorCode.unknown_server_error)
         finally:
             metrics.REQUEST_SECONDS.labels(api).observe(time.perf_counter() - started)
+        if metered:
+            throttle = throttle_ms(self.quotas, connection_context.principal, request.client_id, request.api_key,
+                                   request.body, result, timed.seconds, self.clock.now_ms(),
+                                   request.api_key == FETCH and fetch.replica_id_of(request.body) >= 0)
+            if throttle:
+                result = with_throttle(result, throttle)
+                if connection is not None:
+                    connection.mute(throttle)
         if result is None:
             return None
         if isinstance(result, dict):
@@ -296,6 +325,8 @@ class Connection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._eof = False
         self._writer: asyncio.Task[None] | None = None
+        self._muted: Cancellable | None = None  # a throttled client's mute, until it ends
+        self._muted_until_ms = 0
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -347,6 +378,9 @@ class Connection(asyncio.BufferedProtocol):
             metrics.CONNECTIONS_READ_PAUSED.dec()
         if self._writer is not None:
             self._writer.cancel()
+        if self._muted is not None:
+            self._muted.cancel()
+            self._muted = None
         for task in self._pending:
             if task is not None:
                 task.cancel()
@@ -375,6 +409,8 @@ class Connection(asyncio.BufferedProtocol):
     def _start_requests(self) -> None:
         """Start waiting requests in order while the connection's bounds allow; stop reading
         while any has to wait."""
+        if self._muted is not None:
+            return  # throttled: nothing read or started until the mute ends
         waiting, pending = self._waiting, self._pending
         while waiting:
             request = waiting[0]
@@ -387,7 +423,7 @@ class Connection(asyncio.BufferedProtocol):
                         break
                 elif unsent >= MAX_UNSENT_BYTES_PER_CONNECTION:
                     break  # the transport still holds an earlier large response
-                task = asyncio.get_running_loop().create_task(self.broker.dispatch(self._context, request))
+                task = asyncio.get_running_loop().create_task(self.broker.dispatch(self._context, request, self))
                 self._held += cost
                 task.add_done_callback(functools.partial(self._answered, cost))
             waiting.popleft()
@@ -413,6 +449,36 @@ class Connection(asyncio.BufferedProtocol):
             self._held += len(task.result())
         if self._waiting:
             self._start_requests()
+
+    # -- quotas -----------------------------------------------------------------------------
+
+    @property
+    def muted(self) -> bool:
+        return self._muted is not None
+
+    def mute(self, throttle_ms: int) -> None:
+        """KIP-219: a client over its quota has its answer at once and is then not read (nor
+        its requests already read started) for the throttle time, on the broker's clock."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        clock = self.broker.clock
+        until = clock.now_ms() + throttle_ms
+        if self._muted is not None:
+            if until <= self._muted_until_ms:
+                return
+            self._muted.cancel()
+        elif not self._reading_paused:
+            self.transport.pause_reading()
+        self._muted_until_ms = until
+        self._muted = clock.call_at(until, self._unmute)
+
+    def _unmute(self) -> None:
+        self._muted = None
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self._reading_paused:
+            self.transport.resume_reading()
+        self._start_requests()
 
     # -- responses --------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Embedded single-node cluster metadata: topics, their ids and configs, producer id blocks,
 the broker's dynamic settings (its own and the cluster-wide defaults, as Kafka keeps them in
-/config/brokers/N and /config/brokers/<default>).
+/config/brokers/N and /config/brokers/<default>), client quotas (as /config/users, /config/clients).
 
 Kafka keeps this in ZooKeeper or the KRaft metadata log; the embedded default keeps it in one
 JSON file in the data directory, replaced atomically on every change, so a broker restarted
@@ -92,6 +92,8 @@ class EmbeddedMetadata:
         self.cluster_id = ""
         # Dynamic broker settings as text, by entity: "<default>" or this broker's id.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # Client quotas as text, by entity path ("users/alice/clients/app", "clients/<default>").
+        self.client_quotas: dict[str, dict[str, str]] = {}
         self._load()
 
     @property
@@ -106,6 +108,7 @@ class EmbeddedMetadata:
             self._producer_id_limit = state["producer_id_block_end"]
             self._next_producer_id = self._producer_id_limit
             self.broker_configs = state.get("broker_configs", {})
+            self.client_quotas = state.get("client_quotas", {})
             for entry in state["topics"]:
                 topic = TopicMetadata(
                     name=entry["name"],
@@ -128,6 +131,7 @@ class EmbeddedMetadata:
             "cluster_id": self.cluster_id,
             "producer_id_block_end": self._producer_id_limit,
             "broker_configs": self.broker_configs,
+            "client_quotas": self.client_quotas,
             "topics": [
                 {
                     "name": t.name,
@@ -184,6 +188,14 @@ class EmbeddedMetadata:
             self.broker_configs[entity] = dict(configs)
         else:
             self.broker_configs.pop(entity, None)
+        self._save()
+
+    def set_client_quotas(self, entity_path: str, configs: dict[str, str]) -> None:
+        """Replace a client quota entity's quotas (durably, before they are applied)."""
+        if configs:
+            self.client_quotas[entity_path] = dict(configs)
+        else:
+            self.client_quotas.pop(entity_path, None)
         self._save()
 
     def delete_topic(self, name: str) -> TopicMetadata:

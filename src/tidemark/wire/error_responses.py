@@ -248,6 +248,18 @@ def elect_leaders(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
         for t in _each(body and body.topic_partitions)]}
 
 
+def describe_client_quotas(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": None, "entries": None}
+
+
+def alter_client_quotas(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    """Per entity, each named as it was asked."""
+    return {"throttle_time": 0, "entries": [
+        {"error_code": code, "error_message": None,
+         "entity": [{"entity_type": p.entity_type, "entity_name": p.entity_name} for p in e.entity]}
+        for e in _each(body and body.entries)]}
+
+
 SHAPES: dict[int, Shape] = {
     0: produce,
     1: fetch,
@@ -275,6 +287,8 @@ SHAPES: dict[int, Shape] = {
     43: elect_leaders,
     44: alter_configs,
     47: offset_delete,
+    48: describe_client_quotas,
+    49: alter_client_quotas,
 }
 """api key -> its failure response from (request body or None, version, error code)."""
 
