@@ -7,6 +7,7 @@ import click
 from tidemark.cli.cluster import cluster
 from tidemark.cli.groups import groups
 from tidemark.cli.offsets import offsets
+from tidemark.cli.quotas import quotas
 from tidemark.cli.serve import serve
 from tidemark.cli.spark import spark
 from tidemark.cli.zk import zk
@@ -24,3 +25,4 @@ main.add_command(groups)
 main.add_command(spark)
 main.add_command(zk)
 main.add_command(cluster)
+main.add_command(quotas)
