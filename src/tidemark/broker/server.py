@@ -48,9 +48,9 @@ from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.quotas.manager import ClientQuotas
 from tidemark.broker.quotas.store import QuotaStore
-from tidemark.broker.quotas.usage import Timed, throttle_ms, with_throttle
+from tidemark.broker.quotas.usage import Timed, charge_encoding, throttle_ms, with_throttle
 from tidemark.broker.coordinator_io import LogOffsetsTopic
-from tidemark.coordinator.runtime.io import Cancellable, Clock, SystemClock
+from tidemark.coordinator.runtime.io import EVENT_METER, Cancellable, Clock, Meter, SystemClock
 from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
@@ -252,9 +252,13 @@ class Broker:
         handler, _ = self.handlers[request.api_key]
         metered = self.quotas.any
         try:
-            if metered:  # request time: the handler's steps on the event loop, not its waits
-                timed = Timed(handler(connection_context.for_request(request), request))
-                result = await timed
+            if metered:  # request time: the handler's steps and its coordinator events, not its waits
+                timed, meter = Timed(handler(connection_context.for_request(request), request)), Meter()
+                token = EVENT_METER.set(meter)
+                try:
+                    result = await timed
+                finally:
+                    EVENT_METER.reset(token)
             else:
                 result = await handler(connection_context.for_request(request), request)
         except Exception:
@@ -264,7 +268,7 @@ class Broker:
             metrics.REQUEST_SECONDS.labels(api).observe(time.perf_counter() - started)
         if metered:
             throttle = throttle_ms(self.quotas, connection_context.principal, request.client_id, request.api_key,
-                                   request.body, result, timed.seconds, self.clock.now_ms(),
+                                   request.body, result, timed.seconds + meter.seconds, self.clock.now_ms(),
                                    request.api_key == FETCH and fetch.replica_id_of(request.body) >= 0)
             if throttle:
                 result = with_throttle(result, throttle)
@@ -272,12 +276,17 @@ class Broker:
                     connection.mute(throttle)
         if result is None:
             return None
+        encoding = time.perf_counter()
         if isinstance(result, dict):
             frame = encode_fast(request, result)
-            if frame is not None:
-                return frame
-            result = build(_response_class(request.api_key, request.api_version), result)
-        return encode_response(request, result)
+            if frame is None:
+                frame = encode_response(request, build(_response_class(request.api_key, request.api_version), result))
+        else:
+            frame = encode_response(request, result)
+        if metered:  # counts toward the client's next throttle, as this one is decided
+            charge_encoding(self.quotas, connection_context.principal, request.client_id,
+                            time.perf_counter() - encoding, self.clock.now_ms())
+        return frame
 
 
 _response_class = response_schema  # kio's classes, and those of the versions written by hand

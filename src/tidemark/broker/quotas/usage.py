@@ -1,8 +1,10 @@
 """What a request costs a client against its quotas, and the throttle it is answered with.
 
-Request time (request_percentage) is the time the request's handler ran on the event loop: its
-coroutine's steps and the response's encoding, not the time it waited (for an fsync, a
-follower, a long poll), as Kafka meters request-handler thread time and not purgatory. Produce
+Request time (request_percentage) is the time the event loop spent on the request: its
+handler's coroutine steps, the coordinator events it submitted (the shard's handler and the
+append; coordinator/runtime's EVENT_METER) and its response's encoding (counted toward the next
+throttle), not the time it waited (for an fsync, a follower, a long poll), as Kafka meters
+request-handler thread time and not purgatory. Decoding the frame is not counted. Produce
 is metered by the record bytes it carries, Fetch by the record bytes it answers; a follower's
 fetch is exempt, as Kafka exempts cluster actions.
 """
@@ -86,6 +88,11 @@ def throttle_ms(quotas: ClientQuotas, principal: str, client_id: str | None, api
             metrics.QUOTA_THROTTLE_SECONDS.labels(QUOTA_TYPES[key]).inc(ms / 1000)
             metrics.QUOTA_THROTTLED.labels(QUOTA_TYPES[key]).inc()
     return max(throttles.values())
+
+
+def charge_encoding(quotas: ClientQuotas, principal: str, client_id: str | None, seconds: float, now_ms: int) -> None:
+    """The response's encoding, timed once its throttle was decided: it counts from the next."""
+    quotas.record(REQUEST, user_of(principal), client_id or "", request_percentage(seconds), now_ms)
 
 
 def with_throttle(result: Any, ms: int) -> Any:
