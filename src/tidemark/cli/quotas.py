@@ -79,6 +79,10 @@ def _parse_configs(text: str) -> list[tuple[str, float]]:
     return configs
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
 def describe_entity(entity: list[tuple[str, str | None]]) -> str:
     return ", ".join(f"the default {LABELS[t]}" if n is None else f"{LABELS[t]} '{n}'" for t, n in entity)
 
@@ -166,5 +170,5 @@ def list_quotas(ctx: click.Context, bootstrap: str, timeout_ms: int) -> None:
         raise QuotasError(f"Error: describing quotas failed: {response.error_code.name.upper()}: {response.error_message}")
     for entry in response.entries or ():
         described = describe_entity([(e.entity_type, e.entity_name) for e in entry.entity])
-        values = ", ".join(f"{v.key}={v.value:g}" for v in sorted(entry.values, key=lambda v: v.key))
+        values = ", ".join(f"{v.key}={_number(v.value)}" for v in sorted(entry.values, key=lambda v: v.key))
         click.echo(f"Quota configs for {described} are {values}")
