@@ -272,8 +272,8 @@ class Broker:
                                    request.api_key == FETCH and fetch.replica_id_of(request.body) >= 0)
             if throttle:
                 result = with_throttle(result, throttle)
-                if connection is not None:
-                    connection.mute(throttle)
+            if connection is not None and (throttle or connection.throttled):
+                connection.mute(throttle)
         if result is None:
             return None
         encoding = time.perf_counter()
@@ -336,6 +336,7 @@ class Connection(asyncio.BufferedProtocol):
         self._writer: asyncio.Task[None] | None = None
         self._muted: Cancellable | None = None  # a throttled client's mute, until it ends
         self._muted_until_ms = 0
+        self.throttled = False  # its last answer was throttled: one request at a time, as in Kafka
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -428,7 +429,7 @@ class Connection(asyncio.BufferedProtocol):
                 cost = self._cost(request)
                 unsent = self._held + self.transport.get_write_buffer_size()
                 if pending:
-                    if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or unsent + cost > MAX_UNSENT_BYTES_PER_CONNECTION:
+                    if self.throttled or len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or unsent + cost > MAX_UNSENT_BYTES_PER_CONNECTION:
                         break
                 elif unsent >= MAX_UNSENT_BYTES_PER_CONNECTION:
                     break  # the transport still holds an earlier large response
@@ -467,8 +468,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def mute(self, throttle_ms: int) -> None:
         """KIP-219: a client over its quota has its answer at once and is then not read (nor
-        its requests already read started) for the throttle time, on the broker's clock."""
-        if self.transport is None or self.transport.is_closing():
+        its requests already read started) for the throttle time, on the broker's clock; until
+        an answer is not throttled, its requests are handled one at a time, as Kafka handles
+        every connection's (so a pipelining client cannot start a burst at each unmute)."""
+        self.throttled = throttle_ms > 0
+        if not throttle_ms or self.transport is None or self.transport.is_closing():
             return
         clock = self.broker.clock
         until = clock.now_ms() + throttle_ms
