@@ -248,3 +248,44 @@ def test_a_request_percentage_quota_throttles_any_request_by_at_most_one_window(
             await client.close()
 
     run(scenario())
+
+
+def test_a_throttled_pipelining_client_has_one_request_handled_per_throttle(tmp_path):
+    async def scenario():
+        clock = SteppedClock()
+        async with _broker(tmp_path, clock) as broker:
+            client = await AsyncRawClient.connect(broker.port)
+            await client.request(ALTER, 1, _alter_body([("user", "ANONYMOUS")], [("request_percentage", 1e-9)]))
+            first = await client.send(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
+                                                    "include_topic_authorized_operations": False})
+            assert (await client.receive(METADATA, 9, first)).throttle_time.total_seconds() == 1
+            (connection,) = broker.connections
+            handled = []
+            handler, low = broker.handlers[METADATA]
+
+            async def counted(ctx, request):
+                handled.append(request.correlation_id)
+                return await handler(ctx, request)
+
+            broker.handlers = {**broker.handlers, METADATA: (counted, low)}
+            # Two more pipelined while muted: at the unmute only the first of them is handled,
+            # and its throttled answer mutes the connection again before the second starts.
+            second = await client.send(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
+                                                     "include_topic_authorized_operations": False})
+            third = await client.send(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
+                                                    "include_topic_authorized_operations": False})
+            clock.advance(1000)
+            assert (await client.receive(METADATA, 9, second)).throttle_time.total_seconds() == 1
+            assert connection.muted and connection.throttled
+            assert handled == [second]
+            clock.advance(1000)
+            assert (await client.receive(METADATA, 9, third)).throttle_time.total_seconds() == 1
+            # No quota any more: the next answer is not throttled, and the connection pipelines again.
+            clock.advance(1000)
+            await client.request(ALTER, 1, _alter_body([("user", "ANONYMOUS")], [("request_percentage", None)]))
+            await client.request(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
+                                               "include_topic_authorized_operations": False})
+            assert not connection.throttled and not connection.muted
+            await client.close()
+
+    run(scenario())
