@@ -90,6 +90,23 @@ REQUESTS: dict[int, dict[str, Any]] = {
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
         {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
     60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    24: {"v3_and_below_transactional_id": "t", "v3_and_below_producer_id": 1, "v3_and_below_producer_epoch": 0,
+         "v3_and_below_topics": [{"name": "a", "partitions": [0, 2]}, {"name": "b", "partitions": [1]}],
+         "transactions": [{"transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "verify_only": False,
+                           "topics": [{"name": "a", "partitions": [0]}]}]},
+    25: {"transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "group_id": "g"},
+    26: {"transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "committed": True},
+    65: {"transactional_ids": ["t1", "t2"]},
+    66: {"state_filters": [], "producer_id_filters": [], "duration_filter": -1, "transactional_id_pattern": None},
+    68: {"group_id": "g", "member_id": "m-1", "member_epoch": 0, "instance_id": None, "rack_id": None,
+         "rebalance_timeout": 30000, "subscribed_topic_names": ["a"], "subscribed_topic_regex": None,
+         "server_assignor": None, "topic_partitions": []},
+    69: {"group_ids": ["g1", "g2"], "include_authorized_operations": False},
+    27: {"markers": [{"producer_id": 5, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                      "topics": [{"name": "a", "partition_indexes": [0, 2]}, {"name": "b", "partition_indexes": [1]}]}]},
+    28: {"transactional_id": "tx", "group_id": "g", "producer_id": 5, "producer_epoch": 0, "topics": [
+        {"name": "a", "partitions": [{"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                                      "committed_metadata": ""}]}]},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
     48: {"components": [{"entity_type": "user", "match_type": 0, "match": "alice"}], "strict": False},
@@ -192,7 +209,7 @@ def _error_codes(entity: Any) -> list[int]:
     if dataclasses.is_dataclass(entity):
         for field in dataclasses.fields(entity):
             value = getattr(entity, field.name)
-            if field.name == "error_code":
+            if field.name in ("error_code", "partition_error_code"):  # the latter: AddPartitionsToTxn
                 codes.append(int(value))
             else:
                 codes.extend(_error_codes(value))

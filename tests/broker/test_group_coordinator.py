@@ -20,6 +20,7 @@ from tidemark.broker.errors import (
     PartitionDeletedError,
 )
 from tidemark.broker.coordinator_io import LogOffsetsTopic
+from tidemark.broker.server import partition_manager_config
 from tidemark.coordinator.group_coordinator import GroupCoordinator, LoadState
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.replication.partition_manager import PartitionManager
@@ -96,7 +97,7 @@ class FailingReplicas(PartitionManager):
 def test_append_failure_maps_to_the_coordinator_code_and_leaves_no_trace(tmp_path, failure, code):
     async def scenario() -> None:
         config = BrokerConfig(SETTINGS)
-        replicas = FailingReplicas(config, tmp_path)
+        replicas = FailingReplicas(partition_manager_config(config), tmp_path)
         replicas.open()
         replicas.start()
         coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, replicas))

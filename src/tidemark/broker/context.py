@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tidemark.broker.cluster import ClusterLink
     from tidemark.coordinator.result import Result
     from tidemark.coordinator.shard import GroupCoordinatorShard
+    from tidemark.coordinator.transactions.coordinator import TransactionCoordinator
     from tidemark.wire.codec import Request
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +50,17 @@ class Coordinator(Protocol):
 
     async def on_topics_deleted(self, topics: list[str]) -> None: ...
 
+    async def complete_transaction(self, partition_index: int, producer_id: int, producer_epoch: int,
+                                   committed: bool, coordinator_epoch: int) -> ErrorCode: ...
+
 
 class RequestContext:
     """One request's view of the broker. Read-only by convention (slotted, not frozen: it is
     copied per request on the hot path, and a frozen class would make that copy slower)."""
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
-                 "replicas", "coordinator", "supported_versions", "cluster", "principal", "quotas")
+                 "replicas", "coordinator", "supported_versions", "cluster", "transactions", "principal",
+                 "quotas")
 
     api_version: int
     client_id: str | None
@@ -68,6 +73,7 @@ class RequestContext:
     coordinator: Coordinator
     supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
     cluster: ClusterLink | None  # this broker's ZooKeeper cluster, None when embedded
+    transactions: TransactionCoordinator  # the transaction coordinator (None in some unit tests)
     principal: str  # the connection's authenticated principal, "User:ANONYMOUS" when none
     quotas: QuotaStore | None  # the client quotas (Describe/AlterClientQuotas)
 
@@ -75,7 +81,8 @@ class RequestContext:
                  replicas: PartitionManager, coordinator: Coordinator,
                  supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
                  api_version: int = -1, client_id: str | None = None, correlation_id: int = -1,
-                 principal: str = "User:ANONYMOUS", quotas: QuotaStore | None = None) -> None:
+                 transactions: TransactionCoordinator | None = None, principal: str = "User:ANONYMOUS",
+                 quotas: QuotaStore | None = None) -> None:
         self.api_version = api_version
         self.client_id = client_id
         self.correlation_id = correlation_id
@@ -87,6 +94,7 @@ class RequestContext:
         self.coordinator = coordinator
         self.supported_versions = supported_versions
         self.cluster = cluster
+        self.transactions = transactions  # type: ignore[assignment]
         self.principal = principal
         self.quotas = quotas
 
@@ -104,6 +112,7 @@ class RequestContext:
         ctx.coordinator = self.coordinator
         ctx.supported_versions = self.supported_versions
         ctx.cluster = self.cluster
+        ctx.transactions = self.transactions
         ctx.principal = self.principal
         ctx.quotas = self.quotas
         return ctx

@@ -43,6 +43,8 @@ from tidemark.broker.apis import (
     offsets,
     produce,
     topics,
+    transactions,
+    txn_markers,
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
@@ -50,12 +52,14 @@ from tidemark.broker.quotas.manager import ClientQuotas
 from tidemark.broker.quotas.store import QuotaStore
 from tidemark.broker.quotas.usage import Timed, charge_encoding, throttle_ms, with_throttle
 from tidemark.broker.coordinator_io import LogOffsetsTopic
+from tidemark.broker.transaction_io import BrokerMarkerDestinations, LogTransactionStateTopic
+from tidemark.coordinator.transactions.coordinator import TransactionCoordinator
 from tidemark.coordinator.runtime.io import EVENT_METER, Cancellable, Clock, Meter, SystemClock
 from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
 from tidemark.hold import hold_async
-from tidemark.replication.partition_manager import PartitionManager
+from tidemark.replication.partition_manager import PartitionManager, PartitionManagerConfig
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
     CODEC_API_RANGES,
@@ -97,15 +101,28 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     15: (groups.handle_describe, 0),
     16: (groups.handle_list, 0),
     42: (groups.handle_delete_groups, 0),
+    68: (groups.handle_consumer_group_heartbeat, 0),  # KIP-848
+    69: (groups.handle_consumer_group_describe, 0),
     21: (delete_records.handle, 0),
     32: (configs.handle_describe, 0),
     33: (configs.handle_alter, 0),
     44: (configs.handle_incremental_alter, 0),
     43: (elect_leaders.handle, 0),
     60: (describe_cluster.handle, 0),
+    27: (txn_markers.handle_write_txn_markers, 0),  # kio has v1-v2 (the flexible ones)
+    28: (txn_markers.handle_txn_offset_commit, 0),
+    24: (transactions.handle_add_partitions, 0),
+    25: (transactions.handle_add_offsets, 0),
+    26: (transactions.handle_end_txn, 0),
+    65: (transactions.handle_describe, 0),
+    66: (transactions.handle_list, 0),
     48: (client_quotas.handle_describe, 0),
     49: (client_quotas.handle_alter, 0),
 }
+
+# api key -> the highest version served where it is below what the codec covers: AddPartitionsToTxn
+# v5 and EndTxn v5 belong to transaction.version 2 (KIP-890 part 2), which is not offered.
+HIGHEST_VERSIONS: dict[int, int] = {24: 4, 26: 4}
 
 # The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process
 # then, whatever is left): beyond the controlled shutdown, this long to close the controller, the
@@ -117,7 +134,18 @@ FETCH = 1
 
 
 def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> dict[int, tuple[int, int]]:
-    return {key: (max(low, CODEC_API_RANGES[key][0]), CODEC_API_RANGES[key][1]) for key, (_, low) in handlers.items()}
+    return {key: (max(low, CODEC_API_RANGES[key][0]), min(CODEC_API_RANGES[key][1], HIGHEST_VERSIONS.get(key, 99)))
+            for key, (_, low) in handlers.items()}
+
+
+def partition_manager_config(config: BrokerConfig) -> PartitionManagerConfig:
+    """The partition manager's settings, taken from the broker's config."""
+    return PartitionManagerConfig(
+        node_id=config.node_id, replicated=bool(config["zookeeper.connect"]), log_config=config.log_config,
+        cleaner=config.cleaner_config(), retention_check_interval_ms=config["log.retention.check.interval.ms"],
+        producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"],
+        high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+        replica_flush_interval_ms=config["tidemark.replica.flush.interval.ms"])
 
 
 class Broker:
@@ -132,14 +160,22 @@ class Broker:
         # advertised.listeners when set, else the listener (its port known once bound)
         self.advertised_host, self.advertised_port = config.advertised_address or (host, port)
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
-        self.replicas = PartitionManager(config, data_dir)
+        self.replicas = PartitionManager(partition_manager_config(config), data_dir)
         self.coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, self.replicas), clock=self.clock)
         # A ZooKeeper cluster's member when zookeeper.connect is set (on one ZooKeeper session,
         # shared with the ZooKeeper offset store); else the embedded single node.
         self.zookeeper = ZkSession(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"]) \
             if config["zookeeper.connect"] else None
-        self.cluster = ClusterLink(config, self.replicas, self.coordinator, self.clock, self.zookeeper) \
-            if self.zookeeper is not None else None
+        # The transaction coordinator; its markers reach partition leaders through this broker's
+        # own WriteTxnMarkers handler or the cluster's connections.
+        self.marker_destinations = BrokerMarkerDestinations(
+            config, self.replicas, None, lambda: self.connection_context(""),
+            lambda: self.handlers[27][0] if 27 in self.handlers else None)
+        self.transactions = TransactionCoordinator(config, topic=LogTransactionStateTopic(config, self.replicas),
+                                                   destinations=self.marker_destinations, clock=self.clock)
+        self.cluster = ClusterLink(config, self.replicas, _Coordinators(self.coordinator, self.transactions),
+                                   self.clock, self.zookeeper) if self.zookeeper is not None else None
+        self.marker_destinations.cluster = self.cluster
         # Client quotas: kept in ZooKeeper (followed through its change notices) or the data dir.
         self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
         self.quota_store = QuotaStore(self.quotas, self.cluster)
@@ -166,6 +202,7 @@ class Broker:
         self._opened = True
         self.replicas.start()
         self.coordinator.start()
+        self.transactions.start()
         await hold_async("broker_start")  # a test can hold the start here (logs open, not serving)
         loop = asyncio.get_running_loop()
         # Bound first (the port is known), serving only once this broker has joined its
@@ -204,6 +241,8 @@ class Broker:
         for connection in list(self.connections):
             connection.close()
         await self.coordinator.stop()
+        await self.transactions.stop()
+        await self.marker_destinations.close()
         if self._opened:
             await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=self._opened)
@@ -234,7 +273,7 @@ class Broker:
             client_host=client_host, clock=self.clock, config=self.config,
             node=Node(self.node_id, self.advertised_host, self.advertised_port),
             replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
-            cluster=self.cluster, quotas=self.quota_store,
+            cluster=self.cluster, transactions=self.transactions, quotas=self.quota_store,
         )
 
     async def dispatch(self, connection_context: RequestContext, request: Request,
@@ -287,6 +326,35 @@ class Broker:
             charge_encoding(self.quotas, connection_context.principal, request.client_id,
                             time.perf_counter() - encoding, self.clock.now_ms())
         return frame
+
+
+class _Coordinators:
+    """The coordinators as the cluster link sees them: each hears of the leaderships of every
+    partition and takes those of its own topic. Everything else (the session fence: may_lead,
+    fence, fenced_leaderships, relead) is the group coordinator's alone, as before; the
+    transaction coordinator is not fenced by the session lease yet."""
+
+    def __init__(self, group: Any, *others: Any) -> None:
+        object.__setattr__(self, "_group", group)
+        object.__setattr__(self, "_coordinators", (group, *others))
+
+    def partition_led(self, topic: str, index: int, leader_epoch: int) -> None:
+        for coordinator in self._coordinators:
+            coordinator.partition_led(topic, index, leader_epoch)
+
+    def partition_leader_epoch(self, topic: str, index: int, leader_epoch: int) -> None:
+        for coordinator in self._coordinators:
+            coordinator.partition_leader_epoch(topic, index, leader_epoch)
+
+    def partition_followed(self, topic: str, index: int, leader_epoch: int) -> None:
+        for coordinator in self._coordinators:
+            coordinator.partition_followed(topic, index, leader_epoch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._group, name, value)
 
 
 _response_class = response_schema  # kio's classes, and those of the versions written by hand

@@ -10,6 +10,7 @@ from tidemark.cli.offsets import offsets
 from tidemark.cli.quotas import quotas
 from tidemark.cli.serve import serve
 from tidemark.cli.spark import spark
+from tidemark.cli.transactions import transactions
 from tidemark.cli.zk import zk
 
 
@@ -25,4 +26,5 @@ main.add_command(groups)
 main.add_command(spark)
 main.add_command(zk)
 main.add_command(cluster)
+main.add_command(transactions)
 main.add_command(quotas)

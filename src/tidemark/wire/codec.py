@@ -36,7 +36,7 @@ from kio.serial import entity_reader
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from . import error_responses, list_offsets_v0, offsets_v0, produce_v0
+from . import array_guard, error_responses, list_offsets_v0, offsets_v0, produce_v0
 from .build import build
 from .errors import MalformedRequest
 from .list_offsets_v0 import ListOffsetsV0Response
@@ -56,6 +56,7 @@ __all__ = (
 
 API_VERSIONS_KEY = 18
 LIST_OFFSETS_KEY = 2
+_UNGUARDED = frozenset({1, 9, 68})  # Fetch, OffsetFetch, ConsumerGroupHeartbeat
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _I16 = struct.Struct(">h")
@@ -142,6 +143,11 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
             return None
         read_header = entity_reader(schema.__header_schema__)
         read_body = entity_reader(schema)
+        # kio would reserve memory by a claimed count first. Not Fetch, OffsetFetch nor
+        # ConsumerGroupHeartbeat: the walk in Python costs several times kio's own read on those
+        # hot paths (they stay exposed).
+        if api_key not in _UNGUARDED and array_guard.needs_guard(schema):
+            read_body = _guarded(schema, read_body)
 
     def decode(frame) -> Request:
         try:
@@ -163,6 +169,13 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
         )
 
     return decode
+
+
+def _guarded(schema: type, read_body: Callable) -> Callable:
+    def read(frame, offset: int):
+        array_guard.check_body(schema, frame, offset)
+        return read_body(frame, offset)
+    return read
 
 
 def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Request:

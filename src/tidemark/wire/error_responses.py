@@ -210,6 +210,48 @@ def delete_groups(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "results": [deleted_group(g, code) for g in _each(body and body.groups_names)]}
 
 
+def _txn_topics(topics: Any, code: ErrorCode) -> list[dict[str, Any]]:
+    return [{"name": t.name, "results_by_partition": [{"partition_index": p, "partition_error_code": code}
+                                                      for p in t.partitions]} for t in _each(topics)]
+
+
+def add_partitions_to_txn(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    if version <= 3:
+        return {"throttle_time": 0,
+                "results_by_topic_v3_and_below": _txn_topics(body and body.v3_and_below_topics, code)}
+    return {"throttle_time": 0, "error_code": code, "results_by_transaction": []}
+
+
+def end_txn(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "producer_id": UNKNOWN, "producer_epoch": UNKNOWN}
+
+
+def describe_transactions(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "transaction_states": [
+        {"error_code": code, "transactional_id": t, "transaction_state": "", "transaction_timeout": 0,
+         "transaction_start_time": 0, "producer_id": UNKNOWN, "producer_epoch": UNKNOWN, "topics": []}
+        for t in _each(body and body.transactional_ids)]}
+
+
+def list_transactions(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "unknown_state_filters": [], "transaction_states": []}
+
+
+def consumer_group_heartbeat(code: ErrorCode | int, message: str | None = None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+
+
+def consumer_group_described(group_id: str, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+            "authorized_operations": -2147483648}
+
+
+def consumer_group_describe(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "groups": [consumer_group_described(g, code) for g in _each(body and body.group_ids)]}
+
+
 def offset_for_leader_epoch(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": [
         {"topic": topic.topic, "partitions": [
@@ -246,6 +288,18 @@ def elect_leaders(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
         {"topic": t.topic, "partition_result": [
             {"partition_id": p, "error_code": code, "error_message": None} for p in t.partitions]}
         for t in _each(body and body.topic_partitions)]}
+
+
+def write_txn_markers(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"markers": [{"producer_id": m.producer_id, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
+        for t in m.topics]} for m in _each(body and body.markers)]}
+
+
+def txn_offset_commit(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]} for t in _each(body and body.topics)]}
 
 
 def describe_client_quotas(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
@@ -287,6 +341,15 @@ SHAPES: dict[int, Shape] = {
     43: elect_leaders,
     44: alter_configs,
     47: offset_delete,
+    24: add_partitions_to_txn,
+    25: lambda body, version, code: {"throttle_time": 0, "error_code": code},
+    26: end_txn,
+    65: describe_transactions,
+    66: list_transactions,
+    68: lambda body, version, code: consumer_group_heartbeat(code),
+    69: consumer_group_describe,
+    27: write_txn_markers,
+    28: txn_offset_commit,
     48: describe_client_quotas,
     49: alter_client_quotas,
 }

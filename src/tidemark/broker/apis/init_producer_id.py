@@ -1,10 +1,13 @@
-"""InitProducerId for idempotent producers (transactions are not supported)."""
+"""InitProducerId: idempotent producers here, transactional ones at the transaction coordinator
+(apis/transactions.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+
+from tidemark.broker.apis import transactions
 
 if TYPE_CHECKING:
     from tidemark.broker.context import RequestContext
@@ -15,11 +18,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     if body.transactional_id == "":
         return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "producer_id": -1, "producer_epoch": -1}
     if body.transactional_id is not None:
-        # No transaction coordinator: "not supported", never an authorization failure (which
-        # sends operators looking at ACLs). Kafka's and kafka-python's producers fail at once on
-        # it; librdkafka retries it and reports it when init_transactions() times out.
-        return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version,
-                "producer_id": -1, "producer_epoch": -1}
+        return await transactions.init_producer_id(ctx, request)  # the transaction coordinator's
     # Without a transactional id Kafka always hands out a fresh producer id at epoch 0, even
     # when the client names its current id and epoch (KIP-360): bumping a named id would let
     # any client fence another producer.

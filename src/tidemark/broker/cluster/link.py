@@ -264,8 +264,11 @@ class ClusterLink:
                                       timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
         return await self.admin.elect_preferred_leaders(partitions, timeout_s)
 
-    async def ensure_offsets_topic(self) -> ErrorCode | None:
+    async def ensure_offsets_topic(self) -> str | None:
         return await self.admin.ensure_offsets_topic()
+
+    async def ensure_transaction_state_topic(self) -> ErrorCode | None:
+        return await self.admin.ensure_transaction_state_topic()
 
     async def set_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
         """AlterConfigs: /config/topics/T and its change notice written off the event loop (the
