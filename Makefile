@@ -50,6 +50,7 @@ bench: install
 	$(BIN)/python -m bench.offsets_log_spark
 	$(BIN)/python -m bench.restart
 	$(BIN)/python -m bench.zk_offsets
+	$(BIN)/python -m bench.quotas
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -50,3 +50,10 @@ REPLICA_FAILED_PARTITIONS = Gauge(
     "Followed partitions not fetched after an append or truncation error, until their next leadership")
 REPLICA_MAX_LAG = Gauge(
     "tidemark_replica_max_lag", "The largest lag in records of a follower behind this broker as leader")
+
+# Client quotas, after Kafka's throttle-time metrics per quota type (Produce, Fetch, Request).
+QUOTA_THROTTLE_SECONDS = Counter(
+    "tidemark_quota_throttle_seconds_total", "Throttle time given to clients over their quotas, by quota type",
+    ["quota_type"])
+QUOTA_THROTTLED = Counter("tidemark_quota_throttled_total", "Responses throttled for a quota, by quota type",
+                          ["quota_type"])

@@ -115,6 +115,12 @@ REQUESTS: dict[int, dict[str, Any]] = {
                                       "committed_metadata": ""}]}]},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
+    48: {"components": [{"entity_type": "user", "match_type": 0, "match": "alice"}], "strict": False},
+    49: {"entries": [{"entity": [{"entity_type": "user", "entity_name": "alice"}, {"entity_type": "client-id",
+                                                                                   "entity_name": None}],
+                      "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]},
+                     {"entity": [{"entity_type": "client-id", "entity_name": "app"}], "ops": []}],
+         "validate_only": False},
 }
 
 CASES = [(key, version) for key, (low, high) in sorted(supported_versions().items()) for version in range(low, high + 1)]
@@ -257,6 +263,8 @@ def requested(key: int, version: int, body: Any) -> set[Any]:
             return {(r.resource_type, r.resource_name) for r in body.resources}
         case 43:
             return {(t.topic, p) for t in body.topic_partitions for p in t.partitions}
+        case 49:
+            return {tuple((p.entity_type, p.entity_name) for p in e.entity) for e in body.entries}
     return set()
 
 
@@ -297,6 +305,8 @@ def answered(key: int, version: int, response: Any) -> set[Any]:
             return {(r.resource_type, r.resource_name) for r in response.responses}
         case 43:
             return {(t.topic, p.partition_id) for t in response.replica_election_results for p in t.partition_result}
+        case 49:
+            return {tuple((p.entity_type, p.entity_name) for p in e.entity) for e in response.entries}
     return set()
 
 

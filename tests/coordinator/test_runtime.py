@@ -286,3 +286,23 @@ def test_an_event_queued_before_the_lease_ended_is_answered_not_coordinator(coor
         assert await h.fetch() == (ErrorCode.none, -1)
 
     coordinator_harness(scenario)
+
+
+def test_a_submitters_meter_is_charged_with_its_events_time(coordinator_harness):
+    """Request quotas charge a client for the coordinator events its requests submit."""
+    from tidemark.coordinator.runtime.io import EVENT_METER, Meter
+
+    async def scenario(h):
+        await h.start()
+        meter = Meter()
+        token = EVENT_METER.set(meter)
+        try:
+            assert h.commit_code(await h.commit(7)) == ErrorCode.none
+        finally:
+            EVENT_METER.reset(token)
+        assert meter.seconds > 0
+        charged = meter.seconds
+        assert h.commit_code(await h.commit(8)) == ErrorCode.none  # not metered: nothing charged
+        assert meter.seconds == charged
+
+    coordinator_harness(scenario)

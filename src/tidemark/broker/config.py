@@ -292,6 +292,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("group.consumer.max.size", INT_MAX, 1),
         Setting("group.consumer.assignors", ("uniform", "range"), _parse_assignors),
         Setting("group.consumer.migration.policy", "bidirectional", _parse_migration_policy),
+        # Client quotas (broker/quotas/): usage is sampled over quota.window.num windows of
+        # quota.window.size.seconds (Kafka's defaults).
+        _int("quota.window.num", 11, 1),
+        _int("quota.window.size.seconds", 1, 1),
         # tidemark's own (Kafka has no lag export): consumer lag on the Prometheus endpoint.
         Setting("tidemark.lag.metrics.enable", True, _parse_bool),
         _int("tidemark.lag.metrics.max.series", 10000, 0),

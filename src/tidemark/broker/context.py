@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
 
     from tidemark.broker.config import BrokerConfig
+    from tidemark.broker.quotas.store import QuotaStore
     from tidemark.coordinator.runtime.io import Clock
     from tidemark.replication.partition_manager import PartitionManager
     from tidemark.broker.cluster import ClusterLink
@@ -60,7 +61,7 @@ class RequestContext:
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
                  "replicas", "coordinator", "supported_versions", "cluster", "transactions",
-                 "principal", "authorizer")
+                 "principal", "authorizer", "quotas")
 
     api_version: int
     client_id: str | None
@@ -76,13 +77,15 @@ class RequestContext:
     transactions: TransactionCoordinator  # the transaction coordinator (None in some unit tests)
     principal: str  # the connection's principal, Kafka's "User:NAME" ("User:ANONYMOUS" unauthenticated)
     authorizer: Authorizer | None  # None: authorizer.class.name is empty, everything is allowed
+    quotas: QuotaStore | None  # the client quotas (Describe/AlterClientQuotas)
 
     def __init__(self, *, client_host: str, clock: Clock, config: BrokerConfig, node: Node,
                  replicas: PartitionManager, coordinator: Coordinator,
                  supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
                  api_version: int = -1, client_id: str | None = None, correlation_id: int = -1,
                  transactions: TransactionCoordinator | None = None,
-                 principal: str = "User:ANONYMOUS", authorizer: Authorizer | None = None) -> None:
+                 principal: str = "User:ANONYMOUS", authorizer: Authorizer | None = None,
+                 quotas: QuotaStore | None = None) -> None:
         self.api_version = api_version
         self.client_id = client_id
         self.correlation_id = correlation_id
@@ -97,6 +100,7 @@ class RequestContext:
         self.transactions = transactions  # type: ignore[assignment]
         self.principal = principal
         self.authorizer = authorizer
+        self.quotas = quotas
 
     def for_request(self, request: Request) -> RequestContext:
         """This (connection's) context carrying `request`'s header facts."""
@@ -115,6 +119,7 @@ class RequestContext:
         ctx.transactions = self.transactions
         ctx.principal = self.principal
         ctx.authorizer = self.authorizer
+        ctx.quotas = self.quotas
         return ctx
 
 

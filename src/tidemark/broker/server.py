@@ -30,6 +30,7 @@ from tidemark.broker import dynamic_config, zk_offsets
 from tidemark.broker.apis import (
     acls,
     api_versions,
+    client_quotas,
     configs,
     delete_records,
     describe_cluster,
@@ -48,11 +49,14 @@ from tidemark.broker.apis import (
 )
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.context import Node, RequestContext
+from tidemark.broker.quotas.manager import ClientQuotas
+from tidemark.broker.quotas.store import QuotaStore
+from tidemark.broker.quotas.usage import Timed, charge_encoding, throttle_ms, with_throttle
 from tidemark.broker.coordinator_io import LogOffsetsTopic
 from tidemark.broker.transaction_io import BrokerMarkerDestinations, LogTransactionStateTopic
 from tidemark.coordinator.transactions.coordinator import TransactionCoordinator
 from tidemark.broker.security import authorizing
-from tidemark.coordinator.runtime.io import Clock, SystemClock
+from tidemark.coordinator.runtime.io import EVENT_METER, Cancellable, Clock, Meter, SystemClock
 from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
@@ -117,6 +121,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     29: (acls.handle_describe, 1),
     30: (acls.handle_create, 1),
     31: (acls.handle_delete, 1),
+    48: (client_quotas.handle_describe, 0),
+    49: (client_quotas.handle_alter, 0),
 }
 
 # api key -> the highest version served where it is below what the codec covers: AddPartitionsToTxn
@@ -176,6 +182,11 @@ class Broker:
                                    self.clock, self.zookeeper) if self.zookeeper is not None else None
         self.marker_destinations.cluster = self.cluster
         self.authorizer, self.acl_store = authorizing.authorizer_of(config, self.replicas, self.zookeeper)
+        # Client quotas: kept in ZooKeeper (followed through its change notices) or the data dir.
+        self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
+        self.quota_store = QuotaStore(self.quotas, self.cluster)
+        if self.cluster is not None:
+            self.cluster.quota_reload = self.quota_store.reload
         self._server: asyncio.base_events.Server | None = None
         self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
@@ -188,10 +199,12 @@ class Broker:
         started = time.perf_counter()
         if self.cluster is not None:
             table = await self.cluster.connect()  # reads the dynamic settings too
+            await self.quota_store.load_cluster(self.config["zookeeper.session.timeout.ms"] / 1000)
             self.replicas.open(metadata=lambda: table)
         else:
             self.replicas.open()
             dynamic_config.load_embedded(self.config, self.replicas)
+            self.quota_store.load_embedded(self.replicas.metadata)
         self._opened = True
         if self.acl_store is not None:
             await self.acl_store.start()  # ACLs enforced from the first request
@@ -271,10 +284,14 @@ class Broker:
             node=Node(self.node_id, self.advertised_host, self.advertised_port),
             replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
             cluster=self.cluster, transactions=self.transactions, authorizer=self.authorizer,
+            quotas=self.quota_store,
         )
 
-    async def dispatch(self, connection_context: RequestContext, request: Request) -> bytes | None:
-        """Run one request's handler; return the encoded response frame, or None for no response."""
+    async def dispatch(self, connection_context: RequestContext, request: Request,
+                       connection: Connection | None = None) -> bytes | None:
+        """Run one request's handler; return the encoded response frame, or None for no response.
+        A client over its quotas is answered at once with throttle_time_ms, and its connection
+        muted for that long (KIP-219)."""
         api = api_key_map.get(request.api_key, str(request.api_key))
         metrics.REQUESTS.labels(api).inc()
         started = time.perf_counter()
@@ -283,21 +300,43 @@ class Broker:
                 return api_versions_fallback(request, self.supported_versions)
             return _failure_response(request, ErrorCode.unsupported_version)
         handler, _ = self.handlers[request.api_key]
+        metered = self.quotas.any
         try:
-            result = await handler(connection_context.for_request(request), request)
+            if metered:  # request time: the handler's steps and its coordinator events, not its waits
+                timed, meter = Timed(handler(connection_context.for_request(request), request)), Meter()
+                token = EVENT_METER.set(meter)
+                try:
+                    result = await timed
+                finally:
+                    EVENT_METER.reset(token)
+            else:
+                result = await handler(connection_context.for_request(request), request)
         except Exception:
             log.exception("handler_failed", api=api, version=request.api_version)
             return _failure_response(request, ErrorCode.unknown_server_error)
         finally:
             metrics.REQUEST_SECONDS.labels(api).observe(time.perf_counter() - started)
+        if metered:
+            throttle = throttle_ms(self.quotas, connection_context.principal, request.client_id, request.api_key,
+                                   request.body, result, timed.seconds + meter.seconds, self.clock.now_ms(),
+                                   request.api_key == FETCH and fetch.replica_id_of(request.body) >= 0)
+            if throttle:
+                result = with_throttle(result, throttle)
+            if connection is not None and (throttle or connection.throttled):
+                connection.mute(throttle)
         if result is None:
             return None
+        encoding = time.perf_counter()
         if isinstance(result, dict):
             frame = encode_fast(request, result)
-            if frame is not None:
-                return frame
-            result = build(_response_class(request.api_key, request.api_version), result)
-        return encode_response(request, result)
+            if frame is None:
+                frame = encode_response(request, build(_response_class(request.api_key, request.api_version), result))
+        else:
+            frame = encode_response(request, result)
+        if metered:  # counts toward the client's next throttle, as this one is decided
+            charge_encoding(self.quotas, connection_context.principal, request.client_id,
+                            time.perf_counter() - encoding, self.clock.now_ms())
+        return frame
 
 
 class _Coordinators:
@@ -374,6 +413,9 @@ class Connection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._eof = False
         self._writer: asyncio.Task[None] | None = None
+        self._muted: Cancellable | None = None  # a throttled client's mute, until it ends
+        self._muted_until_ms = 0
+        self.throttled = False  # its last answer was throttled: one request at a time, as in Kafka
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -425,6 +467,9 @@ class Connection(asyncio.BufferedProtocol):
             metrics.CONNECTIONS_READ_PAUSED.dec()
         if self._writer is not None:
             self._writer.cancel()
+        if self._muted is not None:
+            self._muted.cancel()
+            self._muted = None
         for task in self._pending:
             if task is not None:
                 task.cancel()
@@ -453,6 +498,8 @@ class Connection(asyncio.BufferedProtocol):
     def _start_requests(self) -> None:
         """Start waiting requests in order while the connection's bounds allow; stop reading
         while any has to wait."""
+        if self._muted is not None:
+            return  # throttled: nothing read or started until the mute ends
         waiting, pending = self._waiting, self._pending
         while waiting:
             request = waiting[0]
@@ -461,11 +508,11 @@ class Connection(asyncio.BufferedProtocol):
                 cost = self._cost(request)
                 unsent = self._held + self.transport.get_write_buffer_size()
                 if pending:
-                    if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or unsent + cost > MAX_UNSENT_BYTES_PER_CONNECTION:
+                    if self.throttled or len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or unsent + cost > MAX_UNSENT_BYTES_PER_CONNECTION:
                         break
                 elif unsent >= MAX_UNSENT_BYTES_PER_CONNECTION:
                     break  # the transport still holds an earlier large response
-                task = asyncio.get_running_loop().create_task(self.broker.dispatch(self._context, request))
+                task = asyncio.get_running_loop().create_task(self.broker.dispatch(self._context, request, self))
                 self._held += cost
                 task.add_done_callback(functools.partial(self._answered, cost))
             waiting.popleft()
@@ -491,6 +538,39 @@ class Connection(asyncio.BufferedProtocol):
             self._held += len(task.result())
         if self._waiting:
             self._start_requests()
+
+    # -- quotas -----------------------------------------------------------------------------
+
+    @property
+    def muted(self) -> bool:
+        return self._muted is not None
+
+    def mute(self, throttle_ms: int) -> None:
+        """KIP-219: a client over its quota has its answer at once and is then not read (nor
+        its requests already read started) for the throttle time, on the broker's clock; until
+        an answer is not throttled, its requests are handled one at a time, as Kafka handles
+        every connection's (so a pipelining client cannot start a burst at each unmute)."""
+        self.throttled = throttle_ms > 0
+        if not throttle_ms or self.transport is None or self.transport.is_closing():
+            return
+        clock = self.broker.clock
+        until = clock.now_ms() + throttle_ms
+        if self._muted is not None:
+            if until <= self._muted_until_ms:
+                return
+            self._muted.cancel()
+        elif not self._reading_paused:
+            self.transport.pause_reading()
+        self._muted_until_ms = until
+        self._muted = clock.call_at(until, self._unmute)
+
+    def _unmute(self) -> None:
+        self._muted = None
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self._reading_paused:
+            self.transport.resume_reading()
+        self._start_requests()
 
     # -- responses --------------------------------------------------------------------------
 

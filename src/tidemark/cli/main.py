@@ -11,6 +11,7 @@ from tidemark.cli.groups import groups
 from tidemark.cli.leader_election import leader_election
 from tidemark.cli.offsets import offsets
 from tidemark.cli.output import CommandGroup
+from tidemark.cli.quotas import quotas
 from tidemark.cli.serve import serve
 from tidemark.cli.spark import spark
 from tidemark.cli.transactions import transactions
@@ -18,7 +19,8 @@ from tidemark.cli.topics import topics
 from tidemark.cli.zk import zk
 
 # Every command, in the order `tidemark --help` lists them; a new command is one import and one entry.
-COMMANDS = (serve, offsets, groups, topics, configs, acls, leader_election, transactions, spark, zk, cluster)
+COMMANDS = (serve, offsets, groups, topics, configs, acls, quotas, leader_election, transactions, spark, zk,
+            cluster)
 
 
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})

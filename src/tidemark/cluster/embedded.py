@@ -1,6 +1,6 @@
 """Embedded single-node cluster metadata: topics, their ids and configs, producer id blocks,
 the broker's dynamic settings (its own and the cluster-wide defaults, as Kafka keeps them in
-/config/brokers/N and /config/brokers/<default>).
+/config/brokers/N and /config/brokers/<default>), client quotas (as /config/users, /config/clients).
 
 Kafka keeps this in ZooKeeper or the KRaft metadata log; the embedded default keeps it in one
 JSON file in the data directory, replaced atomically on every change, so a broker restarted
@@ -95,6 +95,8 @@ class EmbeddedMetadata:
         # ACLs by resource, each in Kafka's ZooKeeper JSON ({"resourceType", "name", "patternType",
         # "acls": [...]}): the authorizer's store when there is no ZooKeeper.
         self.acls: list[dict[str, Any]] = []
+        # Client quotas as text, by entity path ("users/alice/clients/app", "clients/<default>").
+        self.client_quotas: dict[str, dict[str, str]] = {}
         self._load()
 
     @property
@@ -110,6 +112,7 @@ class EmbeddedMetadata:
             self._next_producer_id = self._producer_id_limit
             self.broker_configs = state.get("broker_configs", {})
             self.acls = state.get("acls", [])
+            self.client_quotas = state.get("client_quotas", {})
             for entry in state["topics"]:
                 topic = TopicMetadata(
                     name=entry["name"],
@@ -133,6 +136,7 @@ class EmbeddedMetadata:
             "producer_id_block_end": self._producer_id_limit,
             "broker_configs": self.broker_configs,
             "acls": self.acls,
+            "client_quotas": self.client_quotas,
             "topics": [
                 {
                     "name": t.name,
@@ -194,6 +198,12 @@ class EmbeddedMetadata:
     def set_acls(self, resources: list[dict[str, Any]]) -> None:
         """Replace every ACL (durably, before the authorizer applies them)."""
         self.acls = list(resources)
+    def set_client_quotas(self, entity_path: str, configs: dict[str, str]) -> None:
+        """Replace a client quota entity's quotas (durably, before they are applied)."""
+        if configs:
+            self.client_quotas[entity_path] = dict(configs)
+        else:
+            self.client_quotas.pop(entity_path, None)
         self._save()
 
     def delete_topic(self, name: str) -> TopicMetadata:

@@ -316,6 +316,18 @@ def txn_offset_commit(body: Any, version: int, code: ErrorCode) -> dict[str, Any
                                         for p in t.partitions]} for t in _each(body and body.topics)]}
 
 
+def describe_client_quotas(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": None, "entries": None}
+
+
+def alter_client_quotas(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    """Per entity, each named as it was asked."""
+    return {"throttle_time": 0, "entries": [
+        {"error_code": code, "error_message": None,
+         "entity": [{"entity_type": p.entity_type, "entity_name": p.entity_name} for p in e.entity]}
+        for e in _each(body and body.entries)]}
+
+
 SHAPES: dict[int, Shape] = {
     29: describe_acls,
     30: create_acls,
@@ -355,6 +367,8 @@ SHAPES: dict[int, Shape] = {
     69: consumer_group_describe,
     27: write_txn_markers,
     28: txn_offset_commit,
+    48: describe_client_quotas,
+    49: alter_client_quotas,
 }
 """api key -> its failure response from (request body or None, version, error code)."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -74,6 +74,7 @@ class ClusterLink:
         self.admin = ClusterAdmin(config, self.session, self.view)
         self.config_reloads = ConfigReloads(self.session, replicas)
         self.broker_config_reloads = BrokerConfigReloads(config, self.session)
+        self.quota_reload: Callable[[str], Awaitable[None]] | None = None  # the broker's client quotas
         self.tasks = BackgroundTasks(on_fatal)
         # The group coordinator serves only while the session's lease holds (session_fence.py).
         self.coordinator_fence = CoordinatorFence(self.node_id, self.session, coordinator, replicas, self.tasks)
@@ -131,7 +132,8 @@ class ClusterLink:
         self._started = True
         self._apply(everything=True)
         self._config_changes = ConfigChangeListener(self.client, self._config_changed_in_kazoo_thread,
-                                                    self._broker_config_changed_in_kazoo_thread)
+                                                    self._broker_config_changed_in_kazoo_thread,
+                                                    self._quota_changed_in_kazoo_thread)
         await self.session.call(self._config_changes.start, timeout_s=STARTUP_CALL_TIMEOUT_S)
         try:  # serve once the view shows this broker and a controller (clients ask for both)
             await self.wait_for(lambda s: s.controller_id >= 0 and self.node_id in s.brokers)
@@ -224,6 +226,11 @@ class ClusterLink:
         if loop is not None and not loop.is_closed() and self.broker_config_reloads.applies(entity):
             loop.call_soon_threadsafe(self.tasks.spawn, self.broker_config_reloads.reload(entity),
                                       f"broker-configs-{entity}")
+
+    def _quota_changed_in_kazoo_thread(self, entity_path: str) -> None:
+        loop, reload = self._loop, self.quota_reload
+        if loop is not None and not loop.is_closed() and reload is not None:
+            loop.call_soon_threadsafe(self.tasks.spawn, reload(entity_path), f"quotas-{entity_path}")
 
     def _address(self, broker_id: int) -> tuple[str, int] | None:
         broker = self.snapshot.brokers.get(broker_id)

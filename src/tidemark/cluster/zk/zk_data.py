@@ -32,6 +32,10 @@ DEFAULT_BROKER_ENTITY = "<default>"
 # of an entity's config, which every broker watches (topic configs are not read otherwise).
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
+# Kafka's client quotas: /config/users/<user>[/clients/<client-id>], /config/clients/<client-id>.
+CONFIG = "/config"
+CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
@@ -289,6 +293,11 @@ CONFIG_CHANGE_VERSION = 2  # Kafka 2.0+: {"version":2,"entity_path":"topics/T"}
 
 def encode_topic_config_change(topic: str) -> bytes:
     return _dumps({"version": CONFIG_CHANGE_VERSION, "entity_path": f"topics/{topic}"})
+
+
+def encode_entity_config_change(entity_path: str) -> bytes:
+    """Any entity's notice: "users/alice/clients/app", "clients/<default>" (client quotas)."""
+    return _dumps({"version": CONFIG_CHANGE_VERSION, "entity_path": entity_path})
 
 
 def encode_broker_config_change(entity: str) -> bytes:

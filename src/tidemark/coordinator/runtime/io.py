@@ -8,6 +8,7 @@ replicated partition (broker/coordinator_io.py) without the runtime importing th
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -15,6 +16,19 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.result import OffsetsRecord
+
+class Meter:
+    """Time the runtime spent on one caller's events (its shard handler and the append), so the
+    caller can be charged for it (request quotas)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
+# The meter of whoever submits events from this context (None: nobody is metered).
+EVENT_METER: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("tidemark_event_meter", default=None)
 
 # (log offset, key, value) of one record read back for loading
 LogRecord = tuple[int, bytes | None, bytes | None]

@@ -39,7 +39,9 @@ from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.coordinator.result import OffsetsRecord, Result
-from tidemark.coordinator.runtime.io import Cancellable, Clock, CoordinatorTopic, PartitionWriter, SystemClock
+from tidemark.coordinator.runtime.io import (
+    EVENT_METER, Cancellable, Clock, CoordinatorTopic, Meter, PartitionWriter, SystemClock,
+)
 from tidemark.hold import hold_async
 
 log = structlog.get_logger("tidemark.group_coordinator")
@@ -132,7 +134,8 @@ class ShardRuntime(Generic[S]):
         self.shard: S | None = None
         self.writer: PartitionWriter | None = None
         # (event, its future, released at once: a failure path, which waits for no write)
-        self._queue: asyncio.Queue[tuple[Event[S], asyncio.Future[Result], bool]] = asyncio.Queue()
+        # (event, its future, immediate, the submitter's meter)
+        self._queue: asyncio.Queue[tuple[Event[S], asyncio.Future[Result], bool, Meter | None]] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()  # load, event loop, high watermark follower
         self._pending: collections.deque[_PendingWrite] = collections.deque()  # in log order
         self._replayed_to = 0  # the shard holds every committed record below this offset (read, while loading)
@@ -281,7 +284,7 @@ class ShardRuntime(Generic[S]):
             self._serving.exception()  # retrieved here: nobody may be waiting
         self._serving = None
         while not self._queue.empty():
-            _, future, _immediate = self._queue.get_nowait()
+            _, future, _immediate, _meter = self._queue.get_nowait()
             if not future.done():
                 future.set_exception(unavailable)
         now = self.clock.now_ms()
@@ -414,7 +417,8 @@ class ShardRuntime(Generic[S]):
         assert self._serving is not None
         await asyncio.shield(self._serving)
         while True:
-            event, future, immediate = await self._queue.get()
+            event, future, immediate, meter = await self._queue.get()
+            started = time.perf_counter() if meter is not None else 0.0
             if future.done():
                 continue
             if not immediate and not self.runtime.may_lead():  # queued before the lease ended (a pause)
@@ -433,6 +437,8 @@ class ShardRuntime(Generic[S]):
                 future.set_result(result)
             else:
                 self._complete(result, future)
+            if meter is not None:
+                meter.seconds += time.perf_counter() - started
             self._arm_timer()
 
     def submit(self, event: Event[S]) -> asyncio.Future[Result]:
@@ -440,7 +446,7 @@ class ShardRuntime(Generic[S]):
         if self.state is not LoadState.ACTIVE:
             raise ShardNotAvailable(NOT_ACTIVE_ERRORS[self.state])
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((event, future, False))
+        self._queue.put_nowait((event, future, False, EVENT_METER.get()))
         return future
 
     def _complete(self, result: Result, future: asyncio.Future[Result]) -> None:
@@ -500,7 +506,7 @@ class ShardRuntime(Generic[S]):
             self._answer(write, write.result)
         else:
             write.answered = True
-            self._queue.put_nowait((lambda _shard, now: on_failure(code, now), write.future, True))
+            self._queue.put_nowait((lambda _shard, now: on_failure(code, now), write.future, True, None))
 
     def _released(self, write: _PendingWrite) -> None:
         """The write's records are committed and replayed: its responses go."""
@@ -616,7 +622,7 @@ class ShardRuntime(Generic[S]):
         self._wakeup = self._wakeup_at = None
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_consume_result)
-        self._queue.put_nowait((lambda shard, now: shard.poll(now), future, False))
+        self._queue.put_nowait((lambda shard, now: shard.poll(now), future, False, None))
 
 
 @dataclasses.dataclass(slots=True)
