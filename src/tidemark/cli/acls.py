@@ -17,7 +17,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                    ResourcePatternType, ResourceType)
 
-from tidemark.cli.reach import unreachable
+from tidemark.client.reach import unreachable
 
 CLUSTER_NAME = "kafka-cluster"
 _OPERATIONS = {op.name.replace("_", "").lower(): op for op in AclOperation

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from tidemark.cli.reach import split_host_port, unreachable
+from tidemark.client.reach import split_host_port, unreachable
 from tidemark.wire.client import BrokerConnection
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49

@@ -198,6 +198,8 @@ class EmbeddedMetadata:
     def set_acls(self, resources: list[dict[str, Any]]) -> None:
         """Replace every ACL (durably, before the authorizer applies them)."""
         self.acls = list(resources)
+        self._save()
+
     def set_client_quotas(self, entity_path: str, configs: dict[str, str]) -> None:
         """Replace a client quota entity's quotas (durably, before they are applied)."""
         if configs:
