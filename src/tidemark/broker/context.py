@@ -54,7 +54,7 @@ class RequestContext:
     copied per request on the hot path, and a frozen class would make that copy slower)."""
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
-                 "replicas", "coordinator", "supported_versions", "cluster")
+                 "replicas", "coordinator", "supported_versions", "cluster", "listener", "principal")
 
     api_version: int
     client_id: str | None
@@ -67,11 +67,14 @@ class RequestContext:
     coordinator: Coordinator
     supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
     cluster: ClusterLink | None  # this broker's ZooKeeper cluster, None when embedded
+    listener: str  # the listener the connection came in on (its name: Metadata answers its addresses)
+    principal: str  # who the connection authenticated as, "User:ANONYMOUS" when it did not (for ACLs)
 
     def __init__(self, *, client_host: str, clock: Clock, config: BrokerConfig, node: Node,
                  replicas: PartitionManager, coordinator: Coordinator,
                  supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
-                 api_version: int = -1, client_id: str | None = None, correlation_id: int = -1) -> None:
+                 api_version: int = -1, client_id: str | None = None, correlation_id: int = -1,
+                 listener: str = "PLAINTEXT", principal: str = "User:ANONYMOUS") -> None:
         self.api_version = api_version
         self.client_id = client_id
         self.correlation_id = correlation_id
@@ -83,6 +86,8 @@ class RequestContext:
         self.coordinator = coordinator
         self.supported_versions = supported_versions
         self.cluster = cluster
+        self.listener = listener
+        self.principal = principal
 
     def for_request(self, request: Request) -> RequestContext:
         """This (connection's) context carrying `request`'s header facts."""
@@ -98,6 +103,8 @@ class RequestContext:
         ctx.coordinator = self.coordinator
         ctx.supported_versions = self.supported_versions
         ctx.cluster = self.cluster
+        ctx.listener = self.listener
+        ctx.principal = self.principal
         return ctx
 
 

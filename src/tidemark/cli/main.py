@@ -9,6 +9,7 @@ from tidemark.cli.groups import groups
 from tidemark.cli.offsets import offsets
 from tidemark.cli.serve import serve
 from tidemark.cli.spark import spark
+from tidemark.cli.users import users
 from tidemark.cli.zk import zk
 
 
@@ -24,3 +25,4 @@ main.add_command(groups)
 main.add_command(spark)
 main.add_command(zk)
 main.add_command(cluster)
+main.add_command(users)

@@ -18,6 +18,8 @@ import structlog
 
 from tidemark import logging as tidemark_logging
 from tidemark.broker.config import BrokerConfig, ConfigError
+from tidemark.broker.security import listeners as security_listeners
+from tidemark.broker.security import tls
 from tidemark.log.errors import DataDirLockedError
 
 
@@ -35,7 +37,8 @@ def _parse_listen(value: str) -> tuple[str, int]:
 
 
 @click.command()
-@click.option("--listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on (port 0: any free port).")
+@click.option("--listen", default="127.0.0.1:9092", show_default=True,
+              help="HOST:PORT of one PLAINTEXT listener (port 0: any free port); the `listeners` setting replaces it.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("tidemark-data"), show_default=True)
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A server.properties file (Kafka setting names).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one setting; repeatable.")
@@ -49,12 +52,19 @@ def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str
     host, port = _parse_listen(listen)
     try:
         config = BrokerConfig.load(config_file, sets)
-    except ConfigError as exc:
+        bound = security_listeners.resolve(config, host, port)
+        if any(listener.tls for listener in bound):
+            tls.server_context(config)  # unreadable key or truststore: one line, before anything opens
+    except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    if config["listeners"] and click.get_current_context().get_parameter_source("listen") \
+            is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("give either --listen or the listeners setting, not both")
     # Before any log is opened (recovery can take a while): a port in use is the commonest
     # mistake (`make serve` twice) and deserves one line, not a traceback.
-    if port:
-        _check_port_free(host, port, "--listen")
+    for listener in bound:
+        if listener.port:
+            _check_port_free(listener.host, listener.port, "--listen" if not config["listeners"] else "listeners")
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
@@ -175,6 +185,8 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int, met
         lag_collector = lag_metrics.install(broker) if metrics else None
         # A line tests and scripts can wait for, with the real port when 0 was asked for.
         print(f"tidemark listening on {broker.host}:{broker.port}", file=sys.stderr, flush=True)
+        for listener, (bound_host, bound_port) in list(broker.bound.items())[1:]:
+            print(f"tidemark listening on {bound_host}:{bound_port} ({listener})", file=sys.stderr, flush=True)
         await signalled
     else:
         starting.cancel()
