@@ -164,15 +164,18 @@ class SaslAuthenticator:
             try:
                 server.set_client_first(text)
                 first = server.get_server_first()
-            except Exception:  # noqa: BLE001 - scramp refuses a malformed or unsupported message
+            except Exception as exc:  # noqa: BLE001 - scramp refuses a malformed or unsupported message
+                log.info("scram_client_first_refused", error=str(exc))
                 raise AuthenticationFailed(failed_message(mechanism)) from None
             self._scram, self._scram_user = server, user
             return first.encode("utf-8")
         server, self._scram = self._scram, None
         try:
+            _accept_librdkafka_nonce(server, text)
             server.set_client_final(text)
             final = server.get_server_final()
-        except Exception:  # noqa: BLE001 - a wrong proof (wrong password) or a malformed message
+        except Exception as exc:  # noqa: BLE001 - a wrong proof (wrong password) or a malformed message
+            log.info("scram_client_final_refused", error=str(exc))
             raise AuthenticationFailed(failed_message(mechanism)) from None
         self._succeed(self._scram_user)
         return final.encode("utf-8")
@@ -191,6 +194,21 @@ class SaslAuthenticator:
 
 def metrics_failed(outcome: str) -> None:
     metrics.SASL_AUTHENTICATIONS.labels(outcome).inc()
+
+
+def _accept_librdkafka_nonce(server: Any, client_final: str) -> None:
+    """librdkafka before 2.6.1 sends r=<client nonce><server-first nonce> in its client-final
+    message (and signs that). Kafka 3.8.1 to 3.9 accept a nonce ending with the one they sent;
+    so does tidemark, for exactly that form, so the kcat and librdkafka builds of Linux
+    distributions authenticate. The proof is still checked, over the message as sent."""
+    sent = str(server.nonce)
+    for field in client_final.split(","):
+        if field.startswith("r="):
+            nonce = field[2:]
+            client_nonce = next((f[2:] for f in server.client_first_bare.split(",") if f.startswith("r=")), None)
+            if client_nonce and nonce == client_nonce + sent:
+                server.nonce = type(server.nonce)(nonce)
+            return
 
 
 def _scram_user(client_first: str) -> str | None:
