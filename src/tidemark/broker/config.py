@@ -96,6 +96,26 @@ def _parse_client_auth(text: str) -> str:
     return text.strip().lower()
 
 
+# Settings a listener may override as listener.name.<name>.<setting> (Kafka's listener prefix).
+LISTENER_SETTINGS = ("sasl.enabled.mechanisms", "ssl.client.auth", "ssl.keystore.location",
+                     "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.key.password",
+                     "ssl.truststore.location", "ssl.truststore.certificates")
+
+
+def _listener_setting(name: str) -> Setting | None:
+    prefix, _, rest = name.partition("listener.name.")
+    listener, _, key = rest.partition(".")
+    if prefix or not listener or key not in LISTENER_SETTINGS:
+        return None
+    return dataclasses.replace(BROKER_SETTINGS[key], name=name)
+
+
+def listener_value(config: BrokerConfig, listener: str, key: str) -> Any:
+    """A setting as the named listener sees it: its listener.name.<name>. override, else the broker's."""
+    name = f"listener.name.{listener.lower()}.{key}"
+    return config[name] if config.is_set(name) else config[key]
+
+
 def _parse_offsets_storage(text: str) -> str:
     if text.strip() not in ("kafka", "zookeeper"):
         raise ValueError("expected kafka or zookeeper")
@@ -360,7 +380,7 @@ class BrokerConfig:
         self._explicit: set[str] = set()
         where = f"{source}: " if source else ""
         for name, raw in (overrides or {}).items():
-            setting = BROKER_SETTINGS.get(name)
+            setting = BROKER_SETTINGS.get(name) or _listener_setting(name)
             if setting is None:
                 raise ConfigError(f"{where}unknown setting {name!r}")
             self._values[name] = _parse_setting(setting, raw, where)

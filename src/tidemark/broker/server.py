@@ -43,7 +43,7 @@ from tidemark.broker.apis import (
     produce,
     topics,
 )
-from tidemark.broker.config import BrokerConfig
+from tidemark.broker.config import BrokerConfig, listener_value
 from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.security import listeners as security_listeners
 from tidemark.broker.security import sasl, scram_admin, tls
@@ -144,7 +144,12 @@ class Broker:
         # listener name -> (host, port) it advertises: advertised.listeners' entry, else where it is bound
         self.advertised: dict[str, tuple[str, int]] = {}
         self.bound: dict[str, tuple[str, int]] = {}  # listener name -> (host, port) bound, once started
-        self._tls_context = tls.server_context(config) if any(l.tls for l in self.listeners) else None
+        try:
+            self._tls_contexts = {l.name: tls.server_context(config, l.name) for l in self.listeners if l.tls}
+        except ValueError as exc:
+            from tidemark.broker.config import ConfigError
+
+            raise ConfigError(str(exc)) from None
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
         self.replicas = PartitionManager(config, data_dir)
         self.coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, self.replicas), clock=self.clock)
@@ -179,7 +184,7 @@ class Broker:
         # cluster: its first answers already name the controller and the leaders.
         for listener in self.listeners:
             server = await loop.create_server(functools.partial(Connection, self, listener), listener.host or None,
-                                              listener.port, ssl=self._tls_context if listener.tls else None,
+                                              listener.port, ssl=self._tls_contexts.get(listener.name),
                                               start_serving=False)
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
@@ -361,8 +366,9 @@ class Connection(asyncio.BufferedProtocol):
         if self.listener.tls:
             principal = tls.certificate_principal(transport.get_extra_info("peercert")) or principal
         if self.listener.sasl:
-            self._auth = sasl.SaslAuthenticator(self.broker.config["sasl.enabled.mechanisms"],
-                                                self.broker.scram_credentials)
+            self._auth = sasl.SaslAuthenticator(
+                listener_value(self.broker.config, self.listener.name, "sasl.enabled.mechanisms"),
+                self.broker.scram_credentials)
             # Kafka's sasl.server.max.receive.size: an unauthenticated peer sends small frames only
             self.decoder.max_frame_bytes = min(self.decoder.max_frame_bytes, sasl.MAX_RECEIVE_SIZE)
         self._context = self.broker.connection_context(host, self.listener.name, principal)

@@ -53,8 +53,9 @@ def serve(listen: str, data_dir: Path, config_file: Path | None, sets: tuple[str
     try:
         config = BrokerConfig.load(config_file, sets)
         bound = security_listeners.resolve(config, host, port)
-        if any(listener.tls for listener in bound):
-            tls.server_context(config)  # unreadable key or truststore: one line, before anything opens
+        for listener in bound:
+            if listener.tls:
+                tls.server_context(config, listener.name)  # unreadable key or truststore: one line, at once
     except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     if config["listeners"] and click.get_current_context().get_parameter_source("listen") \

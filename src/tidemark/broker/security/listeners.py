@@ -125,7 +125,7 @@ def resolve(config: BrokerConfig, host: str = "127.0.0.1", port: int = 9092) -> 
         listeners.append(Listener(endpoint.name, protocol, endpoint.host, endpoint.port, ad))
     inter = inter_broker_listener_name(config) if text else listeners[0].name
     by_name = {l.name: l for l in listeners}
-    if inter not in by_name:
+    if inter not in by_name and config["zookeeper.connect"]:  # only a cluster's brokers talk to each other
         raise ValueError(f"inter.broker.listener.name must be a listener name defined in listeners, {inter} is not")
     if config["zookeeper.connect"] and by_name[inter].protocol != "PLAINTEXT":
         # The replica fetcher and controller connections do not authenticate yet.

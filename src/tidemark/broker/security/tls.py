@@ -21,13 +21,19 @@ if TYPE_CHECKING:
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
-def server_context(config: BrokerConfig) -> ssl.SSLContext:
-    """Raises ValueError naming the setting when the material is missing or unreadable."""
+def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+    """The named listener's context (its listener.name.<name>.ssl.* overrides, else the broker's
+    ssl.*). Raises ValueError naming the setting when the material is missing or unreadable."""
+    from tidemark.broker.config import listener_value
+
+    def setting(key: str) -> Any:
+        return listener_value(config, listener, key)
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2  # Kafka's ssl.enabled.protocols: TLSv1.2,TLSv1.3
-    password = config["ssl.key.password"]
-    location = config["ssl.keystore.location"]
-    chain, key = config["ssl.keystore.certificate.chain"], config["ssl.keystore.key"]
+    password = setting("ssl.key.password")
+    location = setting("ssl.keystore.location")
+    chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
     try:
         if location:
             context.load_cert_chain(location, password=password)
@@ -38,15 +44,16 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
                              "and ssl.keystore.key (PEM)")
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f"cannot load the broker's key and certificate: {exc}") from None
-    context.verify_mode = CLIENT_AUTH[config["ssl.client.auth"]]
-    trust_file, trust_pem = config["ssl.truststore.location"], config["ssl.truststore.certificates"]
+    client_auth = setting("ssl.client.auth")
+    context.verify_mode = CLIENT_AUTH[client_auth]
+    trust_file, trust_pem = setting("ssl.truststore.location"), setting("ssl.truststore.certificates")
     try:
         if trust_file:
             context.load_verify_locations(cafile=trust_file)
         elif trust_pem:
             context.load_verify_locations(cadata=trust_pem)
         elif context.verify_mode != ssl.CERT_NONE:
-            raise ValueError(f"ssl.client.auth={config['ssl.client.auth']} needs ssl.truststore.location "
+            raise ValueError(f"ssl.client.auth={client_auth} (listener {listener}) needs ssl.truststore.location "
                              "or ssl.truststore.certificates")
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f"cannot load the truststore: {exc}") from None
