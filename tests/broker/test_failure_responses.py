@@ -92,6 +92,11 @@ REQUESTS: dict[int, dict[str, Any]] = {
     60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
     43: {"election_type": 0, "topic_partitions": [{"topic": "a", "partitions": [0, 2]}, {"topic": "b", "partitions": [1]}],
          "timeout": 1000},
+    17: {"mechanism": "PLAIN"},
+    36: {"auth_bytes": b"\0u\0p"},
+    50: {"users": [{"name": "alice"}]},
+    51: {"deletions": [{"name": "alice", "mechanism": 2}], "upsertions": [
+        {"name": "bob", "mechanism": 1, "iterations": 4096, "salt": b"s", "salted_password": b"p"}]},
 }
 
 CASES = [(key, version) for key, (low, high) in sorted(supported_versions().items()) for version in range(low, high + 1)]

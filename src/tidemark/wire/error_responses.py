@@ -248,6 +248,12 @@ def elect_leaders(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
         for t in _each(body and body.topic_partitions)]}
 
 
+def alter_user_scram_credentials(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    """Per user named by a deletion or an upsertion (KIP-554)."""
+    users = dict.fromkeys(i.name for i in [*_each(body and body.deletions), *_each(body and body.upsertions)])
+    return {"throttle_time": 0, "results": [{"user": u, "error_code": code, "error_message": None} for u in users]}
+
+
 SHAPES: dict[int, Shape] = {
     0: produce,
     1: fetch,
@@ -275,6 +281,7 @@ SHAPES: dict[int, Shape] = {
     43: elect_leaders,
     44: alter_configs,
     47: offset_delete,
+    51: alter_user_scram_credentials,
 }
 """api key -> its failure response from (request body or None, version, error code)."""
 
