@@ -39,6 +39,7 @@ from tidemark.cluster.zk.registration import BrokerRegistration
 from tidemark.cluster.zk.session import ZkSession
 from tidemark.cluster.zk.topic_table import ZkTopicTable
 from tidemark.zk.offset_store import ZookeeperOffsetManager
+from tidemark.broker.security import client as security_client
 from tidemark.broker.security import listeners as security_listeners
 
 if TYPE_CHECKING:
@@ -89,7 +90,8 @@ class ClusterLink:
         self._producer_id_blocks = asyncio.Lock()  # one block claimed at a time
         self.partitions_visited = 0  # by the view changes applied so far: what they cost
         # OffsetFetch forwarding to the group's coordinator (offsets.fetch.forward.enable).
-        self.offset_fetch_forwarder = OffsetFetchForwarder(self._address, config["request.timeout.ms"]) \
+        self.offset_fetch_forwarder = OffsetFetchForwarder(self._address, config["request.timeout.ms"],
+                                                           security_client.opener(config)) \
             if config["offsets.fetch.forward.enable"] else None
 
     @property

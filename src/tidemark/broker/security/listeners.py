@@ -127,10 +127,10 @@ def resolve(config: BrokerConfig, host: str = "127.0.0.1", port: int = 9092) -> 
     by_name = {l.name: l for l in listeners}
     if inter not in by_name and config["zookeeper.connect"]:  # only a cluster's brokers talk to each other
         raise ValueError(f"inter.broker.listener.name must be a listener name defined in listeners, {inter} is not")
-    if config["zookeeper.connect"] and by_name[inter].protocol != "PLAINTEXT":
-        # The replica fetcher and controller connections do not authenticate yet.
-        raise ValueError(f"the inter-broker listener {inter} must be PLAINTEXT: tidemark's brokers do not yet "
-                         f"speak {by_name[inter].protocol} to each other")
+    if config["zookeeper.connect"]:
+        from tidemark.broker.security import client
+
+        client.check(config, by_name[inter].protocol)
     return listeners
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import ssl
 import tempfile
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,19 +32,7 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2  # Kafka's ssl.enabled.protocols: TLSv1.2,TLSv1.3
-    password = setting("ssl.key.password")
-    location = setting("ssl.keystore.location")
-    chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
-    try:
-        if location:
-            context.load_cert_chain(location, password=password)
-        elif chain and key:
-            _load_inline(context, chain, key, password)
-        else:
-            raise ValueError("a TLS listener needs ssl.keystore.location, or ssl.keystore.certificate.chain "
-                             "and ssl.keystore.key (PEM)")
-    except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"cannot load the broker's key and certificate: {exc}") from None
+    load_keystore(context, setting)
     client_auth = setting("ssl.client.auth")
     context.verify_mode = CLIENT_AUTH[client_auth]
     trust_file, trust_pem = setting("ssl.truststore.location"), setting("ssl.truststore.certificates")
@@ -58,6 +47,23 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f"cannot load the truststore: {exc}") from None
     return context
+
+
+def load_keystore(context: ssl.SSLContext, setting: Callable[[str], Any]) -> None:
+    """This broker's key and chain into `context` (a listener's, or its inter-broker client's)."""
+    password = setting("ssl.key.password")
+    location = setting("ssl.keystore.location")
+    chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
+    try:
+        if location:
+            context.load_cert_chain(location, password=password)
+        elif chain and key:
+            _load_inline(context, chain, key, password)
+        else:
+            raise ValueError("a TLS listener needs ssl.keystore.location, or ssl.keystore.certificate.chain "
+                             "and ssl.keystore.key (PEM)")
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot load the broker's key and certificate: {exc}") from None
 
 
 def _load_inline(context: ssl.SSLContext, chain: str, key: str, password: str | None) -> None:
