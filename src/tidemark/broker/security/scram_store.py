@@ -17,6 +17,7 @@ import hmac
 import json
 import os
 import tempfile
+import threading
 import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -34,6 +35,8 @@ MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
 FILE_NAME = "scram-credentials.json"
 USERS_PATH = "/config/users"
+# The file store's read-modify-write runs in worker threads (one admin request each): one at a time.
+_FILE_WRITES = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,11 +145,16 @@ class FileCredentialStore:
         return _decode_config(self._load().get(user, {}))
 
     def put(self, user: str, mechanism: str, credential: ScramCredential) -> None:
-        users = {u: dict(c) for u, c in self._load().items()}
-        users.setdefault(user, {})[mechanism] = credential.to_kafka()
-        self._save(users)
+        with _FILE_WRITES:
+            users = {u: dict(c) for u, c in self._load().items()}
+            users.setdefault(user, {})[mechanism] = credential.to_kafka()
+            self._save(users)
 
     def remove(self, user: str, mechanism: str | None = None) -> bool:
+        with _FILE_WRITES:
+            return self._remove(user, mechanism)
+
+    def _remove(self, user: str, mechanism: str | None) -> bool:
         users = {u: dict(c) for u, c in self._load().items()}
         found = user in users and (mechanism is None or mechanism in users[user])
         if found:
