@@ -83,7 +83,7 @@ def test_a_partition_whose_log_fails_stops_alone_and_the_others_replicate(tmp_pa
                 return follower.replicas.append_as_follower(partition, records)
 
             fetcher = CountingFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", leader.port), append=append,
-                                      max_wait_ms=100)
+                                      sync_truncations=follower.replicas.sync_truncations, max_wait_ms=100)
             before = _failed_gauge()
             fetcher.add(bad)  # first: its answer comes before the healthy one's
             fetcher.add(healthy)
@@ -126,6 +126,7 @@ def test_a_corrupt_batch_delays_its_partition_and_is_fetched_again(tmp_path):
                 return follower.replicas.append_as_follower(p, records)
 
             fetcher = CountingFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", leader.port), append=append,
+                                      sync_truncations=follower.replicas.sync_truncations,
                                       max_wait_ms=100, backoff_ms=10)
             fetcher.add(partition)
             fetcher.start()

@@ -99,7 +99,8 @@ def _diverged_at_epoch_3(leader: Broker, follower: Broker):
 
 def _fetcher(leader: Broker, follower: Broker, **kwargs) -> RecordingFetcher:
     return RecordingFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", leader.port),
-                            append=follower.replicas.append_as_follower, max_wait_ms=100, **kwargs)
+                            append=follower.replicas.append_as_follower,
+                            sync_truncations=follower.replicas.sync_truncations, max_wait_ms=100, **kwargs)
 
 
 def test_a_follower_truncates_to_its_own_end_of_an_epoch_the_leader_never_had(tmp_path):
@@ -215,7 +216,7 @@ def test_a_follower_whose_log_ends_below_the_leaders_log_start_starts_afresh_the
             lp, fp = _roles(leader, follower, epoch=1)
             lp.log.flush()
             lp.flushed_to(lp.log.log_end_offset)  # the leader alone in its ISR: committed once durable
-            assert leader.replicas.delete_records(lp, 5) == 5
+            assert await leader.replicas.delete_records(lp, 5) == 5
             fetcher = _fetcher(leader, follower)
             fetcher.add(fp)
             fetcher.start()

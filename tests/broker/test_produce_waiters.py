@@ -17,6 +17,7 @@ from tests.broker.inprocess import HeldFlusher, running_broker, until
 from tests.broker.test_replication import _bytes, _produce, _roles, two_brokers
 from tests.integration.raw import AsyncRawClient
 from tidemark.broker.config import BrokerConfig
+from tidemark.broker.server import partition_manager_config
 from tidemark.log.config import LogConfig
 from tidemark.log.unified_log import UnifiedLog
 from tidemark.records import build_batch
@@ -143,7 +144,7 @@ def test_leadership_only_moves_to_higher_epochs(tmp_path):
 
 def test_deletion_and_broker_stop_answer_waiting_writes_not_leader(tmp_path):
     async def scenario():
-        replicas = PartitionManager(BrokerConfig({}), tmp_path)
+        replicas = PartitionManager(partition_manager_config(BrokerConfig({})), tmp_path)
         replicas.flusher = HeldFlusher()
         replicas.flusher.holding = True  # nothing becomes durable: every wait stays pending
         replicas.open()

@@ -1,4 +1,5 @@
 from tidemark.broker.config import BrokerConfig
+from tidemark.broker.server import partition_manager_config
 from tidemark.replication.partition_manager import PartitionManager
 from tidemark.records import build_batch
 
@@ -6,7 +7,7 @@ NOW = 1_700_000_000_000
 
 
 def test_expiration_check_covers_every_partition(tmp_path):
-    replicas = PartitionManager(BrokerConfig({"producer.id.expiration.ms": "1000"}), tmp_path)
+    replicas = PartitionManager(partition_manager_config(BrokerConfig({"producer.id.expiration.ms": "1000"})), tmp_path)
     replicas.open()
     try:
         replicas.create_topic("t", 2, {})

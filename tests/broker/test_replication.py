@@ -43,7 +43,8 @@ def _roles(leader: Broker, follower: Broker, epoch: int, isr=(1, 2)):
     lp.become_leader(epoch, replicas, frozenset(isr), zk_version=0, now_ms=NOW)
     fp.become_follower(lead_id, epoch, replicas, frozenset(isr), zk_version=0)
     fetcher = ReplicaFetcher(follow_id, lead_id, lambda: ("127.0.0.1", leader.port),
-                             append=follower.replicas.append_as_follower, max_wait_ms=100)
+                             append=follower.replicas.append_as_follower,
+                             sync_truncations=follower.replicas.sync_truncations, max_wait_ms=100)
     fetcher.add(fp)
     fetcher.start()
     return lp, fp, fetcher

@@ -241,3 +241,48 @@ def test_a_commit_committed_while_too_few_replicas_are_in_sync_is_not_acknowledg
         assert await h.fetch() == (ErrorCode.none, 5)
 
     coordinator_harness(scenario)
+
+
+def test_a_fenced_coordinator_answers_not_coordinator_and_reloads_from_the_log_when_it_leads_again(
+        coordinator_harness):
+    """While the broker may not lead (its ZooKeeper session suspended, lost or its lease lapsed),
+    reads and writes answer NOT_COORDINATOR, whether or not the shard has unloaded yet; relead
+    loads the partition afresh, so what the log gained meanwhile is served, not the old cache."""
+    async def scenario(h):
+        await h.start()
+        assert h.commit_code(await h.commit(5)) == ErrorCode.none
+        leading = [True]
+        h.coordinator.may_lead = lambda: leading[0]
+        leading[0] = False  # the lease ended; the broker has not run fence() yet
+        assert await h.fetch() == (ErrorCode.not_coordinator, -1)
+        assert h.commit_code(await h.commit(6)) == ErrorCode.not_coordinator
+        h.coordinator.fence()
+        assert h.shard.state is LoadState.UNLOADED and h.coordinator.fenced_leaderships() == {0: 0}
+        h.writer.append([_offset_record(9)], 0)  # written by the leader that took over meanwhile
+        h.coordinator.relead(0, 0)  # a relead while still fenced loads nothing
+        assert h.shard.state is LoadState.UNLOADED
+        leading[0] = True
+        h.coordinator.relead(0, 0)
+        await h.settle()
+        assert h.shard.state is LoadState.ACTIVE
+        assert await h.fetch() == (ErrorCode.none, 9)
+
+    coordinator_harness(scenario)
+
+
+def test_an_event_queued_before_the_lease_ended_is_answered_not_coordinator(coordinator_harness):
+    """A request accepted just before the broker was paused runs after it resumes, before the
+    fence: it is answered NOT_COORDINATOR, not decided on the old state."""
+    async def scenario(h):
+        await h.start()
+        leading = [True]
+        h.coordinator.may_lead = lambda: leading[0]
+        pending = asyncio.ensure_future(h.commit(7))
+        while h.shard._queue.empty():  # accepted and queued, not yet run
+            await asyncio.sleep(0)
+        leading[0] = False
+        assert h.commit_code(await pending) == ErrorCode.not_coordinator
+        leading[0] = True
+        assert await h.fetch() == (ErrorCode.none, -1)
+
+    coordinator_harness(scenario)

@@ -76,19 +76,22 @@ def test_describe_topic_configs_with_kafka_sources(static_broker):
     assert described["topic"]["described"]["retention.ms"]["value"] == "60000"
 
 
-def test_describe_broker_configs_read_only(static_broker):
+def test_describe_broker_configs_sources_and_read_only(static_broker):
     admin = AdminClient({"bootstrap.servers": static_broker.bootstrap})
     resource = ConfigResource("broker", "0")
     configs = admin.describe_configs([resource])[resource].result(10)
     assert (configs["log.segment.bytes"].value, configs["log.segment.bytes"].source) == (
         "2048", ConfigSource.STATIC_BROKER_CONFIG.value)
     assert (configs["num.partitions"].value, configs["num.partitions"].source) == ("1", ConfigSource.DEFAULT_CONFIG.value)
-    assert all(entry.is_read_only for entry in configs.values())
-    # Changing one is refused as Kafka refuses a setting it cannot update dynamically.
+    # Read-only unless Kafka updates the setting dynamically (and tidemark does).
+    assert configs["num.partitions"].is_read_only and configs["log.cleaner.enable"].is_read_only
+    assert not configs["log.retention.ms"].is_read_only and not configs["max.connections"].is_read_only
+    # Changing a read-only one is refused as Kafka refuses a setting it cannot update dynamically.
     altered = ConfigResource("broker", "0", incremental_configs=[
-        ConfigEntry("log.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry("log.cleaner.enable", "false", incremental_operation=AlterConfigOpType.SET)])
     error = _error(lambda: admin.incremental_alter_configs([altered])[altered].result(10))
     assert error.code() == ErrorCode.invalid_request
+    assert error.str() == "Cannot update these configs dynamically: Set(log.cleaner.enable)"
 
 
 def test_incremental_and_legacy_alter(static_broker):
@@ -213,7 +216,7 @@ def test_describe_configs_on_the_wire(broker):
         assert missing.error_code == ErrorCode.unknown_topic_or_partition and missing.configs == ()
         assert other_broker.error_code == ErrorCode.invalid_request
         assert not_a_number.error_code == ErrorCode.invalid_request
-        assert (defaults.error_code, defaults.configs) == (ErrorCode.none, ())  # no dynamic cluster defaults
+        assert (defaults.error_code, defaults.configs) == (ErrorCode.none, ())  # no dynamic cluster default set
         assert logger.error_code == ErrorCode.invalid_request
         assert invalid.error_code == ErrorCode.invalid_topic_exception
         # An empty key list means every config, as null does; v1 has no config types.

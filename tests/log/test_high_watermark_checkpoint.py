@@ -167,8 +167,8 @@ def test_a_segment_rolled_after_a_truncation_waits_for_the_lowered_recovery_poin
     m.checkpoint()
     monkeypatch.setattr(manager, "write_checkpoint", slow_write)
     log.truncate_to(2)
-    real_snapshot = log.producer_state.take_snapshot
-    monkeypatch.setattr(log.producer_state, "take_snapshot",
+    real_snapshot = log.producer_state.snapshot_at_roll
+    monkeypatch.setattr(log.producer_state, "snapshot_at_roll",
                         lambda *args, **kwargs: (events.append("roll"), real_snapshot(*args, **kwargs)))
     threading.Timer(0.2, gate.set).start()
     segments = len(log.segments)

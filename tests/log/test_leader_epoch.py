@@ -237,8 +237,10 @@ def test_truncate_fully_and_start_at(open_log):
     log = open_log(LogConfig(segment_bytes=200))
     for _ in range(6):
         log.append(batch(1, size=60, producer_id=7, producer_epoch=0, base_sequence=_), leader_epoch=2, now_ms=NOW)
+    log.flush()  # writes the producer snapshots taken at the rolls
     assert any(p.suffix == ".snapshot" for p in log.directory.iterdir())
     log.truncate_fully_and_start_at(100)
+    log.sync_truncation()
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark, log.recovery_point) == (100, 100, 100, 100)
     assert [s.base_offset for s in log.segments] == [100]
     assert sorted(p.name for p in log.directory.iterdir()) == sorted(

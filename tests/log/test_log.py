@@ -107,6 +107,7 @@ def test_roll_by_size(open_log):
         log.append(b, now_ms=NOW)
     assert [s.base_offset for s in log.segments] == [0, 3, 6, 9]
     assert all(s.size <= len(b) * 3 for s in log.segments)
+    log.flush()  # writes the producer snapshots taken at the rolls
     assert sorted(os.listdir(log.directory)) == sorted(
         [f"{base:020d}{ext}" for base in (0, 3, 6, 9) for ext in (".log", ".index", ".timeindex")]
         + [f"{base:020d}.snapshot" for base in (6, 9)]  # producer state at the last two rolls

@@ -193,6 +193,9 @@ def test_snapshot_keeps_state_of_producers_whose_segments_retention_deleted(tmp_
     first = log.append(b, now_ms=NOW)  # segment 0
     log.append(batch(1, producer_id=2, producer_epoch=0, base_sequence=0), now_ms=NOW)  # roll: snapshot at 1
     log.update_high_watermark(log.log_end_offset)
+    # Producer 1 is only in the roll's snapshot, written by the next flush: segment 0 stays until then.
+    assert log.delete_retention(NOW) == 0
+    log.flush()
     assert log.delete_retention(NOW) == 1 and log.log_start_offset == 1
     # Unclean (no snapshot at close): the snapshot at the roll to 1, then a scan of what follows.
     # Clean: the snapshot the close wrote at the end.

@@ -96,3 +96,17 @@ def test_metadata_and_find_coordinator_answer_the_listener_the_request_came_in_o
         assert [(b.host, b.port) for b in cluster.brokers] == [expected]
     internal.close()
     external.close()
+
+
+def test_describe_configs_never_shows_key_material_or_passwords():
+    from tidemark.broker.config_entries import broker_entries
+
+    config = BrokerConfig({"ssl.keystore.key": "-----BEGIN PRIVATE KEY-----secret", "ssl.key.password": "pw",
+                           "tidemark.inter.broker.sasl.password": "broker-pw",
+                           "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512"})
+    entries = {e["name"]: e for e in broker_entries(config, include_synonyms=True)}
+    for name in ("ssl.keystore.key", "ssl.key.password", "tidemark.inter.broker.sasl.password"):
+        assert (entries[name]["value"], entries[name]["is_sensitive"]) == (None, True)
+        assert all(s["value"] is None for s in entries[name]["synonyms"])
+    assert "secret" not in repr(entries) and "broker-pw" not in repr(entries)
+    assert entries["sasl.enabled.mechanisms"]["value"] == "PLAIN,SCRAM-SHA-512"

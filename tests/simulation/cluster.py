@@ -3,7 +3,7 @@ its controller, producers writing with acks=all under min.insync.replicas=2, and
 picks every delay and fault.
 
 What runs is tidemark's: `Partition` (roles, ISR shrink and expand, the high watermark, acks=all
-waiters), `truncation_state` (the follower's OffsetForLeaderEpoch loop), `LeaderEpochFileCache`
+waiters), `follower_truncation` (the follower's OffsetForLeaderEpoch rule), `LeaderEpochFileCache`
 (every log's epoch history), `leader_election` (each of the controller's decisions), `alter_isr`
 (the leader's conditional ISR write), fetch.py's `_refusal` (KIP-320's epoch checks) and
 offset_for_leader_epoch.py's `end_offset` (the leader's answer), roles.py's `leads_from` (a
@@ -49,9 +49,9 @@ from tidemark.cluster.zk import isr as zk_isr
 from tidemark.cluster.zk import leader_election, zk_data
 from tidemark.cluster.zk.errors import ClusterError
 from tidemark.log.errors import OffsetOutOfRangeError, UnexpectedAppendOffsetError
-from tidemark.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from tidemark.log.leader_epoch import UNDEFINED_EPOCH
 from tidemark.replication.partition import Partition
-from tidemark.replication.truncation import truncation_state
+from tidemark.replication.truncation import follower_truncation
 
 from .simlog import Record, SimLog
 from .zookeeper import KazooLike, SimZooKeeper
@@ -895,18 +895,14 @@ class Simulation:
             else:
                 own_epoch, own_end = log.end_offset_for_epoch(answered_epoch)
                 end = min(answered_end, own_end) if own_epoch == answered_epoch else answered_end
-            own = log.end_offset_for_epoch(answered_epoch)
-            kafka = truncation_state(answered_epoch, answered_end, None if own[1] == UNDEFINED_EPOCH_OFFSET else own,
-                                     log.log_end_offset, p.high_watermark)
+            kafka = follower_truncation(log, answered_epoch, answered_end, p.high_watermark)
             if min(end, log.log_end_offset) != kafka.offset or not kafka.completed:
                 self.suspect = "defect2"  # Kafka's fetcher would have truncated elsewhere
             if end < log.log_end_offset:
                 log.truncate_to(end)
                 self.log_event("broker %d: truncated to %d (legacy rule; Kafka's: %s)", (broker.id, end, kafka))
         else:
-            own = log.end_offset_for_epoch(answered_epoch)
-            state = truncation_state(answered_epoch, answered_end, None if own[1] == UNDEFINED_EPOCH_OFFSET else own,
-                                     log.log_end_offset, p.high_watermark)
+            state = follower_truncation(log, answered_epoch, answered_end, p.high_watermark)
             before = log.log_end_offset
             log.truncate_to(state.offset)
             completed = state.completed

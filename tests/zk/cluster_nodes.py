@@ -12,7 +12,7 @@ from tidemark.cluster.zk import zk_data
 from tidemark.cluster.zk.controller import Controller
 from tidemark.cluster.zk.metadata_view import ClusterSnapshot, ZkMetadataView
 from tidemark.cluster.zk.registration import BrokerRegistration
-from tidemark.cluster.zk.session import connect
+from tidemark.cluster.zk.session import ZkSession, connect
 
 SESSION_TIMEOUT_MS = 4000
 WAIT_S = 30.0  # bound of every wait on a watched change
@@ -48,10 +48,13 @@ class Node:
 
     def __init__(self, connect_string: str, broker_id: int, port: int | None = None) -> None:
         self.broker_id = broker_id
-        self.client = connect(connect_string, SESSION_TIMEOUT_MS)
+        # A broker's session: the controller runs its events on the session's threads.
+        self.session = ZkSession(connect_string, SESSION_TIMEOUT_MS)
+        self.client = self.session.client
+        self.client.start(timeout=WAIT_S)
         self.registration = BrokerRegistration(self.client, zk_data.BrokerInfo(broker_id, "127.0.0.1", port or 9090 + broker_id))
         self.registration.register()
-        self.controller = Controller(self.client, broker_id)
+        self.controller = Controller(self.session, broker_id)
         self.controller.start()
 
     def stop(self) -> None:

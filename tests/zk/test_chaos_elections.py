@@ -16,9 +16,9 @@ offset, no offset holds two records, OffsetFetch never answered less than the la
 commit and ends at the log end, the replicas' logs are identical (read offline from their
 segment files), and librdkafka reported no fatal error.
 
-A run whose only failure is an OffsetFetch answered below an acknowledged commit (a
-coordinator that lost its ZooKeeper session serving from its cache: found here, still open) is
-reported as an expected failure naming it; any other failure fails the test.
+Any violation fails the test, an OffsetFetch answered below an acknowledged commit too (found
+here: a coordinator that lost its ZooKeeper session served from its cache; it is now fenced by
+its session's lease, tests/zk/test_coordinator_session_fence.py).
 
 Each run draws its schedule (which fault, on whom, for how long) from a seed it prints; set
 TIDEMARK_CHAOS_SEED to replay a schedule (the machine's timing is not replayed). Fault time is
@@ -443,7 +443,7 @@ def run_chaos(c: Chaos, faults) -> None:
         with ledger.lock:
             for name, found in (("two records acknowledged at one offset", ledger.double_acks),
                                 ("one offset read with two values", ledger.read_conflicts),
-                                (STALE_READ_VIOLATION, ledger.fetch_violations),
+                                ("OffsetFetch below an acknowledged commit", ledger.fetch_violations),
                                 ("librdkafka fatal error", ledger.fatal_errors),
                                 ("delivery failed", ledger.produce_errors)):
                 if found:
@@ -455,15 +455,7 @@ def run_chaos(c: Chaos, faults) -> None:
         stop_producing.set()
         stop_consuming.set()
         c.close()
-    if c.violations and all(v.startswith(STALE_READ_VIOLATION) for v in c.violations):
-        # Found by this test and still open (issue 23): a coordinator whose broker lost its
-        # ZooKeeper session (paused past it, or cut off) answers OffsetFetch from its cache until
-        # it learns another broker leads the offsets partition; nothing acknowledged is lost.
-        pytest.xfail(f"open: OffsetFetch served by a coordinator that lost its ZooKeeper session; {c.report()}")
     assert not c.violations, c.report()
-
-
-STALE_READ_VIOLATION = "OffsetFetch below an acknowledged commit"
 
 
 def _truncated_ranges(c: Chaos) -> dict[int, list[tuple[int, int]]]:

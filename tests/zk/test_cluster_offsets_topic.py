@@ -53,6 +53,9 @@ def test_offsets_topic_waits_for_three_brokers_and_a_lone_replica_never_acknowle
     for broker in (brokers[1], brokers[2]):
         answer = find_coordinator(broker.bootstrap, GROUP)
         assert answer.error_code == ErrorCode.coordinator_not_available, answer
+        # the client is told why, not left to retry in silence
+        assert answer.error_message == (f"{OFFSETS} cannot be created yet: "
+                                        "Replication factor: 3 larger than available brokers: 2."), answer
     assert zk.exists(f"{root}/brokers/topics/{OFFSETS}") is None
 
     brokers[3].start()

@@ -110,6 +110,11 @@ def _listener_setting(name: str) -> Setting | None:
     return dataclasses.replace(BROKER_SETTINGS[key], name=name)
 
 
+# Kafka's PASSWORD settings: never shown (DescribeConfigs answers them as sensitive, value null).
+SENSITIVE_SETTINGS = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.certificate.chain",
+                                "ssl.truststore.certificates", "tidemark.inter.broker.sasl.password"})
+
+
 def listener_value(config: BrokerConfig, listener: str, key: str) -> Any:
     """A setting as the named listener sees it: its listener.name.<name>. override, else the broker's."""
     name = f"listener.name.{listener.lower()}.{key}"
@@ -282,6 +287,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # The log cleaner (compaction of cleanup.policy=compact topics).
         Setting("log.cleaner.enable", True, _parse_bool),
         _int("log.cleaner.backoff.ms", 15000, 0),
+        _int("log.cleaner.threads", 1, 0),  # 0: Kafka's bound, and no cleaning
         Setting("log.cleaner.min.cleanable.ratio", 0.5, _parse_ratio),
         _int("log.cleaner.delete.retention.ms", 86400000, 0),
         Setting("log.cleaner.io.max.bytes.per.second", float("inf"), _parse_rate),
@@ -372,27 +378,83 @@ def _parse_setting(setting: Setting, raw: str, where: str) -> Any:
     return value
 
 
+# Where a broker setting's value comes from, highest precedence first (Kafka's ConfigSource):
+# this broker's dynamic settings, the cluster-wide dynamic defaults, server.properties/--set.
+DYNAMIC_BROKER = "dynamic-broker"
+DYNAMIC_DEFAULT = "dynamic-default"
+STATIC = "static"
+LAYERS = (DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC)
+
+
 class BrokerConfig:
-    """Resolved broker settings. Read them by Kafka name: `config["num.partitions"]`."""
+    """Resolved broker settings. Read them by Kafka name: `config["num.partitions"]`.
+
+    A value comes from the first layer holding it: this broker's dynamic settings, the
+    cluster-wide dynamic defaults, the static ones (server.properties, --set), Kafka's default.
+    The dynamic layers change while the broker runs (broker/dynamic_config.py); listeners
+    registered with `on_change` are told which settings' values changed."""
 
     def __init__(self, overrides: Mapping[str, str] | None = None, *, source: str = "") -> None:
-        self._values: dict[str, Any] = {name: s.default for name, s in BROKER_SETTINGS.items()}
-        self._explicit: set[str] = set()
+        self._layers: dict[str, dict[str, Any]] = {layer: {} for layer in LAYERS}
+        self._listeners: list[Callable[[set[str]], None]] = []
         where = f"{source}: " if source else ""
         for name, raw in (overrides or {}).items():
             setting = BROKER_SETTINGS.get(name) or _listener_setting(name)
             if setting is None:
                 raise ConfigError(f"{where}unknown setting {name!r}")
-            self._values[name] = _parse_setting(setting, raw, where)
-            self._explicit.add(name)
-        if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
-            # As Kafka: refusing every address needs at least one override to let someone in.
-            raise ConfigError(f"{where}max.connections.per.ip=0 needs max.connections.per.ip.overrides")
+            self._layers[STATIC][name] = _parse_setting(setting, raw, where)
+        self._values = self._resolve(self._layers)
+        _check_combination(self._values, where)
         if self["unclean.leader.election.enable"]:
             raise ConfigError(f"{where}unclean.leader.election.enable=true is not supported: tidemark elects "
                               "leaders from the in-sync replicas only (acknowledged writes are never lost)")
         if self["offsets.storage"] == "zookeeper" and not self["zookeeper.connect"]:
             raise ConfigError(f"{where}offsets.storage=zookeeper needs zookeeper.connect")
+
+    @staticmethod
+    def _resolve(layers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        values = {name: s.default for name, s in BROKER_SETTINGS.items()}
+        for layer in reversed(LAYERS):  # lowest precedence first: later layers win
+            values.update(layers[layer])
+        return values
+
+    def check_dynamic(self, layer: str, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings `values` (parsed) would give as the whole of a dynamic layer; ConfigError
+        if they do not go together (Kafka validates the merged config the same way)."""
+        resolved = self._resolve({**self._layers, layer: dict(values)})
+        _check_combination(resolved, "")
+        return resolved
+
+    def set_dynamic(self, layer: str, values: Mapping[str, Any]) -> set[str]:
+        """Replace a dynamic layer with `values` (parsed, checked); tell the listeners which
+        settings' values changed, and return them."""
+        assert layer in (DYNAMIC_BROKER, DYNAMIC_DEFAULT)
+        self.check_dynamic(layer, values)
+        before = {name: (self._values[name], self.source(name)) for name in BROKER_SETTINGS}
+        self._layers[layer] = dict(values)
+        self._values = self._resolve(self._layers)
+        # A synonym newly set (or unset) changes which one wins even when its value stays equal.
+        changed = {name for name in BROKER_SETTINGS if before[name] != (self._values[name], self.source(name))}
+        if changed:
+            for listener in list(self._listeners):
+                listener(changed)
+        return changed
+
+    def dynamic(self, layer: str) -> dict[str, Any]:
+        return dict(self._layers[layer])
+
+    def on_change(self, listener: Callable[[set[str]], None]) -> None:
+        self._listeners.append(listener)
+
+    def source(self, name: str) -> str | None:
+        """The layer the value comes from (None: Kafka's default)."""
+        return next((layer for layer in LAYERS if name in self._layers[layer]), None)
+
+    def holds(self, layer: str, name: str) -> bool:
+        return name in self._layers[layer]
+
+    def layer_value(self, layer: str, name: str) -> Any:
+        return self._layers[layer][name]
 
     @classmethod
     def load(cls, properties_file: Path | None = None, sets: Iterable[str] = ()) -> BrokerConfig:
@@ -411,7 +473,8 @@ class BrokerConfig:
         return self._values[name]
 
     def is_set(self, name: str) -> bool:
-        return name in self._explicit
+        """Set anywhere (static or dynamic): Kafka's precedence among synonyms looks at all."""
+        return self.source(name) is not None
 
     @property
     def node_id(self) -> int:
@@ -445,13 +508,36 @@ class BrokerConfig:
 
     def cleaner_config(self) -> CleanerConfig:
         return CleanerConfig(enable=self["log.cleaner.enable"], backoff_ms=self["log.cleaner.backoff.ms"],
-                             io_max_bytes_per_second=self["log.cleaner.io.max.bytes.per.second"])
+                             io_max_bytes_per_second=self["log.cleaner.io.max.bytes.per.second"],
+                             threads=self["log.cleaner.threads"])
 
     def log_config(self, topic_configs: Mapping[str, Any]) -> LogConfig:
         """The LogConfig of a topic: its own overrides over the broker's defaults."""
         effective = {**self.topic_defaults(), **topic_configs}
         return LogConfig(**{field: effective[name] for name, (_, field) in TOPIC_SETTINGS.items() if field},
                          producer_id_expiration_ms=self["producer.id.expiration.ms"])
+
+
+def _check_combination(values: Mapping[str, Any], where: str) -> None:
+    if values["max.connections.per.ip"] == 0 and not values["max.connections.per.ip.overrides"]:
+        # As Kafka: refusing every address needs at least one override to let someone in.
+        raise ConfigError(f"{where}max.connections.per.ip=0 needs max.connections.per.ip.overrides")
+
+
+def parse_setting(name: str, raw: str, type_name: str) -> Any:
+    """One broker setting's value from its text, with Kafka's INVALID_CONFIG messages
+    (`type_name`: Kafka's type of the setting, which they name)."""
+    setting = BROKER_SETTINGS[name]
+    try:
+        value = setting.parse(raw)
+    except ValueError as exc:
+        reason = f"Not a number of type {type_name}" if setting.parse is _parse_int else exc
+        raise ConfigError(f"Invalid value {raw} for configuration {name}: {reason}") from None
+    if setting.minimum is not None and value < setting.minimum:
+        raise ConfigError(f"Invalid value {raw} for configuration {name}: Value must be at least {setting.minimum}")
+    if setting.maximum is not None and value > setting.maximum:
+        raise ConfigError(f"Invalid value {raw} for configuration {name}: Value must be no more than {setting.maximum}")
+    return value
 
 
 def _minutes_to_ms(minutes: int) -> int:

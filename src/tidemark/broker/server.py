@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 
 from tidemark import metrics
-from tidemark.broker import zk_offsets
+from tidemark.broker import dynamic_config, zk_offsets
 from tidemark.broker.apis import (
     api_versions,
     configs,
@@ -54,7 +54,7 @@ from tidemark.broker.cluster import ClusterLink
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
 from tidemark.hold import hold_async
-from tidemark.replication.partition_manager import PartitionManager
+from tidemark.replication.partition_manager import PartitionManager, PartitionManagerConfig
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
     CODEC_API_RANGES,
@@ -123,6 +123,16 @@ def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> d
     return {key: (max(low, CODEC_API_RANGES[key][0]), CODEC_API_RANGES[key][1]) for key, (_, low) in handlers.items()}
 
 
+def partition_manager_config(config: BrokerConfig) -> PartitionManagerConfig:
+    """The partition manager's settings, taken from the broker's config."""
+    return PartitionManagerConfig(
+        node_id=config.node_id, replicated=bool(config["zookeeper.connect"]), log_config=config.log_config,
+        cleaner=config.cleaner_config(), retention_check_interval_ms=config["log.retention.check.interval.ms"],
+        producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"],
+        high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+        replica_flush_interval_ms=config["tidemark.replica.flush.interval.ms"])
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
                  handlers: dict[int, tuple[Handler, int]] | None = None, clock: Clock | None = None) -> None:
@@ -151,7 +161,7 @@ class Broker:
 
             raise ConfigError(str(exc)) from None
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
-        self.replicas = PartitionManager(config, data_dir)
+        self.replicas = PartitionManager(partition_manager_config(config), data_dir)
         self.coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, self.replicas), clock=self.clock)
         # A ZooKeeper cluster's member when zookeeper.connect is set (on one ZooKeeper session,
         # shared with the ZooKeeper offset store); else the embedded single node.
@@ -166,15 +176,18 @@ class Broker:
         self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
         self._connections_per_ip: collections.Counter[str] = collections.Counter()
-        self._ip_limits = {_resolve(host): count for host, count in config["max.connections.per.ip.overrides"].items()}
+        self._ip_limits: dict[str, int] = {}
+        self.reconfigure_connection_limits()
+        dynamic_config.attach(self)  # dynamic settings take effect where they apply
 
     async def start(self) -> None:
         started = time.perf_counter()
         if self.cluster is not None:
-            table = await self.cluster.connect()
+            table = await self.cluster.connect()  # reads the dynamic settings too
             self.replicas.open(metadata=lambda: table)
         else:
             self.replicas.open()
+            dynamic_config.load_embedded(self.config, self.replicas)
         self._opened = True
         self.replicas.start()
         self.coordinator.start()
@@ -229,6 +242,11 @@ class Broker:
         if self._opened:
             await self.replicas.close()
         log.info("broker_stopped", clean_shutdown=self._opened)
+
+    def reconfigure_connection_limits(self) -> None:
+        """max.connections.per.ip.overrides by address (at start, and when changed dynamically;
+        max.connections and max.connections.per.ip are read at each connection)."""
+        self._ip_limits = {_resolve(host): count for host, count in self.config["max.connections.per.ip.overrides"].items()}
 
     def admit(self, host: str) -> str | None:
         """Count a new connection from host; or name the limit it would exceed (not counted)."""

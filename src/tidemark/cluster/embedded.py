@@ -1,4 +1,6 @@
-"""Embedded single-node cluster metadata: topics, their ids and configs, producer id blocks.
+"""Embedded single-node cluster metadata: topics, their ids and configs, producer id blocks,
+the broker's dynamic settings (its own and the cluster-wide defaults, as Kafka keeps them in
+/config/brokers/N and /config/brokers/<default>).
 
 Kafka keeps this in ZooKeeper or the KRaft metadata log; the embedded default keeps it in one
 JSON file in the data directory, replaced atomically on every change, so a broker restarted
@@ -88,6 +90,8 @@ class EmbeddedMetadata:
         self._next_producer_id = 0
         self._producer_id_limit = 0  # ids below this are reserved on disk
         self.cluster_id = ""
+        # Dynamic broker settings as text, by entity: "<default>" or this broker's id.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         self._load()
 
     @property
@@ -101,6 +105,7 @@ class EmbeddedMetadata:
             self.cluster_id = state["cluster_id"]
             self._producer_id_limit = state["producer_id_block_end"]
             self._next_producer_id = self._producer_id_limit
+            self.broker_configs = state.get("broker_configs", {})
             for entry in state["topics"]:
                 topic = TopicMetadata(
                     name=entry["name"],
@@ -122,6 +127,7 @@ class EmbeddedMetadata:
         state = {
             "cluster_id": self.cluster_id,
             "producer_id_block_end": self._producer_id_limit,
+            "broker_configs": self.broker_configs,
             "topics": [
                 {
                     "name": t.name,
@@ -171,6 +177,14 @@ class EmbeddedMetadata:
         self._by_id[topic.topic_id] = topic
         self._save()
         return topic
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Replace an entity's dynamic settings (durably, before they are applied)."""
+        if configs:
+            self.broker_configs[entity] = dict(configs)
+        else:
+            self.broker_configs.pop(entity, None)
+        self._save()
 
     def delete_topic(self, name: str) -> TopicMetadata:
         topic = self.topics.pop(name)

@@ -87,10 +87,15 @@ class Throttler:
         self._start = clock()
         self._observed = 0.0
         self.throttled_s = 0.0
+        self._lock = threading.Lock()  # shared by every cleaner thread: one rate for all, as Kafka's
 
     def maybe_throttle(self, nbytes: int) -> None:
         if self.rate == math.inf or self.rate <= 0:
             return
+        with self._lock:
+            self._throttle(nbytes)
+
+    def _throttle(self, nbytes: int) -> None:
         self._observed += nbytes
         elapsed = self.clock() - self._start
         if elapsed < self.check_interval_s:

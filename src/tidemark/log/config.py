@@ -38,3 +38,4 @@ class CleanerConfig:
     enable: bool = True  # log.cleaner.enable
     backoff_ms: int = 15000  # log.cleaner.backoff.ms: the pause when no log needs cleaning
     io_max_bytes_per_second: float = math.inf  # log.cleaner.io.max.bytes.per.second
+    threads: int = 1  # log.cleaner.threads: logs cleaned at the same time

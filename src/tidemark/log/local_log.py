@@ -68,6 +68,7 @@ class LocalLog:
         # Bumped by each truncation: a flush that began before one must not move the recovery
         # point (or a segment's flushed size) to what it synced of the removed tail.
         self._truncations = 0
+        self._synced_truncations = 0  # the truncations sync_truncation made durable
         # Test hook: called with each step name of replace_segments (raise to simulate a crash).
         self.swap_hook: Any = None
 
@@ -242,8 +243,10 @@ class LocalLog:
 
     def truncate_to(self, offset: int) -> None:
         """Drop the batch holding `offset` and everything after it (segments with a base offset
-        above it, then the tail of the one holding it), durably before returning. A crash
-        midway leaves a prefix of the old log: the newest segments go first.
+        above it, then the tail of the one holding it), and lower the recovery point to the new
+        end. Nothing is fsynced here, on the event loop: the cut is durable once
+        sync_truncation() ran, in the disk thread, and the caller appends nothing before. A
+        crash midway leaves a prefix of the old log: the newest segments go first.
 
         A cut segment that was not the active one is reopened as a new LogSegment, so a
         cleaner pass that picked up the old one can never swap its old content back in (the
@@ -262,21 +265,20 @@ class LocalLog:
                 seg.delete()
             cut = keep[-1]
             cut.truncate_to(offset)
-            cut.fsync()
             if doomed:
                 fresh = self.new_segment(cut.base_offset)
                 if not fresh.open_from_indexes(active=True):
                     fresh.recover(validate=False, active=True, truncate=False)
+                fresh.flushed_size = -1  # its new length must reach the disk
                 keep[-1] = fresh
                 cut.close()
             self._segments = keep
             self._bases = [seg.base_offset for seg in keep]
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
-            fsync_directory(self.directory)
-            self.dir_dirty = False
+            self.dir_dirty = True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete every segment and start empty at `offset` (durably before returning)."""
+        """Delete every segment and start empty at `offset`; durable once sync_truncation() ran."""
         with self.lock:
             if self._closed:
                 raise LogOfflineError(f"{self.directory.name} is closed")
@@ -286,8 +288,36 @@ class LocalLog:
             self._segments, self._bases = [], []
             self.add_segment(self.new_segment(offset))
             self._recovery_point = offset
-            fsync_directory(self.directory)
+            self.dir_dirty = True
+
+    def sync_truncation(self) -> None:
+        """fsync what the truncations so far changed (the cut segments' new lengths, the
+        directory without the deleted segments), from the disk thread. The recovery point stays
+        where the truncation lowered it: the next flush moves it."""
+        with self.lock:
+            if self._closed or self._synced_truncations == self._truncations:
+                return
+            if self.offline is not None:
+                raise LogOfflineError(f"{self.directory.name} is offline after: {self.offline!r}")
+            truncations = self._truncations
+            targets = [(seg, seg.size, os.dup(seg.fd)) for seg in self._segments if seg.flushed_size < 0]
+            dir_fd = os.open(self.directory, os.O_RDONLY)
             self.dir_dirty = False
+        try:
+            for _, _, fd in targets:
+                os.fsync(fd)
+            os.fsync(dir_fd)
+        except OSError as exc:
+            self.offline = exc
+            raise LogOfflineError(f"fsync of {self.directory.name} after a truncation failed: {exc}") from exc
+        finally:
+            for fd in [fd for _, _, fd in targets] + [dir_fd]:
+                os.close(fd)
+        with self.lock:
+            self._synced_truncations = max(self._synced_truncations, truncations)
+            if truncations == self._truncations:
+                for seg, size, _ in targets:
+                    seg.flushed_size = max(seg.flushed_size, size)
 
     # -- deletion and replacement -----------------------------------------------------------
 

@@ -35,41 +35,75 @@ MAX_DIRTY_PERCENT = Gauge("tidemark_log_cleaner_max_dirty_percent", "Largest dir
 
 
 class LogCleaner:
-    """Owns the cleaner task over the logs of one data directory (`logs()` lists them)."""
+    """Owns the cleaner tasks (log.cleaner.threads of them, Kafka's cleaner threads) over the
+    logs of one data directory (`logs()` lists them): each cleans the dirtiest log no other is
+    cleaning, all under one rate (log.cleaner.io.max.bytes.per.second)."""
 
     def __init__(self, data_dir: Path, logs: Callable[[], dict[tuple[str, int], UnifiedLog]], config: CleanerConfig, *,
                  clock: Callable[[], int] | None = None):
         self.enabled = config.enable
         self.backoff_s = config.backoff_ms / 1000
+        self.threads = config.threads
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.manager = LogCleanerManager(data_dir, logs)
         self.cleaner = Cleaner(throttler=Throttler(config.io_max_bytes_per_second), clock=self.clock)
-        self._task: asyncio.Task | None = None
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._backoff_changed = asyncio.Event()
+
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """A dynamic change: the cleanings in progress throttle to the new rate from their next
+        check, a pause ends at the new back-off, new tasks start at once and surplus ones end
+        after their current cleaning (log.cleaner.enable is read-only, as in Kafka)."""
+        self.backoff_s = config.backoff_ms / 1000
+        self.cleaner.throttler.rate = config.io_max_bytes_per_second
+        self.threads = config.threads
+        self._backoff_changed.set()
+        if self._tasks:
+            self._start_tasks()
 
     def start(self) -> None:
-        if self.enabled and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        if self.enabled and not self._tasks:
+            self._start_tasks()
+
+    def _start_tasks(self) -> None:
+        loop = asyncio.get_running_loop()
+        for index in range(self.threads):
+            if index not in self._tasks:
+                self._tasks[index] = loop.create_task(self._run(index))
 
     async def stop(self) -> None:
-        """Stop between batches of the current cleaning (nothing half-swapped is left behind)."""
-        if self._task is None:
+        """Stop between batches of the current cleanings (nothing half-swapped is left behind)."""
+        if not self._tasks:
             return
         self.cleaner.abort.set()
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        self._task = None
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = {}
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                cleaned = await self.clean_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("log_cleaner_failed")
-                cleaned = False
-            if not cleaned:
-                await asyncio.sleep(self.backoff_s)
+    async def _run(self, index: int) -> None:
+        # One Cleaner a task (its own buffers), sharing the throttle and the stop signal.
+        cleaner = self.cleaner if index == 0 else Cleaner(throttler=self.cleaner.throttler, clock=self.clock)
+        cleaner.abort = self.cleaner.abort
+        try:
+            while index < self.threads:
+                try:
+                    cleaned = await self.clean_once(cleaner)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("log_cleaner_failed")
+                    cleaned = False
+                if not cleaned and index < self.threads:  # a shorter back-off set meanwhile ends the pause
+                    self._backoff_changed.clear()
+                    try:
+                        await asyncio.wait_for(self._backoff_changed.wait(), self.backoff_s)
+                    except TimeoutError:
+                        pass
+        finally:
+            if self._tasks.get(index) is asyncio.current_task():
+                del self._tasks[index]
 
     def update_dirty_ratios(self) -> None:
         ratios = self.manager.dirtiness(self.clock())
@@ -78,7 +112,7 @@ class LogCleaner:
         MAX_DIRTY_PERCENT.set(100 * max((c.dirty_ratio for c in ratios), default=0.0))
         UNCLEANABLE_PARTITIONS.set(self.manager.uncleanable_count())
 
-    async def clean_once(self) -> bool:
+    async def clean_once(self, cleaner: Cleaner | None = None) -> bool:
         """Clean the dirtiest log above its min.cleanable.dirty.ratio; False if there was none,
         or if the cleaning failed (that log is then marked uncleanable, with its files left as
         they were, and later passes skip it)."""
@@ -91,7 +125,7 @@ class LogCleaner:
         log.info("log_cleaning_started", topic=target.tp[0], partition=target.tp[1],
                  dirty_ratio=round(target.dirty_ratio, 3), first_dirty_offset=target.first_dirty_offset)
         try:
-            end, stats = await asyncio.to_thread(self.cleaner.clean, target.log, target.first_dirty_offset)
+            end, stats = await asyncio.to_thread((cleaner or self.cleaner).clean, target.log, target.first_dirty_offset)
             RUNS.labels("ok").inc()
         except asyncio.CancelledError:
             RUNS.labels("error").inc()

@@ -174,8 +174,8 @@ class LogManager:
         return future
 
     def checkpoint(self) -> None:
-        """Write the recovery-point and log-start-offset checkpoints and wait for them (at
-        close, and where an answer depends on them: DeleteRecords)."""
+        """Write the recovery-point and log-start-offset checkpoints and wait for them (off the
+        event loop only: the broker awaits checkpoint_async)."""
         self._write(self._offset_checkpoints()).result()
 
     def checkpoint_high_watermarks(self) -> None:
@@ -183,7 +183,8 @@ class LogManager:
         self._write(self._high_watermark_checkpoint()).result()
 
     async def checkpoint_async(self) -> None:
-        """The recovery-point and log-start-offset checkpoints, written off the event loop."""
+        """The recovery-point and log-start-offset checkpoints, written off the event loop
+        (periodically, and before DeleteRecords answers)."""
         await asyncio.wrap_future(self._write(self._offset_checkpoints()))
 
     async def checkpoint_high_watermarks_async(self) -> None:
@@ -215,6 +216,14 @@ class LogManager:
         if self._truncation_written is not None:
             concurrent.futures.wait([self._truncation_written])  # a failed write is reported by _write
 
+    async def truncations_checkpointed(self) -> None:
+        """Wait, off the event loop, for the checkpoint write of the truncations so far (started
+        now if still due): a log that then rolls finds its barrier passed and waits for nothing."""
+        self._write_after_truncations()
+        written = self._truncation_written
+        if written is not None:
+            await asyncio.wait([asyncio.wrap_future(written)])  # a failed write is reported by _write
+
     def checkpoints_written(self) -> None:
         """Wait until every checkpoint write asked so far (a truncation's too) is done."""
         self._write_after_truncations()
@@ -237,6 +246,12 @@ class LogManager:
         ]
         self.cleaner = LogCleaner(self.data_dir, self.logs, self.cleaner_config)
         self.cleaner.start()
+
+    def reconfigure_cleaner(self, config: CleanerConfig) -> None:
+        """Dynamic cleaner settings: kept for a cleaner started later, applied to a running one."""
+        self.cleaner_config = config
+        if self.cleaner is not None:
+            self.cleaner.reconfigure(config)
 
     async def stop(self) -> None:
         """Stop the background work (the cleaner between batches); the logs stay open."""

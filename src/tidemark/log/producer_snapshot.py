@@ -81,17 +81,16 @@ def decode(data: bytes) -> list[SnapshotEntry]:
     return [SnapshotEntry._make(fields) for fields in _ENTRY.iter_unpack(memoryview(data)[_PREFIX.size:])]
 
 
-def write_snapshot(path: Path, entries: list[SnapshotEntry], *, sync: bool = True) -> None:
-    """Write the file, and fsync it with `sync` (a torn file fails its CRC at load and is not
-    trusted; one past the recovered log end is deleted)."""
+def write_snapshot(path: Path, entries: list[SnapshotEntry]) -> None:
+    """Write the file, fsynced (a torn one fails its CRC at load and is not trusted; one past
+    the recovered log end is deleted)."""
     data = encode(entries)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
+        os.fsync(fd)
     finally:
         os.close(fd)
 

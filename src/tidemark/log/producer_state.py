@@ -14,7 +14,7 @@ ids from filling memory).
 
 from __future__ import annotations
 
-import os
+import threading
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -96,7 +96,13 @@ class ProducerStateManager:
         self.directory = directory  # where snapshots go; None: never snapshotted
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
-        self._unsynced: deque[Path] = deque()  # snapshots written at a roll, fsynced by sync_snapshots
+        # Snapshots taken at rolls on the event loop, written by write_snapshots in the disk
+        # thread: offset -> (entries, log start offset then). A truncation drops those past its
+        # cut, and has the one being written deleted once written (_cancelled).
+        self._pending: dict[int, tuple[list[SnapshotEntry], int]] = {}
+        self._writing: tuple[int, bool] | None = None  # (offset, any producers) being written
+        self._cancelled: set[int] = set()
+        self._lock = threading.Lock()  # the three above, shared by the loop and the disk thread
 
     def check(self, batches: list[BatchHeader], producer_id_end: int | None = None) -> BatchMetadata | None:
         """Validate the idempotent batches of one append, in order, without changing state.
@@ -155,6 +161,7 @@ class ProducerStateManager:
     def truncate_fully(self) -> None:
         """Forget every producer and delete every snapshot (the log starts over, empty)."""
         self.producers = {}
+        self._cancel_snapshots_past(-1)
         if self.directory is not None:
             for path in list_snapshots(self.directory).values():
                 path.unlink(missing_ok=True)
@@ -173,21 +180,69 @@ class ProducerStateManager:
 
     # -- snapshots --------------------------------------------------------------------------
 
-    def take_snapshot(self, offset: int, log_start_offset: int, *, sync: bool = True) -> None:
-        """Write the state as of `offset` (the log end: at roll, the new segment's base offset)
-        unless that snapshot exists, then delete all but the newest SNAPSHOTS_TO_KEEP and any
-        below the log start offset (their segments are gone). Without `sync` (at a roll, on
-        the event loop) the file is fsynced later, by sync_snapshots in the log's flush: until
-        then a crash may tear it, and a torn one is not trusted."""
+    def take_snapshot(self, offset: int, log_start_offset: int) -> None:
+        """Write the state as of `offset` (the log end), fsynced, unless that snapshot exists,
+        then delete all but the newest SNAPSHOTS_TO_KEEP and any below the log start offset
+        (their segments are gone). At close, and from write_snapshots for the rolls'."""
         if self.directory is None:
             return
+        self._write_snapshot(offset, self._snapshot_entries(), log_start_offset)
+
+    def snapshot_at_roll(self, offset: int, log_start_offset: int) -> None:
+        """The state as of `offset` (the new segment's base), taken now and written by
+        write_snapshots, off the event loop: until then (and until fsynced) a crash loses it,
+        and loading starts from an older one."""
+        if self.directory is None:
+            return
+        with self._lock:
+            self._pending[offset] = (self._snapshot_entries(), log_start_offset)
+
+    def write_snapshots(self) -> None:
+        """Write and fsync the snapshots taken at rolls, oldest first (in the disk thread, from
+        the log's flush). One a truncation cut while it was written is deleted afterwards."""
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return
+                offset = min(self._pending)
+                entries, log_start_offset = self._pending.pop(offset)
+                self._writing = (offset, bool(entries))
+            try:
+                self._write_snapshot(offset, entries, log_start_offset)
+            finally:
+                with self._lock:
+                    self._writing = None
+                    if offset in self._cancelled:
+                        self._cancelled.discard(offset)
+                        snapshot_path(self.directory, offset).unlink(missing_ok=True)
+
+    def _cancel_snapshots_past(self, end: int) -> None:
+        """The log was cut to `end`: snapshots taken past it are not written (or, being written
+        now, deleted once written)."""
+        with self._lock:
+            for offset in [o for o in self._pending if o > end]:
+                del self._pending[offset]
+            if self._writing is not None and self._writing[0] > end:
+                self._cancelled.add(self._writing[0])
+
+    def unwritten_snapshot_offset(self) -> int | float:
+        """The first offset a snapshot with producers was taken at and is not written yet
+        (infinity if none): retention keeps the segments up to it. One with no producers
+        costs nothing to lose: the scan from the log start a restart does without it finds
+        every producer that came after."""
+        with self._lock:
+            offsets = [o for o, (entries, _) in self._pending.items() if entries]
+            if self._writing is not None and self._writing[1]:
+                offsets.append(self._writing[0])
+        return min(offsets, default=float("inf"))
+
+    def _write_snapshot(self, offset: int, entries: list[SnapshotEntry], log_start_offset: int) -> None:
+        assert self.directory is not None
         try:
             existing = list_snapshots(self.directory)
             if offset not in existing:
                 existing[offset] = snapshot_path(self.directory, offset)
-                write_snapshot(existing[offset], self._snapshot_entries(), sync=sync)
-                if not sync:
-                    self._unsynced.append(existing[offset])
+                write_snapshot(existing[offset], entries)
             keep = sorted(o for o in existing if o >= log_start_offset)[-SNAPSHOTS_TO_KEEP:]
             for o, path in existing.items():
                 if o not in keep:
@@ -196,23 +251,6 @@ class ProducerStateManager:
             # Only a shortcut for the next start: without it that start scans more batches.
             snapshot_path(self.directory, offset).unlink(missing_ok=True)
             _logger.warning("producer_snapshot_failed", log=self.directory.name, offset=offset, error=str(exc))
-
-    def sync_snapshots(self) -> None:
-        """fsync the snapshots written without sync (from the flusher's thread: deque pops are
-        safe against the event loop's appends); one deleted meanwhile is skipped."""
-        while True:
-            try:
-                path = self._unsynced.popleft()
-            except IndexError:
-                return
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
     def _snapshot_entries(self) -> list[SnapshotEntry]:
         return [SnapshotEntry(pid, entry.producer_epoch, b.last_seq, b.last_offset, b.last_offset - b.first_offset,
@@ -235,6 +273,7 @@ class ProducerStateManager:
         producers are dropped. Returns (snapshot offset used or None, batches scanned)."""
         self.producers = {}
         log_end = segments[-1].next_offset if segments else log_start_offset
+        self._cancel_snapshots_past(log_end)
         start, used = log_start_offset, None
         snapshots = list_snapshots(self.directory) if self.directory is not None else {}
         for offset in sorted(snapshots, reverse=True):

@@ -99,8 +99,9 @@ class UnifiedLog:
         if barrier is not None:
             barrier()
         # Kafka snapshots producer state at every roll: a restart walks only the newest segment.
-        # Fsynced by the flush that passes it (`_sync_metadata`), not here on the event loop.
-        self.producer_state.take_snapshot(base_offset, self.log_start_offset, sync=False)
+        # Taken here, written and fsynced by the flush that passes it (`_sync_metadata`), in
+        # the disk thread: the event loop writes no file.
+        self.producer_state.snapshot_at_roll(base_offset, self.log_start_offset)
 
     # -- what the LocalLog knows ------------------------------------------------------------
 
@@ -113,8 +114,9 @@ class UnifiedLog:
         return self.local.config
 
     @config.setter
-    def config(self, config: LogConfig) -> None:  # a topic's configs changed
+    def config(self, config: LogConfig) -> None:  # a topic's configs (or the broker's defaults) changed
         self.local.config = config
+        self.producer_state.expiration_ms = config.producer_id_expiration_ms
 
     @property
     def offline(self) -> BaseException | None:
@@ -154,9 +156,17 @@ class UnifiedLog:
     def _sync_metadata(self) -> None:
         """fsync what a flush must not get ahead of: the leader epoch checkpoint (an epoch's
         entry is durable before the recovery point passes its first batch) and the producer
-        snapshots written at rolls."""
+        snapshots taken at rolls (written here)."""
         self.leader_epoch_cache.sync()
-        self.producer_state.sync_snapshots()
+        self.producer_state.write_snapshots()
+
+    def sync_truncation(self) -> None:
+        """Make the truncations so far durable, in the disk thread (the fetcher appends nothing
+        to the log before): the cut segments and the directory first, then the leader epoch
+        checkpoint without the epochs cut. The recovery point, lowered by the truncation, is
+        moved up by the next flush only."""
+        self.local.sync_truncation()
+        self.leader_epoch_cache.sync()
 
     def new_cleaned_segment(self, base_offset: int) -> LogSegment:
         return self.local.new_cleaned_segment(base_offset)
@@ -310,8 +320,10 @@ class UnifiedLog:
         """Drop every record at and after `offset` (a whole batch if `offset` falls inside one,
         so the log end offset may end up below `offset`): segments and their indexes, the
         leader epochs starting there, producer state (restored from the snapshots and batches
-        left), the high watermark and recovery point brought down to the new end. Durable
-        before it returns. Below the first segment it is truncate_fully_and_start_at(offset).
+        left), the high watermark and recovery point brought down to the new end. Nothing is
+        fsynced on the caller's thread: it is durable once sync_truncation() ran, and nothing may
+        be appended before (a crash in between finds the log as before or as cut, with a
+        recovery point no higher than before). Below the first segment it is truncate_fully_and_start_at(offset).
         Past the log end nothing is cut, but leader epochs starting at or past the end (a
         former leader's epoch with no batch) are dropped, as in Kafka. True if records went."""
         if offset < 0:
@@ -339,7 +351,7 @@ class UnifiedLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every record and start the log empty at `offset` (a follower whose log does
         not overlap its leader's): no segments, epochs or producers left; the log start offset,
-        high watermark and recovery point are `offset`."""
+        high watermark and recovery point are `offset`. Durable once sync_truncation() ran."""
         if offset < 0:
             raise ValueError(f"cannot start {self.directory.name} at offset {offset}")
         self._check_online()
@@ -423,12 +435,15 @@ class UnifiedLog:
         """Delete the oldest segments wholly below the log start offset, and (cleanup.policy
         delete) those past retention.ms or beyond retention.bytes (never the active segment,
         only segments wholly below the high watermark), and move the log start offset up.
+        A segment whose producers only the snapshot of the roll after it carries stays until a
+        flush wrote that snapshot (see _rolling): a restart could not find them otherwise.
         Returns the number of segments deleted."""
         now_ms = _now_ms() if now_ms is None else now_ms
         size_excess = self.size_in_bytes - self.config.retention_bytes if self.config.retention_bytes >= 0 else -1
         doomed = []
+        unwritten = self.producer_state.unwritten_snapshot_offset()
         for seg in self.local.segments[:-1]:
-            if seg.next_offset > self.high_watermark:
+            if seg.next_offset > self.high_watermark or seg.next_offset >= unwritten:
                 break
             if seg.next_offset <= self.log_start_offset:
                 pass  # below the log start offset (DeleteRecords): whatever the cleanup policy

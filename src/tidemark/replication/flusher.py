@@ -12,8 +12,10 @@ counts only once durable.
 
 The fsyncs run on the flusher's own disk thread, never on asyncio's default executor (where a
 stalled ZooKeeper call could hold every thread) nor on the event loop. A log's flush also
-fsyncs what must be durable before its recovery point moves (its leader epoch checkpoint, the
-producer snapshots written at rolls), so those writes cost the event loop no fsync.
+writes and fsyncs what must be durable before its recovery point moves (its leader epoch
+checkpoint, the producer snapshots taken at rolls), and a follower's truncation is made durable
+there too (`sync_truncations`, awaited by the fetcher), so none of them costs the event loop
+a write or an fsync.
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ class Flusher:
         self._dirty.pop(id(partition), None)
         self._replicated.pop(id(partition), None)
 
+    async def sync_truncations(self, partitions: list[Partition]) -> list[BaseException | None]:
+        """Make the truncations of `partitions` durable (UnifiedLog.sync_truncation) on the disk
+        thread, after the round running now: what each failed with, or None. The fetcher
+        awaits it before fetching those partitions on."""
+        if self._disk is None:
+            raise RuntimeError("the flusher is not running")
+        return await asyncio.get_running_loop().run_in_executor(self._disk, _sync_truncations, partitions)
+
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
@@ -108,6 +118,17 @@ def _flush_all(partitions: list[Partition]) -> list[int | BaseException]:
     for partition in partitions:
         try:
             results.append(partition.log.flush())
+        except Exception as exc:  # noqa: BLE001 - reported per partition by the caller
+            results.append(exc)
+    return results
+
+
+def _sync_truncations(partitions: list[Partition]) -> list[BaseException | None]:
+    results: list[BaseException | None] = []
+    for partition in partitions:
+        try:
+            partition.log.sync_truncation()
+            results.append(None)
         except Exception as exc:  # noqa: BLE001 - reported per partition by the caller
             results.append(exc)
     return results

@@ -8,9 +8,11 @@ produce and fetch go through, and the group-commit flusher. The broker calls it 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,12 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
-from tidemark.broker.config import BrokerConfig
 from tidemark.replication.errors import NotLeaderOrFollowerError
 from tidemark.replication.fetch_sessions import FetchSessionCache
 from tidemark.replication.flusher import Flusher
 from tidemark.replication.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
-from tidemark.log.config import LogConfig
+from tidemark.log.config import CleanerConfig, LogConfig
 from tidemark.log.unified_log import AppendInfo, UnifiedLog
 from tidemark.log.manager import LogManager
 
@@ -35,18 +36,34 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclasses.dataclass(frozen=True)
+class PartitionManagerConfig:
+    """What the partition manager needs of the broker's settings, built once by the broker."""
+
+    node_id: int
+    replicated: bool  # the logs are a ZooKeeper cluster's replicas (zookeeper.connect is set)
+    # A topic's LogConfig: its overrides (as the metadata holds them now) over the broker's
+    # defaults; asked again whenever a topic's configs change.
+    log_config: Callable[[Mapping[str, Any]], LogConfig]
+    cleaner: CleanerConfig
+    retention_check_interval_ms: int  # log.retention.check.interval.ms
+    producer_id_expiration_check_interval_ms: int  # producer.id.expiration.check.interval.ms
+    high_watermark_checkpoint_interval_ms: int  # replica.high.watermark.checkpoint.interval.ms
+    replica_flush_interval_ms: int  # tidemark.replica.flush.interval.ms
+
+
 class PartitionManager:
-    def __init__(self, config: BrokerConfig, data_dir: Path) -> None:
+    def __init__(self, config: PartitionManagerConfig, data_dir: Path) -> None:
         self.config = config
         self.data_dir = data_dir
         self.metadata: EmbeddedMetadata  # loaded by open(), under the data directory's lock
-        self.logs = LogManager(data_dir, self.config.log_config({}), cleaner_config=config.cleaner_config(),
-                               retention_check_interval_ms=config["log.retention.check.interval.ms"],
-                               producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"],
-                               high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
-                               replicated=bool(config["zookeeper.connect"]))
+        self.logs = LogManager(data_dir, config.log_config({}), cleaner_config=config.cleaner,
+                               retention_check_interval_ms=config.retention_check_interval_ms,
+                               producer_id_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
+                               high_watermark_checkpoint_interval_ms=config.high_watermark_checkpoint_interval_ms,
+                               replicated=config.replicated)
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.flusher = Flusher(config["tidemark.replica.flush.interval.ms"])
+        self.flusher = Flusher(config.replica_flush_interval_ms)
         self.fetch_sessions = FetchSessionCache()  # followers' incremental fetches of partitions led here
         self._deleted_listeners: list[Callable[[str], None]] = []
 
@@ -134,14 +151,24 @@ class PartitionManager:
             if partition is not None:
                 partition.log.config = config
 
-    def delete_records(self, partition: Partition, offset: int) -> int:
-        """DeleteRecords: move the log start offset up to `offset` and checkpoint it before the
+    async def delete_records(self, partition: Partition, offset: int) -> int:
+        """DeleteRecords (and a follower following its leader's log start): move the log start
+        offset up to `offset` and checkpoint it, on the LogManager's disk thread, before the
         answer, so deleted records never come back after a crash; returns the low watermark."""
         before = partition.log.log_start_offset
         low_watermark = partition.log.delete_records_before(offset)
         if low_watermark != before:
-            self.logs.checkpoint()
+            await self.logs.checkpoint_async()
         return low_watermark
+
+    async def sync_truncations(self, partitions: list[Partition]) -> list[BaseException | None]:
+        """A follower's truncations made durable before it fetches on, nothing on the event
+        loop: the logs on the flusher's disk thread (what each failed with, or None), and the
+        lowered recovery points checkpointed on the LogManager's (so the next roll need not
+        wait for that write)."""
+        errors, _ = await asyncio.gather(self.flusher.sync_truncations(partitions),
+                                         self.logs.truncations_checkpointed())
+        return errors
 
     def host(self, topic: TopicMetadata) -> None:
         """A cluster topic new or grown: create the logs of its partitions assigned here."""

@@ -10,6 +10,9 @@ epoch they share; only then does the partition fetch. A follower with no epochs 
 nothing and truncates to its high watermark. An answer that comes back after the partition's
 leadership moved is ignored. A fetch out of range truncates again, first asking the leader's log
 start (ListOffsets): a log ending below it (records deleted there meanwhile) starts afresh there.
+A truncation is made on the event loop and made durable on the disk threads (the log by the
+flusher's, the lowered recovery point's checkpoint by the LogManager's), awaited before its
+partition fetches again (Kafka's truncation is durable before the fetcher goes on).
 
 Each fetch carries the follower's log end (which moves the leader's high watermark) and the
 leader epoch it follows (KIP-320: a leader of another epoch refuses). Fetches after a
@@ -28,17 +31,17 @@ it again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import structlog
 from kio.schema.errors import ErrorCode
 
 from tidemark import metrics
-from tidemark.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from tidemark.log.leader_epoch import UNDEFINED_EPOCH
 from tidemark.records.errors import CorruptRecordError, InvalidRecordError
 from tidemark.replication.fetch_sessions import FollowerSession
-from tidemark.replication.truncation import TruncationState, truncation_state
+from tidemark.replication.truncation import TruncationState, follower_truncation
 from tidemark.wire.client import BrokerConnection, Opener
 
 if TYPE_CHECKING:
@@ -61,12 +64,14 @@ TopicPartition = tuple[str, int]
 class ReplicaFetcher:
     def __init__(self, local_id: int, leader_id: int, address: Callable[[], tuple[str, int] | None], *,
                  append: Callable[[Partition, bytes], object],
-                 move_log_start: Callable[[Partition, int], object] | None = None, max_wait_ms: int = 500, max_bytes: int = 1048576,
+                 sync_truncations: Callable[[list[Partition]], Awaitable[list[BaseException | None]]],
+                 move_log_start: Callable[[Partition, int], Awaitable[int]] | None = None, max_wait_ms: int = 500, max_bytes: int = 1048576,
                  backoff_ms: int = 1000, request_timeout_ms: int = 30_000, opener: Opener | None = None) -> None:
         self.local_id = local_id
         self.leader_id = leader_id
         self._address = address  # the leader's (host, port) now, or None while unknown
         self._append = append  # append a leader's records to a follower partition, as they are
+        self._sync_truncations = sync_truncations  # make truncations durable, off the event loop
         self._move_log_start = move_log_start  # follow the leader's log start (DeleteRecords, retention)
         self._max_wait_ms = max_wait_ms  # replica.fetch.wait.max.ms
         self._max_bytes = max_bytes  # replica.fetch.max.bytes
@@ -162,16 +167,37 @@ class ReplicaFetcher:
     async def _truncate(self, connection: BrokerConnection) -> None:
         """One round of Kafka's maybeTruncate: partitions without epochs truncate to their high
         watermark; the others ask where their latest epoch ends on the leader and truncate by
-        its answer, staying "truncating" while the answer is not final."""
+        its answer, staying "truncating" while the answer is not final. Each truncation is
+        made durable (in the disk thread) before its partition leaves "truncating": nothing is
+        fetched into a log whose cut a crash could undo."""
+        truncated: list[_Truncated] = []
+        try:
+            await self._truncate_logs(connection, truncated)
+        finally:
+            await self._made_durable(truncated)
+
+    async def _made_durable(self, truncated: list[_Truncated]) -> None:
+        if not truncated:
+            return
+        errors = await self._sync_truncations([t.partition for t in truncated])
+        for t, error in zip(truncated, errors):
+            if error is not None:
+                self._failed(t.key, "truncate", error)
+            elif t.completed and self._still_truncating(t.key, t.partition, t.leader_epoch):
+                self._truncating.discard(t.key)
+
+    async def _truncate_logs(self, connection: BrokerConnection, truncated: list[_Truncated]) -> None:
         if self._out_of_range & self._truncating:
-            await self._start_past_leader_log_start(connection)
+            await self._start_past_leader_log_start(connection, truncated)
+        restarted = {t.key for t in truncated}
         wanted = {key: self.partitions[key] for key in self._truncating
-                  if key in self.partitions and key not in self._delayed}
+                  if key in self.partitions and key not in self._delayed and key not in restarted}
         asked: dict[TopicPartition, tuple[Partition, int, int]] = {}  # (partition, leader epoch, latest epoch)
         for key, partition in wanted.items():
             if partition.log.latest_epoch == UNDEFINED_EPOCH:
                 high_watermark = partition.high_watermark
-                self._apply(key, partition, TruncationState(min(high_watermark, partition.log.log_end_offset), True))
+                self._apply(key, partition, TruncationState(min(high_watermark, partition.log.log_end_offset), True),
+                            truncated)
             else:
                 asked[key] = (partition, partition.leader_epoch, partition.log.latest_epoch)
         if not asked:
@@ -191,13 +217,10 @@ class ReplicaFetcher:
             if answer.error_code != ErrorCode.none:
                 self._paused(partition, ErrorCode(answer.error_code))
                 continue
-            own = partition.log.end_offset_for_epoch(answer.leader_epoch)
-            state = truncation_state(answer.leader_epoch, answer.end_offset,
-                                     None if own[1] == UNDEFINED_EPOCH_OFFSET else own,
-                                     partition.log.log_end_offset, partition.high_watermark)
-            self._apply(key, partition, state, answered=(answer.leader_epoch, answer.end_offset))
+            state = follower_truncation(partition.log, answer.leader_epoch, answer.end_offset, partition.high_watermark)
+            self._apply(key, partition, state, truncated, answered=(answer.leader_epoch, answer.end_offset))
 
-    async def _start_past_leader_log_start(self, connection: BrokerConnection) -> None:
+    async def _start_past_leader_log_start(self, connection: BrokerConnection, truncated: list[_Truncated]) -> None:
         """A fetch out of range (Kafka's fetchOffsetAndTruncate): a follower whose log ends below
         the leader's log start (records deleted there while it was away) starts its log afresh
         at the leader's log start; any other goes through the epoch comparison."""
@@ -230,7 +253,7 @@ class ReplicaFetcher:
                 except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
                     self._failed(key, "truncate", exc)
                     continue
-                self._truncating.discard(key)
+                truncated.append(_Truncated(key, partition, asked[key], completed=True))
 
     def _still_truncating(self, key: TopicPartition, partition: Partition, leader_epoch: int) -> bool:
         """Whether `partition` is still followed from this leader at `leader_epoch`, and truncating."""
@@ -238,7 +261,7 @@ class ReplicaFetcher:
                 and partition.leader_id == self.leader_id and partition.leader_epoch == leader_epoch)
 
     def _apply(self, key: TopicPartition, partition: Partition, state: TruncationState,
-               answered: tuple[int, int] | None = None) -> None:
+               truncated: list[_Truncated], answered: tuple[int, int] | None = None) -> None:
         local_log = partition.log
         if state.offset < local_log.log_end_offset or not state.completed:
             log.info("follower_truncated", topic=key[0], partition=key[1], leader=self.leader_id,
@@ -251,8 +274,7 @@ class ReplicaFetcher:
         except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
             self._failed(key, "truncate", exc)
             return
-        if state.completed:
-            self._truncating.discard(key)
+        truncated.append(_Truncated(key, partition, partition.leader_epoch, state.completed))
 
     # -- fetching -------------------------------------------------------------------------------
 
@@ -278,6 +300,7 @@ class ReplicaFetcher:
         if response.error_code != ErrorCode.none:
             log.info("fetch_session_reset", leader=self.leader_id, error=ErrorCode(response.error_code).name)
             return
+        log_starts: list[tuple[TopicPartition, Partition, int]] = []  # followed after the appends
         for topic in response.responses:
             for answer in topic.partitions:
                 key = (topic.topic, answer.partition_index)
@@ -293,7 +316,7 @@ class ReplicaFetcher:
                     self._paused(partition, code)
                     continue
                 try:
-                    self._process(partition, answer)
+                    self._process(partition, answer, log_starts)
                 except (CorruptRecordError, InvalidRecordError) as exc:
                     # Maybe a torn read on the leader: fetch it again after the back-off.
                     log.warning("replica_fetch_corrupt", topic=key[0], partition=key[1], leader=self.leader_id,
@@ -301,6 +324,12 @@ class ReplicaFetcher:
                     self._delayed[key] = asyncio.get_running_loop().time() + self._backoff_s
                 except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
                     self._failed(key, "append", exc)
+        for key, partition, offset in log_starts:
+            # Durable (checkpointed, off the event loop) before the next fetch reports it.
+            try:
+                await self._move_log_start(partition, offset)
+            except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
+                self._failed(key, "log start", exc)
 
     def _still_fetching(self, key: TopicPartition, partition: Partition, position: tuple[int, ...]) -> bool:
         """Whether the answer for `key` still applies: the same partition, fetching, at the
@@ -309,12 +338,13 @@ class ReplicaFetcher:
                 and partition.leader_id == self.leader_id
                 and (partition.log.log_end_offset, partition.leader_epoch) == (position[0], position[2]))
 
-    def _process(self, partition: Partition, answer: Any) -> None:
+    def _process(self, partition: Partition, answer: Any, log_starts: list[tuple[TopicPartition, Partition, int]]) -> None:
         if answer.records:
             self._append(partition, bytes(answer.records))
         partition.leader_high_watermark(answer.high_watermark)
         if self._move_log_start is not None and answer.log_start_offset > partition.log.log_start_offset:
-            self._move_log_start(partition, min(answer.log_start_offset, partition.high_watermark))
+            log_starts.append(((partition.topic, partition.index), partition,
+                               min(answer.log_start_offset, partition.high_watermark)))
 
     def _paused(self, partition: Partition, code: ErrorCode) -> None:
         """The leader refuses this partition (it has not taken the leadership yet, or one of us
@@ -339,6 +369,15 @@ class ReplicaFetcher:
         if key in self.failed:
             self.failed.discard(key)
             metrics.REPLICA_FAILED_PARTITIONS.dec()
+
+
+class _Truncated(NamedTuple):
+    """A truncation made on the event loop, to be made durable before its partition fetches."""
+
+    key: TopicPartition
+    partition: Partition
+    leader_epoch: int  # the partition's when truncated: a later leadership truncates again
+    completed: bool  # the partition fetches once it is durable (else it asks the leader again)
 
 
 def _by_topic(partitions: dict[TopicPartition, Partition],

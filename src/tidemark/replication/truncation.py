@@ -16,12 +16,12 @@ epoch at or below that one and where it ends on the leader. Kafka's AbstractFetc
 A follower with no epochs at all does not ask: the fetcher truncates it to its high watermark.
 
 Never past the follower's own log end. Pure: the fetcher and the replication simulation both
-decide with it.
+decide with it, through `follower_truncation` (the follower's side looked up in its log).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from tidemark.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
@@ -43,3 +43,21 @@ def truncation_state(answered_epoch: int, answered_end: int, follower_end_for_ep
     if follower_epoch != answered_epoch:
         return TruncationState(min(follower_end, follower_log_end), False)
     return TruncationState(min(answered_end, follower_end, follower_log_end), True)
+
+
+class FollowerLog(Protocol):
+    """What the rule reads of the follower's log (a UnifiedLog; the simulation's log too)."""
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
+
+
+def follower_truncation(log: FollowerLog, answered_epoch: int, answered_end: int,
+                        high_watermark: int) -> TruncationState:
+    """truncation_state for `log` as it is now, given the leader's answer: the follower's own
+    largest epoch at or below the answered one, and its end, come from the log's epochs."""
+    own = log.end_offset_for_epoch(answered_epoch)
+    return truncation_state(answered_epoch, answered_end, None if own[1] == UNDEFINED_EPOCH_OFFSET else own,
+                            log.log_end_offset, high_watermark)

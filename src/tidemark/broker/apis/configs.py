@@ -1,10 +1,11 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs: topic configs, read-only broker configs.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs: topic configs and broker settings.
 
 A topic's overrides live with the topic in the cluster metadata; PartitionManager persists them
 and applies them to the topic's logs at once. They are validated as CreateTopics validates them
-(the same bounds, Kafka's INVALID_CONFIG messages). The broker's own settings come from its
-start (server.properties, --set): tidemark has no dynamic broker configs, so altering one
-answers INVALID_REQUEST, as Kafka does for a setting it cannot update dynamically.
+(the same bounds, Kafka's INVALID_CONFIG messages). A broker resource (this broker's id, or ""
+for the cluster-wide defaults) holds the dynamic broker settings (broker/dynamic_config.py):
+the settings Kafka updates dynamically are stored and applied at once, the others answer
+INVALID_REQUEST, as Kafka does for a setting it cannot update dynamically.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidemark.broker.config import TOPIC_CONFIG_TYPES, ConfigError, validate_topic_configs
-from tidemark.broker.config_entries import broker_entries, to_string, topic_entries
+from tidemark.broker import dynamic_config
+from tidemark.broker.config import BROKER_SETTINGS, TOPIC_CONFIG_TYPES, ConfigError, validate_topic_configs
+from tidemark.broker.config_entries import (
+    broker_config_type, broker_entries, default_broker_entries, to_string, topic_entries,
+)
+from tidemark.broker.dynamic_config import DynamicConfigRefused
 from tidemark.cluster.embedded import InvalidTopicError, TopicMetadata, validate_topic_name
 
 if TYPE_CHECKING:
@@ -77,8 +82,9 @@ def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool) ->
             entries = topic_entries(ctx.config, _topic(ctx, name).configs, include_synonyms)
         elif resource.resource_type == BROKER:
             _check_broker(ctx, name)
-            # "": the cluster-wide dynamic defaults, of which there are none.
-            entries = broker_entries(ctx.config, include_synonyms) if name else []
+            # "": the cluster-wide dynamic defaults, only those set.
+            entries = broker_entries(ctx.config, include_synonyms) if name else \
+                default_broker_entries(ctx.config, include_synonyms)
         else:
             raise _unsupported(resource.resource_type)
     except Refused as refused:
@@ -97,8 +103,27 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
 
 # -- AlterConfigs and IncrementalAlterConfigs ----------------------------------------------------
 
-# (a topic's current overrides, the request's configs) -> the topic's new overrides, as text
-NewOverrides = Callable[["RequestContext", TopicMetadata, Any], dict[str, str]]
+# (the resource's current overrides as text, the request's configs, a config's effective value
+# as text, whether a config is a list) -> the resource's new overrides, as text
+NewOverrides = Callable[[dict[str, str], Any, Callable[[str], str], Callable[[str], bool]], dict[str, str]]
+
+
+def _topic_list(name: str) -> bool:
+    if name not in TOPIC_CONFIG_TYPES:
+        raise Refused(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+    return TOPIC_CONFIG_TYPES[name] == "LIST"
+
+
+def _broker_list(name: str) -> bool:
+    try:
+        return broker_config_type(name) == "LIST"
+    except KeyError:
+        raise Refused(ErrorCode.invalid_request, f"Cannot update these configs dynamically: Set({name})") from None
+
+
+def _broker_value(ctx: RequestContext, name: str) -> str:
+    """A broker setting's value in effect, as text ("" for a kept-only setting not set)."""
+    return str(to_string(ctx.config[name])) if ctx.config.is_set(name) or name in BROKER_SETTINGS else ""
 
 
 async def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, new_overrides: NewOverrides) -> None:
@@ -107,8 +132,11 @@ async def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, ne
         raise Refused(ErrorCode.invalid_request, "Error due to duplicate config keys")
     if resource.resource_type == TOPIC:
         topic = _topic(ctx, resource.resource_name)
+        defaults = ctx.config.topic_defaults()
+        current = {name: str(to_string(value)) for name, value in topic.configs.items()}
         try:
-            configs = validate_topic_configs(new_overrides(ctx, topic, resource.configs))
+            configs = validate_topic_configs(new_overrides(
+                current, resource.configs, lambda n: str(to_string(defaults.get(n, ""))), _topic_list))
         except ConfigError as exc:
             raise Refused(ErrorCode.invalid_config, str(exc)) from None
         if not validate_only and ctx.cluster is not None:  # a ZooKeeper write, off the event loop
@@ -117,9 +145,14 @@ async def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, ne
             ctx.replicas.set_topic_configs(topic.name, configs)
     elif resource.resource_type == BROKER:
         _check_broker(ctx, resource.resource_name)
-        if names:
-            raise Refused(ErrorCode.invalid_request,
-                          f"Cannot update these configs dynamically: {', '.join(sorted(names))}")
+        layer = dynamic_config.layer_of(resource.resource_name)
+        current = dynamic_config.current_text(ctx.config, layer)
+        configs = new_overrides(current, resource.configs, lambda n: _broker_value(ctx, n), _broker_list)
+        try:
+            await dynamic_config.alter(ctx.config, ctx.replicas, ctx.cluster, resource.resource_name, configs,
+                                       validate_only)
+        except DynamicConfigRefused as refused:
+            raise Refused(refused.code, refused.message) from None
     else:
         raise _unsupported(resource.resource_type)
 
@@ -142,8 +175,9 @@ async def _alter(ctx: RequestContext, request: Request, new_overrides: NewOverri
     return {"throttle_time": 0, "responses": responses}
 
 
-def _replace(ctx: RequestContext, topic: TopicMetadata, configs: Any) -> dict[str, str]:
-    """AlterConfigs: the request's configs become the topic's overrides, all others go."""
+def _replace(current: dict[str, str], configs: Any, effective: Callable[[str], str],
+             is_list: Callable[[str], bool]) -> dict[str, str]:
+    """AlterConfigs: the request's configs become the resource's overrides, all others go."""
     return {config.name: config.value for config in configs if config.value is not None}
 
 
@@ -151,12 +185,12 @@ def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _incremental(ctx: RequestContext, topic: TopicMetadata, configs: Any) -> dict[str, str]:
-    """IncrementalAlterConfigs: each operation on the topic's current overrides. APPEND and
-    SUBTRACT work on list configs, from the topic's effective value (its override, or the broker's
-    default)."""
-    overrides = {name: to_string(value) for name, value in topic.configs.items()}
-    defaults = ctx.config.topic_defaults()
+def _incremental(current: dict[str, str], configs: Any, effective: Callable[[str], str],
+                 is_list: Callable[[str], bool]) -> dict[str, str]:
+    """IncrementalAlterConfigs: each operation on the resource's current overrides. APPEND and
+    SUBTRACT work on list configs, from the effective value (the override, or what it falls back
+    to)."""
+    overrides = dict(current)
     for config in configs:
         name, op = config.name, config.config_operation
         if op not in (SET, DELETE, APPEND, SUBTRACT):
@@ -168,17 +202,15 @@ def _incremental(ctx: RequestContext, topic: TopicMetadata, configs: Any) -> dic
         elif op == DELETE:
             overrides.pop(name, None)
         else:
-            if name not in TOPIC_CONFIG_TYPES:
-                raise Refused(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
-            if TOPIC_CONFIG_TYPES[name] != "LIST":
+            if not is_list(name):
                 verb = "append" if op == APPEND else "subtract"
                 raise Refused(ErrorCode.invalid_config, f"Config value {verb} is not allowed for config key: {name}")
-            current = _split(overrides.get(name, to_string(defaults.get(name, ""))))
             values = _split(config.value)
+            present = _split(overrides[name] if name in overrides else effective(name))
             if op == APPEND:
-                updated = current + [v for v in values if v not in current]
+                updated = present + [v for v in values if v not in present]
             else:
-                updated = [v for v in current if v not in values]
+                updated = [v for v in present if v not in values]
             overrides[name] = ",".join(updated)
     return overrides
 

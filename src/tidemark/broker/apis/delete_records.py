@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 HIGH_WATERMARK = -1
 
 
-def _delete_one(ctx: RequestContext, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+async def _delete_one(ctx: RequestContext, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
     """(error, low watermark) for one partition."""
     if topic in INTERNAL_TOPICS:
         return ErrorCode.invalid_topic_exception, -1
@@ -41,7 +41,7 @@ def _delete_one(ctx: RequestContext, topic: str, index: int, offset: int) -> tup
     if offset < 0:
         return ErrorCode.offset_out_of_range, -1
     try:
-        return ErrorCode.none, ctx.replicas.delete_records(partition, offset)
+        return ErrorCode.none, await ctx.replicas.delete_records(partition, offset)
     except OffsetOutOfRangeError:  # beyond the high watermark
         return ErrorCode.offset_out_of_range, -1
 
@@ -51,7 +51,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     for topic in request.body.topics:
         partitions = []
         for wanted in topic.partitions:
-            code, low_watermark = _delete_one(ctx, topic.name, wanted.partition_index, wanted.offset)
+            code, low_watermark = await _delete_one(ctx, topic.name, wanted.partition_index, wanted.offset)
             partitions.append({"partition_index": wanted.partition_index, "low_watermark": low_watermark,
                                "error_code": code})
         topics.append({"name": topic.name, "partitions": partitions})

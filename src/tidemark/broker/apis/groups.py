@@ -55,12 +55,12 @@ async def handle_find_coordinator(ctx: RequestContext, request: Request) -> dict
 async def _cluster_coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
     """In a cluster the group's coordinator is the leader of its offsets partition."""
     assert ctx.cluster is not None
-    code = await ctx.cluster.ensure_offsets_topic()
-    leader = ctx.cluster.leader_of(OFFSETS_TOPIC, ctx.coordinator.partition_for(key)) if code is None else None
+    refusal = await ctx.cluster.ensure_offsets_topic()
+    leader = ctx.cluster.leader_of(OFFSETS_TOPIC, ctx.coordinator.partition_for(key)) if refusal is None else None
     address = leader.address(ctx.listener) if leader is not None else None  # on this request's listener
     if leader is None or address is None:
         return error_responses.coordinator(key, ErrorCode.coordinator_not_available,
-                                           "the group's offsets partition has no leader")
+                                           refusal or "the group's offsets partition has no leader")
     return {"key": key, "node_id": leader.id, "host": address[0], "port": address[1], "error_code": 0,
             "error_message": None}
 

@@ -6,6 +6,7 @@ roles: applying view changes to local replicas (leader, follower, the replica fe
 isr_maintenance: a leader's ISR shrinks and expands;
 admin: topic administration, preferred elections, the offsets topic's creation;
 config_reloads: topic configs another broker changed;
+session_fence: the group coordinator fenced while the ZooKeeper session's lease is not held;
 tasks: the background tasks, supervised (one that dies takes the broker down loudly).
 """
 

@@ -43,6 +43,7 @@ class ClusterAdmin:
         self.config = config
         self.session = session
         self.view = view
+        self._offsets_topic_refusal: str | None = None  # the last one logged
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
                            assignment: dict[int, tuple[int, ...]] | None = None,
@@ -110,10 +111,11 @@ class ClusterAdmin:
             return {**results, **{key: ErrorCode.request_timed_out for key in elected}}
         return results
 
-    async def ensure_offsets_topic(self) -> ErrorCode | None:
+    async def ensure_offsets_topic(self) -> str | None:
         """Create __consumer_offsets on first use with offsets.topic.replication.factor replicas
         (Kafka: COORDINATOR_NOT_AVAILABLE until that many brokers are alive), and
-        min.insync.replicas=2 from 3 replicas on; None once it exists."""
+        min.insync.replicas=2 from 3 replicas on; None once it exists, else why it does not
+        (FindCoordinator carries it to the client as its error message)."""
         if OFFSETS_TOPIC in self.view.snapshot.topics:
             return None
         replication_factor = self.config["offsets.topic.replication.factor"]
@@ -126,8 +128,12 @@ class ClusterAdmin:
         except TopicExistsError:
             await self.view.wait_for(lambda s: OFFSETS_TOPIC in s.topics)
         except (InvalidReplicationFactorError, TimeoutError) as exc:  # a ZooKeeper call timing out included
-            log.info("offsets_topic_not_created", error=str(exc))
-            return ErrorCode.coordinator_not_available
+            reason = f"{OFFSETS_TOPIC} cannot be created yet: {exc or type(exc).__name__}"
+            if reason != self._offsets_topic_refusal:  # once per reason, not at every client retry
+                log.warning("offsets_topic_not_created", error=reason,
+                            hint="offsets.topic.replication.factor must not exceed the live brokers")
+                self._offsets_topic_refusal = reason
+            return reason
         return None
 
 

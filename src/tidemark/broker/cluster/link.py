@@ -27,8 +27,10 @@ from tidemark.broker.cluster.applied_view import AppliedView
 from tidemark.broker.cluster.config_reloads import ConfigReloads
 from tidemark.broker.cluster.isr_maintenance import IsrMaintenance
 from tidemark.broker.cluster.roles import ReplicaRoles
+from tidemark.broker.cluster.session_fence import CoordinatorFence
 from tidemark.broker.cluster.tasks import BackgroundTasks, halt
 from tidemark.broker.config import validate_topic_configs
+from tidemark.broker.dynamic_config import BrokerConfigReloads
 from tidemark.broker.offset_fetch_forwarding import OffsetFetchForwarder
 from tidemark.cluster.zk import config_changes, producer_ids, shutdown, zk_data
 from tidemark.cluster.zk.assignment import RackAwareMode
@@ -75,7 +77,10 @@ class ClusterLink:
         self.isr = IsrMaintenance(config, self.session, replicas, clock)
         self.admin = ClusterAdmin(config, self.session, self.view)
         self.config_reloads = ConfigReloads(self.session, replicas)
+        self.broker_config_reloads = BrokerConfigReloads(config, self.session)
         self.tasks = BackgroundTasks(on_fatal)
+        # The group coordinator serves only while the session's lease holds (session_fence.py).
+        self.coordinator_fence = CoordinatorFence(self.node_id, self.session, coordinator, replicas, self.tasks)
         # Offsets in ZooKeeper (offsets.storage=zookeeper, OffsetCommit/OffsetFetch v0) on this
         # broker's session.
         self.offset_store = ZookeeperOffsetManager(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
@@ -116,6 +121,7 @@ class ClusterLink:
         table = await self.session.call(ZkTopicTable, self.client, self.node_id, validate_topic_configs,
                                         timeout_s=STARTUP_CALL_TIMEOUT_S)
         table.update(self.snapshot.topics, self.snapshot.topic_configs)
+        await self.broker_config_reloads.load(STARTUP_CALL_TIMEOUT_S)  # before the logs open with them
         return table
 
     async def start(self, host: str, port: int, endpoints: list[str] | None = None,
@@ -128,11 +134,12 @@ class ClusterLink:
                                                 wait_for_owner_s=self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.session.call(self._registration.register,
                                 timeout_s=self._registration.wait_for_owner_s + STARTUP_CALL_TIMEOUT_S)
-        self._controller = Controller(self.client, self.node_id)
+        self._controller = Controller(self.session, self.node_id)
         await self.session.call(self._controller.start, timeout_s=STARTUP_CALL_TIMEOUT_S)
         self._started = True
         self._apply(everything=True)
-        self._config_changes = ConfigChangeListener(self.client, self._config_changed_in_kazoo_thread)
+        self._config_changes = ConfigChangeListener(self.client, self._config_changed_in_kazoo_thread,
+                                                    self._broker_config_changed_in_kazoo_thread)
         await self.session.call(self._config_changes.start, timeout_s=STARTUP_CALL_TIMEOUT_S)
         try:  # serve once the view shows this broker and a controller (clients ask for both)
             await self.wait_for(lambda s: s.controller_id >= 0 and self.node_id in s.brokers)
@@ -220,6 +227,12 @@ class ClusterLink:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.tasks.spawn, self.config_reloads.reload(topic), f"configs-{topic}")
 
+    def _broker_config_changed_in_kazoo_thread(self, entity: str) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and self.broker_config_reloads.applies(entity):
+            loop.call_soon_threadsafe(self.tasks.spawn, self.broker_config_reloads.reload(entity),
+                                      f"broker-configs-{entity}")
+
     def _address(self, broker_id: int) -> tuple[str, int] | None:
         broker = self.snapshot.brokers.get(broker_id)
         if broker is None:
@@ -255,7 +268,7 @@ class ClusterLink:
                                       timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
         return await self.admin.elect_preferred_leaders(partitions, timeout_s)
 
-    async def ensure_offsets_topic(self) -> ErrorCode | None:
+    async def ensure_offsets_topic(self) -> str | None:
         return await self.admin.ensure_offsets_topic()
 
     async def set_topic_configs(self, name: str, configs: dict[str, Any]) -> None:

@@ -141,7 +141,7 @@ class ReplicaRoles:
         if fetcher is None:
             fetcher = ReplicaFetcher(
                 self.node_id, leader_id, lambda: self._address(leader_id), append=self.replicas.append_as_follower,
-                move_log_start=self.replicas.delete_records,
+                sync_truncations=self.replicas.sync_truncations, move_log_start=self.replicas.delete_records,
                 max_wait_ms=self.config["replica.fetch.wait.max.ms"], max_bytes=self.config["replica.fetch.max.bytes"],
                 backoff_ms=self.config["replica.fetch.backoff.ms"], opener=security_client.opener(self.config))
             fetcher.start()

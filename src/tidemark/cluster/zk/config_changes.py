@@ -1,6 +1,7 @@
-"""Topic config changes reach every broker as in ZooKeeper-era Kafka: the writer sets
-/config/topics/T and creates a sequential /config/changes/config_change_NNNNNNNNNN
-({"version":2,"entity_path":"topics/T"}) in one multi; every broker watches /config/changes,
+"""Config changes reach every broker as in ZooKeeper-era Kafka: the writer sets
+/config/topics/T (or a broker entity's /config/brokers/<id or <default>>) and creates a
+sequential /config/changes/config_change_NNNNNNNNNN ({"version":2,"entity_path":"topics/T"},
+"brokers/<default>", "brokers/1") in one multi; every broker watches /config/changes,
 re-reads the config of each entity named by a notice it has not handled yet, and purges notices
 older than Kafka's 15 minutes (ZkConfigChangeNotificationListener)."""
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from tidemark.cluster.zk import zk_data
@@ -33,17 +34,47 @@ def set_topic_config(client: KazooClient, topic: str, configs: Mapping[str, str]
         raise failure
 
 
+def set_broker_config(client: KazooClient, entity: str, configs: Mapping[str, str]) -> None:
+    """Store a broker entity's dynamic settings (a broker id or "<default>") and tell every
+    broker, atomically; the entity's znode is created the first time."""
+    path = zk_data.broker_config_path(entity)
+    client.ensure_path(zk_data.CONFIG_BROKERS)
+    for attempt in range(2):  # another broker may create the znode between our look and our multi
+        transaction = client.transaction()
+        if client.exists(path):
+            transaction.set_data(path, zk_data.encode_topic_config(configs))
+        else:
+            transaction.create(path, zk_data.encode_topic_config(configs))
+        transaction.create(zk_data.config_change_path(), zk_data.encode_broker_config_change(entity), sequence=True)
+        failure = next((r for r in transaction.commit() if isinstance(r, Exception)), None)
+        if failure is None:
+            return
+        if not isinstance(failure, (NodeExistsError, NoNodeError)) or attempt:
+            raise failure
+
+
+def read_broker_config(client: KazooClient, entity: str) -> dict[str, str]:
+    try:
+        data, _stat = client.get(zk_data.broker_config_path(entity))
+    except NoNodeError:
+        return {}
+    return zk_data.decode_topic_config(data)
+
+
 def _sequence(child: str) -> int:
     return int(child[len(zk_data.CONFIG_CHANGE_PREFIX):])
 
 
 class ConfigChangeListener:
-    """Calls `on_topic_change(topic)` in kazoo's thread for each notice not seen yet, in order
-    (every notice present at start too: a change made while the broker was reading is not lost)."""
+    """Calls `on_topic_change(topic)` (or `on_broker_change(entity)`) in kazoo's thread for each
+    notice not seen yet, in order (every notice present at start too: a change made while the
+    broker was reading is not lost)."""
 
-    def __init__(self, client: KazooClient, on_topic_change: Callable[[str], None]) -> None:
+    def __init__(self, client: KazooClient, on_topic_change: Callable[[str], None],
+                 on_broker_change: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.on_topic_change = on_topic_change
+        self.on_broker_change = on_broker_change
         self._last = -1  # the sequence of the last notice handled
         self._lock = threading.Lock()
         self._closed = False
@@ -71,6 +102,8 @@ class ConfigChangeListener:
                     entity_type, name = zk_data.decode_config_change(data)
                     if entity_type == "topics":
                         self.on_topic_change(name)
+                    elif entity_type == "brokers" and self.on_broker_change is not None:
+                        self.on_broker_change(name)
                 if now - stat.ctime > NOTICE_EXPIRATION_MS:
                     try:
                         self.client.delete(path)

@@ -2,8 +2,11 @@
 elects partition leaders and keeps ISRs free of lost brokers.
 
 Threading (as Kafka's ControllerEventManager): kazoo's watches and session listener only queue
-events; one controller thread handles them in order and makes the blocking ZooKeeper calls.
-Public operations (shutdown_broker) run on that thread too and the caller waits for them.
+events; they run one at a time, in order, on the broker's ZkSession threads (at most one of them,
+only while there is work: SerialEvents), and every ZooKeeper call they make is bounded by the
+session's call timeout (BoundedCalls: ZkCallTimeoutError, retried as a connection loss within
+the event's deadline), so a stalled ZooKeeper parks no thread of its own and no call forever.
+Public operations (shutdown_broker) are queued the same way and the caller waits for them.
 
 Election is one multi: create /controller and set /controller_epoch to epoch+1 at the version
 read. Every later write goes through a ControllerFence (a multi that first checks
@@ -29,6 +32,7 @@ from tidemark.cluster.zk import leader_election, zk_data
 from tidemark.cluster.zk.errors import ClusterError, ControllerMovedError
 from tidemark.cluster.zk.fencing import ControllerFence, first_failure
 from tidemark.cluster.zk.registration import ensure_persistent_paths
+from tidemark.cluster.zk.session import BoundedCalls, SerialEvents, ZkCallTimeoutError, ZkSession
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,7 @@ CLOSE_WAIT_S = 5.0  # how long close() waits for the controller thread to resign
 # An event interrupted by a connection loss runs again once connected: every handler decides from
 # what it reads, so a write that did land before the loss is found done, not made twice.
 EVENT_RETRY = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=60.0)
+EVENT_RETRY.retry_exceptions = (*KazooRetry.RETRY_EXCEPTIONS, ZkCallTimeoutError)  # a stuck call: as a lost connection
 TopicPartition = tuple[str, int]
 
 
@@ -46,12 +51,13 @@ class Controller:
     arrival, new topics and partitions, topic deletions, ISR change notices and controlled
     shutdown requests. `on_active_change(active)` is called on the controller thread."""
 
-    def __init__(self, client: KazooClient, broker_id: int,
+    def __init__(self, session: ZkSession, broker_id: int,
                  on_active_change: Callable[[bool], None] | None = None) -> None:
-        self.client = client
+        self.client: KazooClient = session.client  # watches and listeners
+        self.zk = BoundedCalls(session.client, session.call_timeout_s)  # every call the events make
         self.broker_id = broker_id
         self.on_active_change = on_active_change
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"controller-{broker_id}")
+        self._events = SerialEvents(session.submit)
         self._fence: ControllerFence | None = None
         self._live: dict[int, int] = {}  # registered broker -> czxid of its registration (bounces change it)
         self._topics: dict[str, zk_data.TopicAssignment] = {}
@@ -79,8 +85,11 @@ class Controller:
         fenced, so a stopping broker does not wait for it."""
         self._closed = True
         self.client.remove_listener(self._session_state)
-        resigned = self._thread.submit(self._resign)
-        self._thread.shutdown(wait=False)
+        try:
+            resigned = self._events.submit(self._resign)
+        except RuntimeError:  # the session's threads are gone already
+            return
+        self._events.shutdown()
         try:
             resigned.result(CLOSE_WAIT_S)
         except concurrent.futures.TimeoutError:
@@ -108,7 +117,7 @@ class Controller:
         """Move the leadership of every partition `broker_id` leads to another live ISR member,
         and take it out of every ISR. Answers the partitions it still leads (it was their only
         ISR member). ControllerMovedError when this broker is not the controller."""
-        return self._thread.submit(self._shutdown_broker, broker_id).result(timeout_s)
+        return self._events.submit(self._shutdown_broker, broker_id).result(timeout_s)
 
     # -- kazoo's threads: queue only ----------------------------------------------------------
 
@@ -124,8 +133,8 @@ class Controller:
         if self._closed:
             return
         try:
-            self._thread.submit(self._run, handler, *args)
-        except RuntimeError:  # close() shut the thread down between the check and the submit
+            self._events.submit(self._run, handler, *args)
+        except RuntimeError:  # close() (or the session's) shut the queue down between the check and the submit
             pass
 
     def _session_state(self, state: str) -> None:
@@ -201,12 +210,12 @@ class Controller:
             self.on_active_change(True)
 
     def _win_election(self) -> bool:
-        data, stat = self.client.get(zk_data.CONTROLLER_EPOCH)
+        data, stat = self.zk.get(zk_data.CONTROLLER_EPOCH)
         epoch = zk_data.decode_controller_epoch(data) + 1
         transaction = self.client.transaction()
         transaction.create(zk_data.CONTROLLER, zk_data.encode_controller(self.broker_id), ephemeral=True)
         transaction.set_data(zk_data.CONTROLLER_EPOCH, zk_data.encode_controller_epoch(epoch), version=stat.version)
-        results = transaction.commit()
+        results = self.zk.commit(transaction)
         failure = first_failure(results)
         if isinstance(failure, NodeExistsError) and not self._won_before_a_connection_loss():
             return False  # another broker won; the /controller watch tells us when it goes
@@ -214,19 +223,19 @@ class Controller:
             self._submit(self._elect)  # an election raced ours and its winner is already gone
             return False
         if isinstance(failure, NodeExistsError):  # our own multi, retried after a connection loss
-            data, stat = self.client.get(zk_data.CONTROLLER_EPOCH)
+            data, stat = self.zk.get(zk_data.CONTROLLER_EPOCH)
             epoch, epoch_version = zk_data.decode_controller_epoch(data), stat.version
         elif failure is not None:
             raise failure
         else:
             epoch_version = results[1].version
-        self._fence = ControllerFence(self.client, epoch, epoch_version)
+        self._fence = ControllerFence(self.client, epoch, epoch_version, self.zk.timeout_s)
         log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
         return True
 
     def _won_before_a_connection_loss(self) -> bool:
         try:
-            data, stat = self.client.get(zk_data.CONTROLLER)
+            data, stat = self.zk.get(zk_data.CONTROLLER)
         except NoNodeError:
             return False
         return (zk_data.decode_controller(data) == self.broker_id
@@ -247,21 +256,21 @@ class Controller:
         request left pending."""
         self._live = self._read_live_brokers()
         self._topics = {}
-        for topic in self.client.get_children(zk_data.TOPICS):
+        for topic in self.zk.get_children(zk_data.TOPICS):
             try:
-                self._topics[topic] = zk_data.decode_topic(self.client.get(zk_data.topic_path(topic))[0])
+                self._topics[topic] = zk_data.decode_topic(self.zk.get(zk_data.topic_path(topic))[0])
             except NoNodeError:
                 continue
         self._settle(self._topics)
-        self._deletions_requested(self.client.get_children(zk_data.DELETE_TOPICS))
-        self._isr_changes_noticed(self.client.get_children(zk_data.ISR_CHANGE_NOTIFICATION))
-        self._shutdowns_requested(self.client.get_children(zk_data.CONTROLLED_SHUTDOWN))
+        self._deletions_requested(self.zk.get_children(zk_data.DELETE_TOPICS))
+        self._isr_changes_noticed(self.zk.get_children(zk_data.ISR_CHANGE_NOTIFICATION))
+        self._shutdowns_requested(self.zk.get_children(zk_data.CONTROLLED_SHUTDOWN))
         self._preferred_election_requested()
 
     def _read_live_brokers(self) -> dict[int, int]:
         live = {}
-        for child in self.client.get_children(zk_data.BROKER_IDS):
-            stat = self.client.exists(f"{zk_data.BROKER_IDS}/{child}")
+        for child in self.zk.get_children(zk_data.BROKER_IDS):
+            stat = self.zk.exists(f"{zk_data.BROKER_IDS}/{child}")
             if stat is not None:
                 live[int(child)] = stat.czxid
         return live
@@ -311,7 +320,7 @@ class Controller:
         states: dict[TopicPartition, tuple[bytes, Any] | None] = {}
         for key, answer in pending.items():
             try:
-                states[key] = answer.get()
+                states[key] = self.zk.wait(answer, "get of a partition state")
             except NoNodeError:
                 states[key] = None
         return states
@@ -327,7 +336,7 @@ class Controller:
         if not missing:
             return
         parents = [zk_data.partitions_path(topic)] + [zk_data.partition_path(topic, p) for p in missing]
-        absent = [path for path in parents if self.client.exists(path) is None]
+        absent = [path for path in parents if self.zk.exists(path) is None]
 
         def build(transaction: TransactionRequest) -> None:
             for path in absent:
@@ -355,7 +364,7 @@ class Controller:
                 (data, stat), known = known, None
             else:
                 try:
-                    data, stat = self.client.get(path)
+                    data, stat = self.zk.get(path)
                 except NoNodeError:
                     return None
             current = zk_data.decode_partition_state(data, stat.version, stat.mzxid)
@@ -397,14 +406,14 @@ class Controller:
         for topic in children:
             paths = []
             try:
-                for partition in self.client.get_children(zk_data.partitions_path(topic)):
+                for partition in self.zk.get_children(zk_data.partitions_path(topic)):
                     base = f"{zk_data.partitions_path(topic)}/{partition}"
-                    paths += [f"{base}/{child}" for child in self.client.get_children(base)] + [base]
+                    paths += [f"{base}/{child}" for child in self.zk.get_children(base)] + [base]
                 paths.append(zk_data.partitions_path(topic))
             except NoNodeError:
                 pass
             for path in (zk_data.topic_path(topic), zk_data.topic_config_path(topic)):
-                if self.client.exists(path) is not None:
+                if self.zk.exists(path) is not None:
                     paths.append(path)
             paths.append(zk_data.delete_topic_path(topic))
             failure = first_failure(fence.commit(lambda t, paths=paths: [t.delete(p) for p in paths]))
@@ -433,7 +442,7 @@ class Controller:
         if fence is None:
             return
         try:
-            data, stat = self.client.get(zk_data.PREFERRED_REPLICA_ELECTION)
+            data, stat = self.zk.get(zk_data.PREFERRED_REPLICA_ELECTION)
         except NoNodeError:
             return
         for topic, partition in zk_data.decode_preferred_replica_election(data):

@@ -12,6 +12,7 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError, SessionExpiredError
 
 from tidemark.cluster.zk.errors import ControllerMovedError
+from tidemark.cluster.zk.session import BoundedCalls
 from tidemark.cluster.zk.zk_data import CONTROLLER_EPOCH
 
 
@@ -20,6 +21,7 @@ class ControllerFence:
     client: KazooClient
     epoch: int  # the controller epoch this controller was elected with
     epoch_zk_version: int  # /controller_epoch's stat version right after that election
+    timeout_s: float | None = None  # each commit's bound (ZkCallTimeoutError past it); None: kazoo's wait
 
     def commit(self, build: Callable[[TransactionRequest], None]) -> list[object]:
         """Run the operations `build` adds, fenced. Answers the results of those operations (an
@@ -29,7 +31,8 @@ class ControllerFence:
         transaction.check(CONTROLLER_EPOCH, self.epoch_zk_version)
         build(transaction)
         try:
-            results = transaction.commit()
+            results = transaction.commit() if self.timeout_s is None \
+                else BoundedCalls(self.client, self.timeout_s).commit(transaction)
         except SessionExpiredError:  # /controller went with that session: deposed
             raise ControllerMovedError(f"controller epoch {self.epoch}: the session it was elected in expired") from None
         if isinstance(results[0], (BadVersionError, NoNodeError)):

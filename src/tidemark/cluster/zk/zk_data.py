@@ -24,6 +24,10 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+# Kafka's dynamic broker settings: /config/brokers/N for broker N, /config/brokers/<default> for
+# the cluster-wide defaults (the admin APIs' broker resource "").
+CONFIG_BROKERS = "/config/brokers"
+DEFAULT_BROKER_ENTITY = "<default>"
 # Kafka's ConfigEntityChangeNotificationZNode: a sequential config_change_NNNNNNNNNN per change
 # of an entity's config, which every broker watches (topic configs are not read otherwise).
 CONFIG_CHANGES = "/config/changes"
@@ -70,6 +74,11 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    """`entity`: a broker id, or DEFAULT_BROKER_ENTITY."""
+    return f"{CONFIG_BROKERS}/{entity}"
 
 
 def config_change_path(sequence: str = "") -> str:
@@ -275,7 +284,7 @@ def decode_controller_epoch(data: bytes) -> int:
     return int(data.decode("ascii"))
 
 
-# /config/topics/T ----------------------------------------------------------------------------
+# /config/topics/T and /config/brokers/<id or <default>> (the same JSON) ----------------------
 
 
 def encode_topic_config(configs: Mapping[str, str]) -> bytes:
@@ -296,6 +305,11 @@ CONFIG_CHANGE_VERSION = 2  # Kafka 2.0+: {"version":2,"entity_path":"topics/T"}
 
 def encode_topic_config_change(topic: str) -> bytes:
     return _dumps({"version": CONFIG_CHANGE_VERSION, "entity_path": f"topics/{topic}"})
+
+
+def encode_broker_config_change(entity: str) -> bytes:
+    """{"version":2,"entity_path":"brokers/<default>"} or "brokers/1"."""
+    return _dumps({"version": CONFIG_CHANGE_VERSION, "entity_path": f"brokers/{entity}"})
 
 
 def decode_config_change(data: bytes) -> tuple[str, str]:

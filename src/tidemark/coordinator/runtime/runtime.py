@@ -170,6 +170,11 @@ class ShardRuntime(Generic[S]):
         self.epoch = epoch
         self.leading = True
         self._failures = 0
+        if not self.runtime.may_lead():  # fenced: loaded once the broker may lead again (relead)
+            if self.state is not LoadState.UNLOADED:
+                self._unload()
+            log.info("offsets_partition_fenced", partition=self.index, epoch=epoch)
+            return
         if self.state is LoadState.STANDBY:
             self._promote()
             return
@@ -180,8 +185,8 @@ class ShardRuntime(Generic[S]):
     def leader_epoch_bumped(self, epoch: int) -> None:
         """This broker still leads the partition, at a higher epoch (an ISR change by the
         controller, a follower's restart): the shard serves on, at the new epoch, unreloaded."""
-        if not self.leading or epoch <= self.epoch:
-            self.became_leader(epoch)  # not leading here yet: as any new leadership
+        if not self.leading or epoch <= self.epoch or self.state is LoadState.UNLOADED:
+            self.became_leader(epoch)  # not leading here yet (or fenced): as any new leadership
             return
         self.epoch = epoch
 
@@ -199,6 +204,14 @@ class ShardRuntime(Generic[S]):
         if self.runtime.config["offsets.standby.replay.enable"]:
             self._failures = 0
             self._start_load()
+
+    def fence(self) -> None:
+        """This broker may no longer act as the partition's leader (its ZooKeeper session is
+        suspended or lost): unload, answering whoever waits NOT_COORDINATOR, and stay the
+        leader of `epoch` until `relead` or a new role."""
+        if self.leading and self.state is not LoadState.UNLOADED:
+            log.warning("offsets_partition_fenced", partition=self.index, epoch=self.epoch)
+            self._unload()
 
     def resigned(self, epoch: int | None) -> None:
         """This broker no longer leads the partition (None: it was deleted): unload it."""
@@ -403,6 +416,9 @@ class ShardRuntime(Generic[S]):
         while True:
             event, future, immediate = await self._queue.get()
             if future.done():
+                continue
+            if not immediate and not self.runtime.may_lead():  # queued before the lease ended (a pause)
+                future.set_exception(ShardNotAvailable(ErrorCode.not_coordinator))
                 continue
             shard = self.shard
             assert shard is not None
@@ -640,6 +656,10 @@ class CoordinatorRuntime(Generic[S]):
         # In a ZooKeeper cluster the partitions this broker leads are loaded as the cluster hands
         # them over (partition_led / partition_resigned), at their leader epochs.
         self.clustered = bool(config["zookeeper.connect"])
+        # Whether this broker may act as the leader of what it leads (in a cluster: its ZooKeeper
+        # session's lease, broker/cluster/session_fence.py); reads and writes are refused
+        # NOT_COORDINATOR while it may not.
+        self.may_lead: Callable[[], bool] = lambda: True
         self._leader_epoch = 0  # on one broker: bumped each time the topic is deleted
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}  # request token -> its response
@@ -669,6 +689,27 @@ class CoordinatorRuntime(Generic[S]):
         """This broker follows a partition (of the offsets topic: stand by, or unload)."""
         if topic == self.topic_name:
             self._runtime(index).became_follower(leader_epoch)
+
+    def fence(self) -> None:
+        """This broker may no longer act as a leader (`may_lead` turned false): every shard it
+        leads unloads, keeping its leader epoch for `relead`."""
+        for runtime in self.shards.values():
+            runtime.fence()
+
+    def fenced_leaderships(self) -> dict[int, int]:
+        """Partition -> leader epoch of the shards this broker led when it was fenced (and any
+        leadership it was given meanwhile), not loaded since."""
+        return {index: runtime.epoch for index, runtime in self.shards.items()
+                if runtime.leading and runtime.state is LoadState.UNLOADED}
+
+    def relead(self, index: int, leader_epoch: int) -> None:
+        """The broker may lead again and still leads partition `index` at `leader_epoch` under
+        the cluster's current state: load it afresh from the log, as a new leadership."""
+        runtime = self.shards.get(index)
+        if runtime is not None and runtime.leading and runtime.epoch == leader_epoch \
+                and runtime.state is LoadState.UNLOADED:
+            log.info("offsets_partition_relead", partition=index, epoch=leader_epoch)
+            runtime.became_leader(leader_epoch)
 
     def _runtime(self, index: int) -> ShardRuntime[S]:
         runtime = self.shards.get(index)
@@ -741,6 +782,7 @@ class CoordinatorRuntime(Generic[S]):
         (which may be released by a later event, e.g. a JoinGroup completed by another member)."""
         try:
             shard = self.shard_for(group_id)
+            self._check_lead()
             token, response = self.new_token()
             handled = shard.submit(lambda s, now: event(s, token, now))
         except ShardNotAvailable as exc:
@@ -755,6 +797,12 @@ class CoordinatorRuntime(Generic[S]):
                 response.cancel()
         return await response
 
+    def _check_lead(self) -> None:
+        """NOT_COORDINATOR while this broker may not act as a leader, before `fence` has run
+        (the lease ends before the event loop hears of it)."""
+        if not self.may_lead():
+            raise ShardNotAvailable(ErrorCode.not_coordinator)
+
     async def read(self, group_id: str, reader: Callable[[S], Any],
                    error_response: Callable[[ErrorCode], Any]) -> Any:
         """A read of committed state (OffsetFetch, DescribeGroups): no queue, no records."""
@@ -763,6 +811,7 @@ class CoordinatorRuntime(Generic[S]):
             if runtime.state is not LoadState.ACTIVE:
                 raise ShardNotAvailable(NOT_ACTIVE_ERRORS[runtime.state])
             await runtime.serving()
+            self._check_lead()  # checked as the read is answered: a cache may be stale from here on
         except ShardNotAvailable as exc:
             return error_response(exc.code)
         assert runtime.shard is not None
