@@ -42,8 +42,8 @@ def test_custom_names_take_their_protocol_from_the_map():
     ({"listeners": "INTERNAL://:1"}, "INTERNAL has no entry in listener.security.protocol.map"),
     ({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"}, "PLAINTEXT appears twice"),
     ({"listeners": "PLAINTEXT://:1", "advertised.listeners": "SSL://a:1"}, "SSL, which is not in listeners"),
-    ({"listeners": "PLAINTEXT://:1,SSL://:2", "inter.broker.listener.name": "SSL", "zookeeper.connect": "zk:2181"},
-     "must be PLAINTEXT"),
+    ({"listeners": "PLAINTEXT://:1,SASL_SSL://:2", "inter.broker.listener.name": "SASL_SSL",
+      "zookeeper.connect": "zk:2181"}, "needs tidemark.inter.broker.sasl.username"),
     ({"listeners": "SSL://:2", "zookeeper.connect": "zk:2181"}, "PLAINTEXT is not"),
 ])
 def test_listeners_that_disagree_are_refused(settings, message):
