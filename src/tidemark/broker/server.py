@@ -524,6 +524,14 @@ class Connection(asyncio.BufferedProtocol):
             self._context.principal = auth.principal
             self._auth = None
             self.decoder.max_frame_bytes = self.broker.config["socket.request.max.bytes"]
+            # Frames read behind the last bare token (a v0 handshake) are the first requests.
+            try:
+                self._waiting = collections.deque(
+                    decode_request(r.token, self.broker.supported_versions) if isinstance(r, sasl.RawToken) else r
+                    for r in self._waiting)
+            except ProtocolError as exc:
+                self._protocol_error(exc)
+                return None
         asyncio.get_running_loop().call_soon(self._start_requests)
         return frame or None
 
