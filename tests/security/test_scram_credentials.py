@@ -155,3 +155,23 @@ def test_zookeeper_keeps_kafkas_layout_and_a_clustered_broker_authenticates_from
             "alice\tSCRAM-SHA-512(iterations=4096)", "dave\tSCRAM-SHA-512(iterations=4096)"]
     finally:
         stop(broker)
+
+
+@pytest.mark.parametrize("key, body", [
+    (50, b"\xff\xff\xff\xf0\x0f" + bytes(8)),  # a users array of 4 billion entries
+    (51, b"\x01\xff\xff\xff\xf0\x0f" + bytes(8)),  # no deletions, then a huge upsertions array
+])
+def test_a_garbage_collection_length_is_refused_not_allocated(admin_broker, key, body):
+    """kio reserves memory for an array's claimed length: the broker checks it first, closes
+    that connection, and goes on serving."""
+    from tests.security.conftest import RawClient
+    from tidemark.wire.client import encode_request_with_kio
+
+    header = encode_request_with_kio(key, 0, 7, {"users": None} if key == 50 else {"deletions": [], "upsertions": []})
+    header = header[: len(header) - (2 if key == 50 else 3)]  # the header alone: the body is the garbage
+    client = RawClient(admin_broker.address("PLAINTEXT"))
+    client.send_raw(header + body)
+    assert client.closed_by_broker()
+    admin = _admin(admin_broker)
+    described = admin.describe_user_scram_credentials(["alice"])
+    assert described["alice"].result(timeout=60).user == "alice"
