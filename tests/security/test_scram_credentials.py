@@ -157,18 +157,20 @@ def test_zookeeper_keeps_kafkas_layout_and_a_clustered_broker_authenticates_from
         stop(broker)
 
 
-@pytest.mark.parametrize("key, body", [
-    (50, b"\xff\xff\xff\xf0\x0f" + bytes(8)),  # a users array of 4 billion entries
-    (51, b"\x01\xff\xff\xff\xf0\x0f" + bytes(8)),  # no deletions, then a huge upsertions array
+@pytest.mark.parametrize("key, version, body", [
+    (50, 0, b"\xff\xff\xff\xf0\x0f" + bytes(8)),  # a users array of 4 billion entries
+    (51, 0, b"\x01\xff\xff\xff\xf0\x0f" + bytes(8)),  # no deletions, then a huge upsertions array
+    (3, 12, b"\xff\xff\xff\xf0\x0f" + bytes(8)),  # Metadata's topics
+    (3, 9, b"\x02\x02a\x00\xff\xff\xff\xf0\x0f"),  # a sane array, then garbage where the flags are
 ])
-def test_a_garbage_collection_length_is_refused_not_allocated(admin_broker, key, body):
+def test_a_garbage_collection_length_is_refused_not_allocated(admin_broker, key, version, body):
     """kio reserves memory for an array's claimed length: the broker checks it first, closes
     that connection, and goes on serving."""
-    from tests.security.conftest import RawClient
-    from tidemark.wire.client import encode_request_with_kio
+    import struct
 
-    header = encode_request_with_kio(key, 0, 7, {"users": None} if key == 50 else {"deletions": [], "upsertions": []})
-    header = header[: len(header) - (2 if key == 50 else 3)]  # the header alone: the body is the garbage
+    from tests.security.conftest import RawClient
+
+    header = struct.pack(">hhih", key, version, 7, 4) + b"junk" + b"\x00"  # request header v2
     client = RawClient(admin_broker.address("PLAINTEXT"))
     client.send_raw(header + body)
     assert client.closed_by_broker()

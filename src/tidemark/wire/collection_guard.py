@@ -3,9 +3,10 @@ remain in the frame (Kafka's parser refuses such a length the same way: "Tried t
 collection of size N, but there are only M bytes remaining"). kio's native reader reserves
 memory for the length it is given, so a garbage length aborts the whole process.
 
-Checked so far: the KIP-554 SCRAM admin requests (flexible v0). Each spec is the body's fields
-in order: "str" (compact string), "bytes" (compact bytes), "i8", "i32", or a list (a compact
-array of entities with those fields); every entity and the body end with tagged fields.
+Checked so far: the KIP-554 SCRAM admin requests and flexible Metadata (v9+; the first thing
+most clients send). Each spec is the body's fields in order: "str" (compact string), "bytes"
+(compact bytes), "bool", "i8", "i32", "uuid", or a list (a compact array of entities with those
+fields); every entity and the body end with tagged fields.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ Spec = list[Any]
 SPECS: dict[tuple[int, int], Spec] = {
     (50, 0): [["str"]],  # DescribeUserScramCredentials: users
     (51, 0): [["str", "i8"], ["str", "i8", "i32", "bytes", "bytes"]],  # AlterUserScramCredentials
+    (3, 9): [["str"], "bool", "bool", "bool"],  # Metadata: topics, then its flags
+    (3, 10): [["uuid", "str"], "bool", "bool", "bool"],
+    **{(3, v): [["uuid", "str"], "bool", "bool"] for v in (11, 12, 13)},
 }
-_FIXED = {"i8": 1, "i32": 4}
+_FIXED = {"bool": 1, "i8": 1, "i32": 4, "uuid": 16}
 
 
 class CollectionTooLarge(ValueError):
