@@ -44,7 +44,7 @@ async def two_brokers(tmp_path, leader_settings: dict[str, str] | None = None):
     lp.become_leader(1, (1, 2), frozenset({1, 2}), zk_version=0, now_ms=NOW)
     fp.become_follower(1, 1, (1, 2), frozenset({1, 2}), zk_version=0)
     fetcher = ReplicaFetcher(2, 1, lambda: ("127.0.0.1", leader.port), append=follower.replicas.append_as_follower,
-                             max_wait_ms=100)
+                             sync_truncations=follower.replicas.sync_truncations, max_wait_ms=100)
     fetcher.add(fp)
     fetcher.start()
     try:

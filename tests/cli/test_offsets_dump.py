@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from tidemark.cli.offsets import offsets
 from tidemark.records import build_batch
+from tidemark.records import consumer_group_schema as cg
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -57,7 +58,7 @@ def data_dir(tmp_path):
             build_batch(
                 [
                     (OFFSET_KEY, None, (), T + 1),
-                    (struct.pack(">h", 5) + b"\x00\x02g1", b"\x00\x00abc", (), T + 1),
+                    (cg.encode_key(MEMBER_KEY), cg.encode_value(5, MEMBER_VALUE), (), T + 1),
                     (struct.pack(">h", 3) + b"\x00\x02g1", None, (), T + 1),
                     (
                         encode_key(OffsetCommitKey("g2", "t\u00e9", 11)),
@@ -74,6 +75,9 @@ def data_dir(tmp_path):
     return tmp_path
 
 
+MEMBER_KEY = cg.ConsumerGroupKey(5, "g1", "m")
+MEMBER_VALUE = cg.MemberMetadataValue(None, None, "c", "/h", ("orders",), None, 30000, "uniform")
+
 PARTITION_7 = [
     'partition: 7 offset: 0 key: {"group":"g1","topic":"orders","partition":0} '
     'value: {"offset":42,"leader_epoch":5,"metadata":"meta","commit_timestamp":1700000000000,"expire_timestamp":-1}',
@@ -83,8 +87,11 @@ PARTITION_7 = [
     '"client_id":"client-1","client_host":"/127.0.0.1","rebalance_timeout":300000,"session_timeout":45000,'
     '"subscription":"AAFzdWI=","assignment":"/w=="}]}',
     'partition: 7 offset: 2 key: {"group":"g1","topic":"orders","partition":0} value: <tombstone>',
-    "partition: 7 offset: 3 key: unknown version 5 value: <5 bytes>",
-    "partition: 7 offset: 4 key: unknown version 3 value: <tombstone>",
+    # KIP-848 consumer group records (types 3..8), decoded
+    'partition: 7 offset: 3 key: {"record_type":5,"group":"g1","member_id":"m"} '
+    'value: {"instance_id":null,"rack_id":null,"client_id":"c","client_host":"/h","subscribed_topic_names":["orders"],'
+    '"subscribed_topic_regex":null,"rebalance_timeout_ms":30000,"server_assignor":"uniform"}',
+    'partition: 7 offset: 4 key: {"record_type":3,"group":"g1","member_id":null} value: <tombstone>',
     'partition: 7 offset: 5 key: {"group":"g2","topic":"t\u00e9","partition":11} '
     'value: {"offset":7,"leader_epoch":-1,"metadata":"","commit_timestamp":1700000000000,"expire_timestamp":1700000060000}',
     "partition: 7 offset: 6 control: COMMIT",
@@ -215,3 +222,21 @@ def test_dump_beside_a_cleaner_swapping_segments(tmp_path, monkeypatch):
     log.close()
     assert printed == in_log
     assert len(listings) > 1 and len(in_log) < 300
+
+
+def test_dump_shows_transactional_commits_and_markers(tmp_path):
+    from tidemark.records.control import build_marker_batch
+
+    value = encode_offset_commit_value(OffsetCommitValue(9, -1, "", T, -1))
+    write_segment(tmp_path, 0, 0, [
+        build_batch([(OFFSET_KEY, value, (), T)], producer_id=12, producer_epoch=3, is_transactional=True),
+        build_marker_batch(12, 3, False, 7, T, base_offset=1),
+    ])
+    result = run("--data-dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        'partition: 0 offset: 0 key: {"group":"g1","topic":"orders","partition":0} '
+        'value: {"offset":9,"leader_epoch":-1,"metadata":"","commit_timestamp":1700000000000,"expire_timestamp":-1} '
+        'transactional: {"producer_id":12,"producer_epoch":3}',
+        'partition: 0 offset: 1 control: ABORT transactional: {"producer_id":12,"producer_epoch":3,"coordinator_epoch":7}',
+    ]

@@ -14,6 +14,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from tests.conftest import BrokerProcess
 from tests.integration.raw import RawClient
+from tidemark.records import consumer_group_schema as cg
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
@@ -61,6 +62,9 @@ def control_batch(base_offset: int) -> bytes:
                        is_control=True, is_transactional=True, producer_id=7, producer_epoch=0)
 
 
+CG_MEMBER = cg.MemberMetadataValue(None, None, "c", "/h", ("orders",), None, 30000, None)
+
+
 def row(offsets_partition: int, offset: int, timestamp: int, record_type: str, **fields) -> Row:
     values = {name: None for name in OFFSETS_LOG_SCHEMA.fieldNames()}
     values.update(offsets_partition=offsets_partition, log_offset=offset, timestamp=ts(timestamp), record_type=record_type,
@@ -92,10 +96,13 @@ def data_dir(tmp_path_factory):
         build_batch([(offset_key("g1", "orders", 0), commit_value(42, 5, "meta"), (), T),
                      (encode_key(GroupMetadataKey("g1")), group_value, (), T + 1)], base_offset=0),
         build_batch([(offset_key("g1", "orders", 0), None, (), T + 2),
-                     (struct.pack(">h", 5) + b"\x00\x02g1", b"\x00\x00abc", (), T + 2),
+                     (cg.encode_key(cg.ConsumerGroupKey(5, "g1", "m")), cg.encode_value(5, CG_MEMBER), (), T + 2),
                      (offset_key("g2", "t\u00e9", 11), commit_value(7, at=T, expire=T + 60_000), (), T + 2)],
                     base_offset=2),
         control_batch(5),
+        # A transactional offset commit of producer 7 (its marker would follow).
+        build_batch([(offset_key("g5", "orders", 0), commit_value(3), (), T + 2)], base_offset=6, producer_id=7,
+                    producer_epoch=0, is_transactional=True),
     ])
     second = b"".join([
         # A cleaned batch: offsets 10 and 11 kept of 10..13.
@@ -134,8 +141,14 @@ EXPECTED = [
         generation=3, protocol="range", leader="m-1", current_state_timestamp=ts(T + 5),
         members=[member_row(MEMBER, ["orders"])], subscribed_topics=["orders"]),
     row(0, 2, T + 2, "offset_commit", key_version=1, group="g1", topic="orders", partition=0, tombstone=True),
-    row(0, 3, T + 2, "unknown", key_version=5, value_version=0),
+    row(0, 3, T + 2, "consumer_group_member_metadata", key_version=5, group="g1", value_version=0,
+        consumer_group_record='{"member_id":"m","value":{"instance_id":null,"rack_id":null,"client_id":"c",'
+        '"client_host":"/h","subscribed_topic_names":["orders"],"subscribed_topic_regex":null,'
+        '"rebalance_timeout_ms":30000,"server_assignor":null}}'),
     commit_row(0, 4, "g2", "t\u00e9", 11, 7, expire=T + 60_000, value_version=1, timestamp=T + 2),
+    row(0, 5, T, "transaction_marker", producer_id=7, producer_epoch=0, transaction_result="COMMIT",
+        coordinator_epoch=0),
+    Row(**commit_row(0, 6, "g5", "orders", 0, 3, timestamp=T + 2).asDict() | {"producer_id": 7, "producer_epoch": 0}),
     row(0, 10, T + 3, "group_metadata", key_version=2, group="g1", value_version=3, protocol_type="consumer",
         generation=4, current_state_timestamp=ts(T + 9), members=[], subscribed_topics=[]),
     row(0, 11, T + 3, "group_metadata", key_version=2, group="g3", tombstone=True),
@@ -228,4 +241,5 @@ def test_wire_rows_equal_file_rows_on_a_log_with_gaps(spark, seeded_broker):
     files = spark.read.format("tidemark-offsets").load(str(seeded_broker.data_dir))
     assert [(r.log_offset, r.committed_offset) for r in wire.orderBy("log_offset").collect()] == [
         (0, 0), (1, 1), (5, 100), (6, None)]
-    assertDataFrameEqual(wire, files)
+    # The client hides transaction markers: the files show them.
+    assertDataFrameEqual(wire, files.where("record_type != 'transaction_marker'"))

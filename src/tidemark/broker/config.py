@@ -121,6 +121,20 @@ def listener_value(config: BrokerConfig, listener: str, key: str) -> Any:
     return config[name] if config.is_set(name) else config[key]
 
 
+def _parse_assignors(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if not names or unknown:
+        raise ValueError("expected a list of uniform and range")
+    return names
+
+
+def _parse_migration_policy(text: str) -> str:
+    if text.strip().lower() not in ("bidirectional", "upgrade", "downgrade", "disabled"):
+        raise ValueError("expected bidirectional, upgrade, downgrade or disabled")
+    return text.strip().lower()
+
+
 def _parse_offsets_storage(text: str) -> str:
     if text.strip() not in ("kafka", "zookeeper"):
         raise ValueError("expected kafka or zookeeper")
@@ -297,6 +311,16 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("group.max.session.timeout.ms", 1800000, 0),
         _int("group.initial.rebalance.delay.ms", 3000, 0),
         _int("group.max.size", INT_MAX, 1),
+        # KIP-848 consumer groups (group.protocol=consumer), with Kafka's defaults and bounds.
+        _int("group.consumer.session.timeout.ms", 45000, 1),
+        _int("group.consumer.min.session.timeout.ms", 45000, 1),
+        _int("group.consumer.max.session.timeout.ms", 60000, 1),
+        _int("group.consumer.heartbeat.interval.ms", 5000, 1),
+        _int("group.consumer.min.heartbeat.interval.ms", 5000, 1),
+        _int("group.consumer.max.heartbeat.interval.ms", 15000, 1),
+        _int("group.consumer.max.size", INT_MAX, 1),
+        Setting("group.consumer.assignors", ("uniform", "range"), _parse_assignors),
+        Setting("group.consumer.migration.policy", "bidirectional", _parse_migration_policy),
         # tidemark's own (Kafka has no lag export): consumer lag on the Prometheus endpoint.
         Setting("tidemark.lag.metrics.enable", True, _parse_bool),
         _int("tidemark.lag.metrics.max.series", 10000, 0),
@@ -408,6 +432,14 @@ class BrokerConfig:
         if self["unclean.leader.election.enable"]:
             raise ConfigError(f"{where}unclean.leader.election.enable=true is not supported: tidemark elects "
                               "leaders from the in-sync replicas only (acknowledged writes are never lost)")
+        for name in ("session.timeout.ms", "heartbeat.interval.ms"):  # Kafka's startup checks
+            low, high = self[f"group.consumer.min.{name}"], self[f"group.consumer.max.{name}"]
+            if not low <= self[f"group.consumer.{name}"] <= high:
+                raise ConfigError(f"{where}group.consumer.{name} must be between group.consumer.min.{name} "
+                                  f"({low}) and group.consumer.max.{name} ({high})")
+        if self["group.consumer.heartbeat.interval.ms"] >= self["group.consumer.session.timeout.ms"]:
+            raise ConfigError(f"{where}group.consumer.heartbeat.interval.ms must be less than "
+                              "group.consumer.session.timeout.ms")
         if self["offsets.storage"] == "zookeeper" and not self["zookeeper.connect"]:
             raise ConfigError(f"{where}offsets.storage=zookeeper needs zookeeper.connect")
 

@@ -48,6 +48,9 @@ class Coordinator(Protocol):
 
     async def on_topics_deleted(self, topics: list[str]) -> None: ...
 
+    async def complete_transaction(self, partition_index: int, producer_id: int, producer_epoch: int,
+                                   committed: bool, coordinator_epoch: int) -> ErrorCode: ...
+
 
 class RequestContext:
     """One request's view of the broker. Read-only by convention (slotted, not frozen: it is

@@ -17,7 +17,9 @@ from tidemark.broker.errors import NotEnoughReplicasError, NotLeaderOrFollowerEr
 from tidemark.coordinator.result import OffsetsRecord
 from tidemark.coordinator.runtime.io import LogRecord, PartitionWriter
 from tidemark.records import build_batch, iter_batches, iter_key_values
+from tidemark.coordinator.txn_offsets import TxnMarkerKey, TxnRecordKey
 from tidemark.records.compression import CompressionType
+from tidemark.records.control import read_marker
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
@@ -58,10 +60,25 @@ class LogPartitionWriter:
         return self.partition.high_watermark
 
     def append(self, records: list[OffsetsRecord], now_ms: int) -> int:
+        """One batch of the records; a transaction's records (TxnRecordKey) go in a
+        transactional batch of its producer, a marker (TxnMarkerKey) as a control batch."""
         self._check_replicas()
-        batch = build_batch([(r.key, r.value, (), now_ms) for r in records], compression=self.compression)
+        first = records[0].key
         epoch = self.partition.leader_epoch
-        end = self.replicas.append(self.partition, batch).last_offset + 1
+        if isinstance(first, TxnMarkerKey):
+            info, _ = self.partition.log.append_marker(first.producer_id, first.producer_epoch, first.committed,
+                                                       first.coordinator_epoch, leader_epoch=epoch, now_ms=now_ms)
+            self.replicas.schedule_flush(self.partition)
+            self.partition.appended()
+            end = info.last_offset + 1
+        else:
+            if isinstance(first, TxnRecordKey):
+                batch = build_batch([(r.key.key, r.value, (), now_ms) for r in records], compression=self.compression,
+                                    producer_id=first.producer_id, producer_epoch=first.producer_epoch,
+                                    is_transactional=True)
+            else:
+                batch = build_batch([(r.key, r.value, (), now_ms) for r in records], compression=self.compression)
+            end = self.replicas.append(self.partition, batch).last_offset + 1
         self.partition.wait_for_high_watermark(end, epoch).add_done_callback(self._append_committed)
         return end
 
@@ -131,7 +148,17 @@ class LogPartitionWriter:
         data = self.partition.log.read(position, self.load_buffer_size, upper_bound=upper_bound)
         records: list[LogRecord] = []
         for batch_position, header in iter_batches(data, validate=False):
-            records.extend(iter_key_values(data, batch_position))
+            if header.is_control:
+                marker = read_marker(data, batch_position)
+                if marker is not None:
+                    records.append((header.base_offset, TxnMarkerKey(header.producer_id, header.producer_epoch,  # type: ignore[arg-type]
+                                                                     marker.committed, marker.coordinator_epoch,
+                                                                     header.base_offset), None))
+            elif header.is_transactional:
+                records.extend((offset, TxnRecordKey(header.producer_id, header.producer_epoch, key, offset), value)
+                               for offset, key, value in iter_key_values(data, batch_position) if key is not None)
+            else:
+                records.extend(iter_key_values(data, batch_position))
             position = header.last_offset + 1
         return records, position
 

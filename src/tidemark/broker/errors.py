@@ -31,6 +31,8 @@ _MAPPING: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (log_errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (log_errors.UnknownProducerIdError, ErrorCode.unknown_producer_id),
     (log_errors.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
+    (log_errors.InvalidTxnStateError, ErrorCode.invalid_txn_state),
+    (log_errors.TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     (OSError, ErrorCode.kafka_storage_error),
     (PartitionDeletedError, ErrorCode.unknown_topic_or_partition),
     (NotLeaderOrFollowerError, ErrorCode.not_leader_or_follower),

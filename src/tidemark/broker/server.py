@@ -42,6 +42,7 @@ from tidemark.broker.apis import (
     offsets,
     produce,
     topics,
+    transactions,
 )
 from tidemark.broker.config import BrokerConfig, listener_value
 from tidemark.broker.context import Node, RequestContext
@@ -96,6 +97,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     15: (groups.handle_describe, 0),
     16: (groups.handle_list, 0),
     42: (groups.handle_delete_groups, 0),
+    68: (groups.handle_consumer_group_heartbeat, 0),  # KIP-848
+    69: (groups.handle_consumer_group_describe, 0),
     21: (delete_records.handle, 0),
     32: (configs.handle_describe, 0),
     33: (configs.handle_alter, 0),
@@ -108,6 +111,8 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     36: (scram_admin.handle_sasl_after_authentication, 0),
     50: (scram_admin.handle_describe, 0),
     51: (scram_admin.handle_alter, 0),
+    27: (transactions.handle_write_txn_markers, 0),  # kio has v1-v2 (the flexible ones)
+    28: (transactions.handle_txn_offset_commit, 0),
 }
 
 # The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process

@@ -57,6 +57,9 @@ def validate_produce(records: bytes, config: LogConfig, *, topic: str, partition
         raise RecordListTooLargeError(f"{len(records)} bytes of batches exceed segment.bytes {config.segment_bytes}")
     if header.is_control:
         raise InvalidRecordError("clients may not write control batches")
+    if header.is_transactional and (header.producer_id < 0 or header.base_sequence < 0):
+        # A transaction is an idempotent producer's: its markers and state hang on the id.
+        raise InvalidRecordError("a transactional batch needs a producer id and a sequence")
     if header.records_count == 0 or header.records_count != header.last_offset_delta + 1:
         raise InvalidRecordError(
             f"{header.records_count} records but last offset delta {header.last_offset_delta}")

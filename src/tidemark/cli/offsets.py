@@ -7,6 +7,9 @@ directory and prints one line per record, like kafka-dump-log's offsets decoder:
 
 Values print as compact JSON of the decoded record (bytes fields as base64), a null value as
 `<tombstone>`, and a key of a record type tidemark does not decode as `unknown version N`.
+A transactional offset commit (TxnOffsetCommit, pending until its marker) ends with
+`transactional: {"producer_id":P,"producer_epoch":E}`, and a transaction marker prints as
+`control: COMMIT` or `control: ABORT` followed by its producer and coordinator epoch.
 Stdout carries only these lines so they can be piped; warnings and the progress bar go to stderr.
 It is safe on a running broker's data directory: segments the cleaner swaps or retention deletes
 mid-read are neither missed nor printed twice (see tidemark.log.offline).
@@ -29,6 +32,7 @@ from tidemark.log.offline import (
     segment_files,
     topic_partition_dirs,
 )
+from tidemark.records import consumer_group_schema
 from tidemark.records.offsets_schema import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
@@ -68,7 +72,14 @@ def format_record(partition: int, offset: int, key: bytes | None, value: bytes |
             decoded_key = None
             key_text = f"<malformed: {exc}>"
         else:
-            if isinstance(decoded_key, UnknownKey):
+            if isinstance(decoded_key, UnknownKey) and decoded_key.version in consumer_group_schema.RECORD_TYPES:
+                try:
+                    decoded_key = consumer_group_schema.decode_key(key)
+                    key_text = consumer_group_schema.to_json(decoded_key)
+                except ValueError as exc:
+                    decoded_key = None
+                    key_text = f"<malformed: {exc}>"
+            elif isinstance(decoded_key, UnknownKey):
                 key_text = f"unknown version {decoded_key.version}"
             else:
                 key_text = render(decoded_key)
@@ -80,19 +91,37 @@ def format_record(partition: int, offset: int, key: bytes | None, value: bytes |
             value_text = render(decode(value))
         except ValueError as exc:
             value_text = f"<malformed: {exc}>"
+    elif isinstance(decoded_key, consumer_group_schema.ConsumerGroupKey):
+        try:
+            value_text = consumer_group_schema.to_json(consumer_group_schema.decode_value(decoded_key.record_type, value))
+        except ValueError as exc:
+            value_text = f"<malformed: {exc}>"
     else:
         value_text = f"<{len(value)} bytes>"
     return f"{prefix} key: {key_text} value: {value_text}"
 
 
-def format_control_record(partition: int, offset: int, key: bytes | None) -> str:
-    """A transaction marker (transactional offset commits end with one)."""
+def _transaction(producer_id: int, producer_epoch: int, **more: int) -> str:
+    return " transactional: " + json.dumps({"producer_id": producer_id, "producer_epoch": producer_epoch, **more},
+                                           separators=(",", ":"))
+
+
+def format_control_record(partition: int, offset: int, key: bytes | None, value: bytes | None = None,
+                          producer: tuple[int, int] | None = None) -> str:
+    """A transaction marker (transactional offset commits end with one), with the transaction's
+    producer id and epoch and the coordinator epoch when known."""
     if key is not None and len(key) >= 4:
         _version, kind = struct.unpack_from(">hh", key)
         marker = _CONTROL_TYPES.get(kind, f"type {kind}")
     else:
         marker = "<malformed>"
-    return f"partition: {partition} offset: {offset} control: {marker}"
+    line = f"partition: {partition} offset: {offset} control: {marker}"
+    if producer is not None and producer[0] >= 0:
+        extra = {}
+        if value is not None and len(value) >= 6:
+            extra["coordinator_epoch"] = struct.unpack_from(">hi", value)[1]
+        line += _transaction(*producer, **extra)
+    return line
 
 
 def dump_segment(partition: int, data: bytes, warn=lambda message: None, first_offset: int = 0) -> Iterator[str]:
@@ -105,7 +134,11 @@ def dump_segment(partition: int, data: bytes, warn=lambda message: None, first_o
             if record.offset < first_offset:
                 continue
             if header.is_control:
-                yield format_control_record(partition, record.offset, record.key)
+                yield format_control_record(partition, record.offset, record.key, record.value,
+                                            (header.producer_id, header.producer_epoch))
+            elif header.is_transactional:
+                yield format_record(partition, record.offset, record.key, record.value) + \
+                    _transaction(header.producer_id, header.producer_epoch)
             else:
                 yield format_record(partition, record.offset, record.key, record.value)
 

@@ -22,12 +22,18 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
+from tidemark.coordinator.consumer_group import offsets as consumer_group_offsets
+from tidemark.coordinator.consumer_group.group import ConsumerGroups
+from tidemark.coordinator.consumer_group.heartbeat import ConsumerGroupConfig, ConsumerGroupHeartbeats
 from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.offsets import OffsetStore
 from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
+from tidemark.coordinator.txn_offsets import PendingTxnOffsets, TxnMarkerKey, TxnRecordKey
+from tidemark.records import consumer_group_schema
+from tidemark.records.consumer_group_schema import ConsumerGroupKey
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -54,6 +60,7 @@ class CoordinatorConfig:
     retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     retention_ms: int = 7 * 24 * 3_600_000  # offsets.retention.minutes
     group: GroupConfig = dataclasses.field(default_factory=GroupConfig)
+    consumer: ConsumerGroupConfig = dataclasses.field(default_factory=ConsumerGroupConfig)
 
 
 def _retention_ms(request: Any) -> int:
@@ -67,6 +74,16 @@ def _commit_timestamp(partition: Any, now_ms: int) -> int:
     KIP-211's retention counts from); -1, and every other version, mean now."""
     timestamp = getattr(partition, "commit_timestamp", -1)
     return now_ms if timestamp == -1 else timestamp
+
+
+def _txn_append_error(code: ErrorCode) -> ErrorCode:
+    """How a failed append of transactional offsets reaches the producer (Kafka's
+    handleOperationException): the producer's epoch errors as they are."""
+    if code in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced, ErrorCode.invalid_txn_state):
+        return code
+    if code is ErrorCode.invalid_record:
+        return ErrorCode.unknown_server_error
+    return offset_commit_append_error(code)
 
 
 def _no_offset(partition: int, code: ErrorCode = ErrorCode.none) -> dict[str, Any]:
@@ -87,9 +104,21 @@ class GroupCoordinatorShard:
         self.partition_exists = partition_exists
         self.groups = Groups()  # the latest view; reads go through its committed view
         self.offsets = OffsetStore()
+        self.txn_offsets = PendingTxnOffsets()  # TxnOffsetCommit's, until their marker (txn_offsets.py)
         # Every deadline of this shard: members' sessions, groups' join/sync phases, retention.
         self.timer = CoordinatorTimer()
         self.membership = GroupMembership(self.groups, config.group, timer=self.timer)
+        # KIP-848 consumer groups (coordinator/consumer_group/): their own records and views.
+        self.consumer_groups = ConsumerGroups()
+        self.consumer = ConsumerGroupHeartbeats(self.consumer_groups, config.consumer, self.timer,
+                                                self._classic_group_kind)
+
+    def _classic_group_kind(self, group_id: str) -> str | None:
+        """Whether a classic group has this id (latest view): "empty", "active", or None."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return None
+        return "empty" if group.state is GroupState.EMPTY and not group.members else "active"
 
     # -- timers ---------------------------------------------------------------------------------
 
@@ -104,6 +133,7 @@ class GroupCoordinatorShard:
         """The shard starts serving: members' sessions restart now (as Kafka reschedules loaded
         members' heartbeats) and the retention check is armed."""
         self.membership.restart_sessions(now_ms)
+        self.consumer.restart_sessions(now_ms)
         self.schedule_retention_check(now_ms, self.config.retention_check_interval_ms, self.config.retention_ms)
 
     def schedule_retention_check(self, now_ms: int, interval_ms: int, retention_ms: int) -> None:
@@ -122,6 +152,9 @@ class GroupCoordinatorShard:
         if not group_id:
             return ErrorCode.invalid_group_id
         generation = request.generation_id_or_member_epoch
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return consumer_group_offsets.validate_commit(consumer_group, request.member_id, generation, version)
         group = self.groups.get(group_id)
         if group is None:
             # A standalone consumer (assign() + commit) commits to a group that does not exist
@@ -192,7 +225,100 @@ class GroupCoordinatorShard:
             result.on_failure = failed
         return result
 
+    # -- TxnOffsetCommit and transaction markers (txn_offsets.py) -------------------------------
+
+    def _txn_commit_error(self, request: Any) -> ErrorCode | None:
+        """KIP-447's group checks of a TxnOffsetCommit (Kafka's validateOffsetCommit with
+        isTransactional): a producer that names no member and no generation (v0-v2, or the
+        group-id-only sendOffsetsToTransaction) may commit to a live group."""
+        if not request.group_id:
+            return ErrorCode.invalid_group_id
+        generation = getattr(request, "generation_id", -1)
+        member_id = getattr(request, "member_id", "")
+        instance_id = getattr(request, "group_instance_id", None)
+        group = self.groups.get(request.group_id)
+        if group is None:
+            return None if generation < 0 else ErrorCode.illegal_generation
+        if generation < 0 and not member_id and instance_id is None and not group.is_dead:
+            return ErrorCode.rebalance_in_progress if group.state is GroupState.COMPLETING_REBALANCE else None
+        return group.validate_offset_commit(member_id, instance_id, generation)
+
+    def txn_commit_offsets(self, request: Any, token: int, now_ms: int) -> Result:
+        """TxnOffsetCommit: the accepted partitions' offsets as records of the producer's
+        transaction, pending until its marker."""
+        group_error = self._txn_commit_error(request)
+        records: list[OffsetsRecord] = []
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                code = ErrorCode.none
+                if not self.partition_exists(topic.name, p.partition_index):
+                    code = ErrorCode.unknown_topic_or_partition
+                elif group_error is not None:
+                    code = group_error
+                elif p.committed_metadata is not None and len(p.committed_metadata) > self.config.offset_metadata_max_bytes:
+                    code = ErrorCode.offset_metadata_too_large
+                else:
+                    value = OffsetCommitValue(offset=p.committed_offset,
+                                              leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                                              metadata=p.committed_metadata or "", commit_timestamp=now_ms,
+                                              expire_timestamp=-1)
+                    key = OffsetCommitKey(request.group_id, topic.name, p.partition_index)
+                    records.append(OffsetsRecord(
+                        TxnRecordKey(request.producer_id, request.producer_epoch, encode_key(key)),  # type: ignore[arg-type]
+                        encode_offset_commit_value(value), (key, value)))
+                partitions.append({"partition_index": p.partition_index, "error_code": code})
+            topics.append({"name": topic.name, "partitions": partitions})
+        response = {"throttle_time": 0, "topics": topics}
+        result = Result(records=records).respond(token, response)
+        if records:
+            def failed(code: ErrorCode, _now_ms: int) -> Result:
+                error = _txn_append_error(code)
+                for topic_response in topics:
+                    for partition_response in topic_response["partitions"]:
+                        if partition_response["error_code"] == ErrorCode.none:
+                            partition_response["error_code"] = error
+                return Result().respond(token, response)
+
+            result.on_failure = failed
+        return result
+
+    def complete_transaction(self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+                             token: int) -> Result:
+        """WriteTxnMarkers for this offsets partition: the marker goes in the log (its epochs
+        checked there) and, once replayed, commits or drops the producer's pending offsets."""
+        marker = TxnMarkerKey(producer_id, producer_epoch, committed, coordinator_epoch)
+        result = Result(records=[OffsetsRecord(marker, None)]).respond(token, ErrorCode.none)  # type: ignore[arg-type]
+        result.on_failure = lambda code, _now_ms: Result().respond(token, code)
+        return result
+
+    def _replay_txn(self, log_offset: int, key: TxnRecordKey | TxnMarkerKey, value_bytes: bytes | None,
+                    decoded: tuple[Any, Any] | None, now_ms: int) -> None:
+        """A transaction's record or marker, committed: pending offsets wait for their marker."""
+        if isinstance(key, TxnMarkerKey):
+            pending = self.txn_offsets.complete(key.producer_id)
+            if not key.committed:
+                return
+            for group_id, offsets in pending.items():
+                for tp, (record_offset, value) in offsets.items():
+                    # Kafka keeps the newest commit in log order: compare the records' offsets.
+                    self.offsets.replay_commit(record_offset, group_id, tp, value)
+                if group_id not in self.groups:  # a standalone producer's group starts here
+                    self.groups[group_id] = Group(group_id, now_ms)
+            return
+        offsets_key = decoded[0] if decoded else decode_key(key.key)
+        if isinstance(offsets_key, OffsetCommitKey) and value_bytes is not None:
+            value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
+            self.txn_offsets.replay(key.producer_id, log_offset, offsets_key.group,
+                                    (offsets_key.topic, offsets_key.partition), value)
+
     # -- OffsetFetch ----------------------------------------------------------------------------
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        """OffsetFetch v9+'s member check for a consumer group (the committed view)."""
+        return consumer_group_offsets.validate_fetch(self.consumer_groups.committed.get(group_id), member_id,
+                                                     member_epoch)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                       require_stable: bool) -> list[dict[str, Any]]:
@@ -212,7 +338,8 @@ class GroupCoordinatorShard:
         for topic, partitions in topics:
             partition_responses = []
             for partition in partitions:
-                if require_stable and self.offsets.is_pending(group_id, (topic, partition)):
+                if require_stable and (self.offsets.is_pending(group_id, (topic, partition))
+                                       or self.txn_offsets.holds(group_id, (topic, partition))):
                     partition_responses.append(_no_offset(partition, ErrorCode.unstable_offset_commit))
                     continue
                 entry = self.offsets.get(group_id, (topic, partition))
@@ -240,6 +367,15 @@ class GroupCoordinatorShard:
         return Result(records=records)
 
     def delete_group(self, group_id: str, token: int, now_ms: int) -> Result:
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return Result().respond(token, {"group_id": group_id, "error_code": ErrorCode.non_empty_group})
+            records = self._offset_tombstones(group_id, sorted(self.offsets.latest_group_offsets(group_id)))
+            result = Result(records=records + self.consumer.group_tombstones(consumer_group))
+            result.on_failure = lambda code, _now_ms: Result().respond(
+                token, {"group_id": group_id, "error_code": group_append_error(code)})
+            return result.respond(token, {"group_id": group_id, "error_code": ErrorCode.none})
         group = self.groups.get(group_id)
         error = ErrorCode.group_id_not_found if group is None else group.validate_delete_group()
         if error is not None:
@@ -314,14 +450,20 @@ class GroupCoordinatorShard:
         offset it decides on): tombstones for expired offsets, and a group tombstone for an
         Empty group left without offsets (removed when they are committed)."""
         result = Result()
-        for group_id in sorted(set(self.groups) | self.offsets.latest_groups()):
+        for group_id in sorted(set(self.groups) | self.offsets.latest_groups()):  # consumer groups: by their offsets
             group = self.groups.get(group_id)
             if group is not None and group.deleting:
                 continue  # its tombstones are already written
             latest = self.offsets.latest_group_offsets(group_id)
             expired = []
+            consumer_group = self.consumer_groups.get(group_id)
             for (topic, partition), entry in latest.items():
-                base = self._expiration_base(group, topic, entry.commit_timestamp)
+                if consumer_group is not None:
+                    # KIP-848 groups (Kafka): a subscribed topic's offsets are kept; others count
+                    # from their commit.
+                    base = None if topic in consumer_group.subscription_metadata else entry.commit_timestamp
+                else:
+                    base = self._expiration_base(group, topic, entry.commit_timestamp)
                 if base is None:
                     continue  # not a candidate at all, whatever retention its commit asked for
                 if entry.expire_timestamp >= 0:  # an explicit retention (OffsetCommit v2-v4)
@@ -330,7 +472,8 @@ class GroupCoordinatorShard:
                 elif now_ms - base >= retention_ms:
                     expired.append((topic, partition))
             left = len(latest) - len(expired)
-            if group is not None and group.state is GroupState.EMPTY and left == 0:
+            if group is not None and group.state is GroupState.EMPTY and left == 0 \
+                    and not self.txn_offsets.has_group(group_id):  # an open transaction keeps it (Kafka)
                 result.merge(self._group_tombstones(group))
             else:
                 result.records += self._offset_tombstones(group_id, sorted(expired))
@@ -343,6 +486,13 @@ class GroupCoordinatorShard:
     def replay_appended(self, log_offset: int, record: OffsetsRecord, *, now_ms: int) -> Result:
         """Apply one record this shard just appended to the latest view; returns the responses
         it completes (held requests of a static member's replaced incarnation)."""
+        if isinstance(record.key, TxnRecordKey):
+            key = record.decoded[0] if record.decoded else decode_key(record.key.key)
+            if isinstance(key, OffsetCommitKey) and record.value is not None:
+                self.txn_offsets.append(record.key.producer_id, key.group, (key.topic, key.partition))
+            return _NOTHING
+        if isinstance(record.key, TxnMarkerKey):
+            return _NOTHING  # its effect reaches the views when it commits (replay)
         key = record.decoded[0] if record.decoded else decode_key(record.key)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
@@ -351,19 +501,35 @@ class GroupCoordinatorShard:
             else:
                 value = record.decoded[1] if record.decoded else decode_offset_commit_value(record.value)
                 self.offsets.append_commit(log_offset, key.group, tp, value)
-                if key.group not in self.groups:  # a standalone consumer's group starts here
+                if key.group not in self.groups and key.group not in self.consumer_groups:
+                    # a standalone consumer's group starts here
                     group = self.groups[key.group] = Group(key.group, now_ms)
                     group.created_at = log_offset  # not in the committed view until this commits
         elif isinstance(key, GroupMetadataKey):
             value = None if record.value is None else (record.decoded[1] if record.decoded else
                                                        decode_group_metadata_value(record.value))
             return self.membership.replay_group_appended(log_offset, key.group, value, now_ms)
+        elif isinstance(key, (ConsumerGroupKey, UnknownKey)):
+            decoded = record.decoded or self._consumer_group_record(key, record.key, record.value)
+            if decoded is not None:
+                self.consumer_groups.replay_appended(log_offset, decoded[0], decoded[1])
         return _NOTHING
+
+    @staticmethod
+    def _consumer_group_record(key: Any, key_bytes: bytes, value_bytes: bytes | None) -> tuple[Any, Any] | None:
+        """A KIP-848 record (types 3..8) decoded, or None for a record type this shard skips."""
+        if isinstance(key, UnknownKey) and key.version not in consumer_group_schema.RECORD_TYPES:
+            return None
+        cg_key = consumer_group_schema.decode_key(key_bytes)
+        value = None if value_bytes is None else consumer_group_schema.decode_value(cg_key.record_type, value_bytes)
+        return cg_key, value
 
     def rebuild_latest(self, surviving: list[tuple[int, OffsetsRecord]], now_ms: int) -> Result:
         """Appended records failed: the latest view becomes the committed one plus the records
         that survive (in log order)."""
         self.offsets.drop_pending()
+        self.consumer_groups.rebuild_latest()
+        self.txn_offsets.drop_appended()
         result = self.membership.drop_appended(now_ms)
         for group_id, group in list(self.groups.items()):
             if group.created_at is not None and group.created_at >= self.groups.committed_to \
@@ -383,6 +549,9 @@ class GroupCoordinatorShard:
             self.groups.committed_to = log_offset + 1
         if key_bytes is None:
             return Result()
+        if isinstance(key_bytes, (TxnRecordKey, TxnMarkerKey)):
+            self._replay_txn(log_offset, key_bytes, value_bytes, decoded, now_ms)
+            return Result()
         key = decoded[0] if decoded else decode_key(key_bytes)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
@@ -394,12 +563,19 @@ class GroupCoordinatorShard:
             else:
                 value = decoded[1] if decoded else decode_offset_commit_value(value_bytes)
                 self.offsets.replay_commit(log_offset, key.group, tp, value)
-                if not appended and key.group not in self.groups:  # a standalone consumer's group starts here
+                if not appended and key.group not in self.groups and key.group not in self.consumer_groups:
+                    # a standalone consumer's group starts here
                     self.groups[key.group] = Group(key.group, now_ms)
         elif isinstance(key, GroupMetadataKey):
             value = None if value_bytes is None else (decoded[1] if decoded else
                                                       decode_group_metadata_value(value_bytes))
             return self.membership.replay_group(key.group, value, now_ms, log_offset)
+        elif isinstance(key, ConsumerGroupKey) or (isinstance(key, UnknownKey)
+                                                   and key.version in consumer_group_schema.RECORD_TYPES):
+            record = decoded if isinstance(key, ConsumerGroupKey) else \
+                self._consumer_group_record(key, key_bytes, value_bytes)
+            assert record is not None
+            self.consumer_groups.replay(log_offset, record[0], record[1])
         elif isinstance(key, UnknownKey):
             log.warning("offsets_record_skipped", partition=self.partition_index, offset=log_offset,
                         key_version=key.version)

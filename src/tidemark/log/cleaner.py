@@ -4,8 +4,9 @@ Throttler.
 
 A compacted log is split at the first dirty offset (the checkpoint) into a clean head and a
 dirty tail; the tail ends at the first uncleanable offset: the active segment's base offset,
-or earlier where a segment is still within min.compaction.lag.ms or reaches past the high
-watermark. A cleaning builds a key -> last offset map over the dirty part, then recopies every
+or earlier where a segment is still within min.compaction.lag.ms or reaches past the last
+stable offset (the high watermark, or an undecided transaction's first offset: its records are
+never cleaned). A cleaning builds a key -> last offset map over the dirty part, then recopies every
 segment below that end, in groups of consecutive segments that fit into one segment, keeping a
 record only if no later offset has its key and dropping tombstones whose segment was last
 modified more than delete.retention.ms ago. Each group's ".cleaned" segment is swapped in with
@@ -321,6 +322,9 @@ class Cleaner:
                 stats.segments_read += 1
             if buf:
                 self._write(cleaned, buf, headers, now, stats)
+            for seg in group:  # aborted transactions stay flagged for read_committed readers
+                for aborted in seg.txn_index.entries:
+                    cleaned.txn_index.append(aborted)
             cleaned.on_roll()
             cleaned.fsync()
             # Kafka keeps the replaced segments' last modified time: it is what tombstone

@@ -64,3 +64,12 @@ class CorruptSegmentError(LogOfflineError):
     """A segment that was flushed (below the recovery point, or written before a clean
     shutdown) cannot be walked. Recovery only ever cuts the unflushed tail, so this partition
     goes offline instead, its files left as they are for an operator to look at."""
+
+
+class InvalidTxnStateError(LogError):
+    """A producer with an ongoing transaction on this partition wrote a non-transactional
+    batch (Kafka's InvalidTxnStateException)."""
+
+
+class TransactionCoordinatorFencedError(LogError):
+    """A transaction marker from a coordinator epoch older than one this partition has seen."""

@@ -19,6 +19,7 @@ from .leader_epoch import LEADER_EPOCH_CHECKPOINT, CorruptEpochCheckpointError, 
 from .local_log import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, TEMP_SUFFIXES, LocalLog, fsync_directory
 from .producer_state import ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TornTailError
+from .txn_index import TXN_INDEX_SUFFIX
 
 _logger = structlog.get_logger("tidemark.log")
 
@@ -63,7 +64,7 @@ class LogLoader:
                 bases.append(int(path.stem))
         bases.sort()
         for path in directory.iterdir():  # indexes whose .log is gone
-            if path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and not (directory / (path.stem + LOG_SUFFIX)).exists():
+            if path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and not (directory / (path.stem + LOG_SUFFIX)).exists():
                 path.unlink(missing_ok=True)
 
         truncated = cut = False
@@ -213,7 +214,7 @@ class LogLoader:
                 seg.fsync()
                 for other in list(directory.iterdir()):
                     if other.suffix == LOG_SUFFIX and other.stem.isdigit() and base <= int(other.stem) < seg.next_offset:
-                        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                             (directory / (other.stem + suffix)).unlink(missing_ok=True)
                 seg.change_suffix("")
             finally:

@@ -23,6 +23,7 @@ from tidemark.records import BatchHeader, CorruptRecordError
 from .config import LogConfig
 from .errors import CorruptSegmentError, LogOfflineError
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from .txn_index import TXN_INDEX_SUFFIX
 
 # Kafka's file suffixes for segments mid-operation (see LocalLog.replace_segments).
 CLEANED_SUFFIX = ".cleaned"
@@ -86,7 +87,7 @@ class LocalLog:
     def new_cleaned_segment(self, base_offset: int) -> LogSegment:
         """An empty "<base>.log.cleaned" segment for the cleaner to write into (any leftover
         from an earlier attempt is discarded first)."""
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             (self.directory / (f"{base_offset:020d}" + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
         return self.new_segment(base_offset, suffix=CLEANED_SUFFIX)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from tidemark.records import BATCH_OVERHEAD, BatchHeader, CorruptRecordError, read_header, validate_batch
 from tidemark.records.batch import LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH
 
+from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from .index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -60,6 +61,7 @@ class LogSegment:
         self.flushed_size = self.size
         self.offset_index = OffsetIndex(directory / (name + INDEX_SUFFIX + suffix), base_offset, index_max_bytes)
         self.time_index = TimeIndex(directory / (name + TIME_INDEX_SUFFIX + suffix), base_offset, index_max_bytes)
+        self.txn_index = TransactionIndex(directory / (name + TXN_INDEX_SUFFIX + suffix))  # aborted transactions
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset  # one past the last offset in the segment
         self.max_timestamp = -1  # largest batch max_timestamp (Kafka's largestTimestamp)
@@ -106,6 +108,7 @@ class LogSegment:
             os.ftruncate(self.fd, valid_end)
             self.size = valid_end
             self.flushed_size = 0  # the truncation itself must reach the disk
+        self.txn_index.truncate_to(self.next_offset)  # markers cut off with the tail
         if not active and self.max_timestamp >= 0:
             add_time(self.max_timestamp, self.offset_of_max_timestamp)  # see on_roll
         if self.offset_index.read_entries() != offsets or self.time_index.read_entries() != times:
@@ -268,6 +271,7 @@ class LogSegment:
         self.offset_index.rewrite([(rel, pos) for rel, pos in self.offset_index.entries() if pos < position])
         self.time_index.rewrite([(ts, rel) for ts, rel in self.time_index.entries()
                                  if self.base_offset + rel < h.base_offset])
+        self.txn_index.truncate_to(h.base_offset)
         if not self.open_from_indexes(active=True):
             self.recover(validate=False, active=True, truncate=False)
         if self.size == 0:
@@ -305,7 +309,7 @@ class LogSegment:
 
     @property
     def files(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     @property
     def last_modified_ms(self) -> int:
@@ -328,6 +332,8 @@ class LogSegment:
             new = holder.path.with_name(holder.path.name[: len(holder.path.name) - len(self.suffix)] + suffix)
             os.replace(holder.path, new)
             holder.path = new
+        txn = self.txn_index.path
+        self.txn_index.rename(txn.with_name(txn.name[: len(txn.name) - len(self.suffix)] + suffix))
         new = self.log_path.with_name(self.log_path.name[: len(self.log_path.name) - len(self.suffix)] + suffix)
         os.replace(self.log_path, new)
         self.log_path = new
@@ -337,6 +343,7 @@ class LogSegment:
         """fsync the .log and both indexes."""
         for fd in (self.fd, self.offset_index.fd, self.time_index.fd):
             os.fsync(fd)
+        self.txn_index.sync()
         self.flushed_size = self.size
         self.offset_index.dirty = self.time_index.dirty = False
 

@@ -1,7 +1,8 @@
 """Kafka's UnifiedLog: one partition's log as the broker sees it, on top of a LocalLog.
 
 It assigns offsets and checks idempotent producers on append (or, on a follower, appends the
-leader's batches as they are), keeps the high watermark, the log start offset and the leader
+leader's batches as they are), writes transaction markers (WriteTxnMarkers) and answers the
+last stable offset and the aborted transactions a read_committed fetch needs, keeps the high watermark, the log start offset and the leader
 epoch cache, truncates divergent history, deletes segments past retention and answers
 ListOffsets by time and OffsetForLeaderEpoch.
 """
@@ -21,17 +22,21 @@ from tidemark.records import (
     RecordTooLargeError,
     decode_records,
     iter_batches,
+    read_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
 )
+
+from tidemark.records.control import EndTxnMarker, build_marker_batch, read_marker
 
 from .config import LogConfig
 from .errors import LogOfflineError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from .leader_epoch import LeaderEpochFileCache
 from .loader import LogLoader
 from .local_log import LocalLog
-from .producer_state import ProducerStateManager
+from .producer_state import CompletedTxn, ProducerStateManager
+from .txn_index import AbortedTxn
 from .segment import LogSegment
 
 
@@ -190,9 +195,31 @@ class UnifiedLog:
     def high_watermark(self) -> int:
         return self._high_watermark
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the earliest transaction not yet decided (ongoing,
+        or its marker not below the high watermark), never above the high watermark."""
+        first = self.producer_state.first_unstable_offset(self._high_watermark)
+        return self._high_watermark if first is None else min(first, self._high_watermark)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound) (Kafka's
+        collectAbortedTransactions): from the segment holding start_offset on, until an entry's
+        last stable offset shows no later one can overlap."""
+        found: list[AbortedTxn] = []
+        segments = self.local.segments
+        first = next((i for i in range(len(segments) - 1, -1, -1) if segments[i].base_offset <= start_offset), 0)
+        for seg in segments[first:]:
+            entries, complete = seg.txn_index.collect(start_offset, upper_bound)
+            found += entries
+            if complete:
+                break
+        return found
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, kept within [log start offset, log end offset] as Kafka does."""
         self._high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        self.producer_state.forget_replicated(self._high_watermark)
         return self._high_watermark
 
     # -- append -----------------------------------------------------------------------------
@@ -250,6 +277,27 @@ class UnifiedLog:
             self.producer_state.update(h)
         return AppendInfo(first, last, max_ts, offset_of_max_ts, log_append_time)
 
+    def append_marker(self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int, *,
+                      leader_epoch: int = 0, now_ms: int) -> tuple[AppendInfo, CompletedTxn | None]:
+        """Write a COMMIT or ABORT marker of the producer's transaction (Kafka's append with
+        origin COORDINATOR): a control batch at the log end. Refused, with nothing written, if
+        the producer epoch or coordinator epoch is older than the partition has seen. Returns
+        where it went and the transaction it completed (None if none was ongoing here)."""
+        self._check_online()
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        timestamp = now_ms  # Kafka stamps markers with the time they are written
+        buf = bytearray(build_marker_batch(producer_id, producer_epoch, committed, coordinator_epoch, timestamp,
+                                           base_offset=self.log_end_offset,
+                                           partition_leader_epoch=max(leader_epoch, -1)))
+        h = read_header(buf)
+        if leader_epoch >= 0:
+            self.leader_epoch_cache.assign(leader_epoch, h.base_offset)
+        self.local.append(buf, [(0, h)], h.base_offset, now_ms)
+        completed = self.producer_state.update(h, EndTxnMarker(committed, coordinator_epoch))
+        if completed is not None:
+            self.producer_state.index_completed(self.active_segment, completed)
+        return AppendInfo(h.base_offset, h.base_offset, timestamp, h.base_offset), completed
+
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> AppendInfo:
         """Append a leader's batches as they are (Kafka's appendAsFollower): offsets, partition
         leader epochs and timestamps kept. Every batch must pass its CRC and continue the log:
@@ -285,9 +333,17 @@ class UnifiedLog:
                 group_start, group = pos, []
             group.append((pos, h))
         self._write_group(buf, group_start, len(buf), group, now_ms)
-        for _, h in batches:
-            self.producer_state.update(h)
+        for pos, h in batches:
+            completed = self.producer_state.update(h, read_marker(buf, pos) if h.is_control else None)
+            if completed is not None:
+                self.producer_state.index_completed(self._segment_of(h.base_offset), completed)
         return AppendInfo(batches[0][1].base_offset, batches[-1][1].last_offset, max_ts, offset_of_max_ts)
+
+    def _segment_of(self, offset: int) -> LogSegment:
+        for seg in reversed(self.local.segments):
+            if seg.base_offset <= offset:
+                return seg
+        return self.local.segments[0]
 
     def _write_group(self, buf: bytes, start: int, end: int, group: list[tuple[int, BatchHeader]],
                      now_ms: int) -> None:
@@ -489,10 +545,10 @@ class UnifiedLog:
 
     def cleaning_snapshot(self) -> tuple[list[tuple[LogSegment, int]], int, int]:
         """For the cleaner: the non-active segments with duplicated descriptors (see
-        LocalLog.cleaning_snapshot), the active segment's base offset and the high watermark.
-        The high watermark is read first: it only grows, so it never covers more than the
-        segments taken."""
-        high_watermark = self.high_watermark
+        LocalLog.cleaning_snapshot), the active segment's base offset and the last stable
+        offset (the high watermark, or before an undecided transaction: that is never cleaned).
+        It is read first: it only grows, so it never covers more than the segments taken."""
+        high_watermark = self.last_stable_offset
         segments, active_base = self.local.cleaning_snapshot()
         return segments, active_base, high_watermark
 

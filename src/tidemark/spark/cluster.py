@@ -2,7 +2,9 @@
 
 Which partitions a subscription covers, their earliest and latest offsets, a group's committed
 offsets, and committing a finished batch's end offsets to a group. Every call is bounded by a
-timeout, so a missing cluster fails the query instead of hanging it.
+timeout, so a missing cluster fails the query instead of hanging it. With
+kafka.isolation.level=read_committed the latest offsets are the last stable offsets, as Spark's
+connector's consumer answers them: a batch never plans past an undecided transaction.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tidemark.spark.clients import quiet
@@ -26,6 +28,10 @@ T = TypeVar("T")
 
 class ClusterClient:
     def __init__(self, config: dict[str, str], retries: int = 0, retry_interval_ms: int = 0) -> None:
+        config = dict(config)
+        committed = str(config.pop("isolation.level", "")).lower() == "read_committed"  # a consumer setting
+        # list_offsets' isolation_level (its default, READ_UNCOMMITTED, unless read_committed)
+        self._isolation = {"isolation_level": IsolationLevel.READ_COMMITTED} if committed else {}
         self._admin = AdminClient(quiet(config))
         # fetchOffset.numRetries / fetchOffset.retryIntervalMs: offset lookups retried on failure.
         self.retries = retries
@@ -59,6 +65,7 @@ class ClusterClient:
 
         def fetch() -> PartitionOffsets:
             futures = self._admin.list_offsets({TopicPartition(t, p): spec for (t, p), spec in request.items()},
+                                               **self._isolation,
                                                request_timeout=REQUEST_TIMEOUT_S)
             return {(tp.topic, tp.partition): future.result(timeout=REQUEST_TIMEOUT_S).offset
                     for tp, future in futures.items()}

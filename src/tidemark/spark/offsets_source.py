@@ -17,13 +17,23 @@ Two ways in, both partition-parallel (one Spark task per offsets partition):
       spark.read.format("tidemark-offsets").option("path", "tidemark-data").load()
 
   Each task reads the segment files of one `__consumer_offsets-N` directory (tidemark.log.offline):
-  control batches are skipped and a torn tail ends the read. Safe on a running broker's data.
+  a torn tail ends the read. Safe on a running broker's data.
+
+Transactions (TxnOffsetCommit): read from files, an offset commit written in a transaction has
+`producer_id` and `producer_epoch` set (it counts only once its marker commits it), and each
+transaction marker is a row of record type "transaction_marker" with `transaction_result`
+("COMMIT" or "ABORT"), `coordinator_epoch` and the producer. Over the wire the client decides:
+it hides markers, and with `kafka.isolation.level=read_committed` (as Spark's Kafka connector
+takes it) reads only up to the last stable offset and skips aborted transactions' records; the
+transaction columns stay null.
 
 Option `topic` (default `__consumer_offsets`) names another topic of the same layout.
 
-Rows follow `OFFSETS_LOG_SCHEMA`. `record_type` is "offset_commit", "group_metadata" or
-"unknown": a key of a record type tidemark does not decode (KIP-848 records), or a key or value
-that fails to decode; in the latter case `decode_error` says why and the job goes on. Timestamps
+Rows follow `OFFSETS_LOG_SCHEMA`. `record_type` is "offset_commit", "group_metadata",
+"transaction_marker", one of the KIP-848 consumer group record types ("consumer_group_metadata",
+..., "consumer_group_current_member_assignment", with `group` and the record as JSON in
+`consumer_group_record`), or "unknown": a key of a record type tidemark does not decode, or a key
+or value that fails to decode; in the latter case `decode_error` says why and the job goes on. Timestamps
 of -1 (absent) are null. A tombstone has `tombstone` true and null value fields.
 """
 
@@ -64,6 +74,9 @@ from tidemark.records.offsets_schema import (
     decode_offset_commit_value_tuple,
 )
 
+from tidemark.records import consumer_group_schema
+from tidemark.records.control import control_type, decode_marker
+from tidemark.records.errors import CorruptRecordError
 from tidemark.spark.shipping import ShippedToExecutors
 
 FORMAT = "tidemark-offsets"
@@ -71,6 +84,11 @@ FORMAT = "tidemark-offsets"
 OFFSET_COMMIT = "offset_commit"
 GROUP_METADATA = "group_metadata"
 UNKNOWN = "unknown"
+# KIP-848 record types (keys 3..8), by Kafka's record names
+CONSUMER_GROUP_RECORDS = {3: "consumer_group_metadata", 4: "consumer_group_partition_metadata",
+                          5: "consumer_group_member_metadata", 6: "consumer_group_target_assignment_metadata",
+                          7: "consumer_group_target_assignment_member", 8: "consumer_group_current_member_assignment"}
+TRANSACTION_MARKER = "transaction_marker"
 
 MEMBER_SCHEMA = StructType([
     StructField("member_id", StringType()),
@@ -110,6 +128,11 @@ OFFSETS_LOG_SCHEMA = StructType([
     StructField("members", ArrayType(MEMBER_SCHEMA)),
     StructField("subscribed_topics", ArrayType(StringType())),
     StructField("decode_error", StringType()),
+    StructField("consumer_group_record", StringType()),
+    StructField("producer_id", LongType()),
+    StructField("producer_epoch", ShortType()),
+    StructField("transaction_result", StringType()),
+    StructField("coordinator_epoch", IntegerType()),
 ])
 
 # The Arrow schema Spark checks every returned RecordBatch against (timestamps: us, UTC).
@@ -117,6 +140,7 @@ ARROW_SCHEMA = to_arrow_schema(OFFSETS_LOG_SCHEMA, timezone="UTC")
 
 _GROUP_COLUMNS = ("protocol_type", "generation", "protocol", "leader", "current_state_timestamp", "members",
                   "subscribed_topics")
+_TXN_COLUMNS = ("producer_id", "producer_epoch", "transaction_result", "coordinator_epoch")
 _MAX_MS = (2**63 - 1) // 1000  # larger millisecond values do not fit a microsecond timestamp
 _NULL_INT64 = pa.scalar(None, pa.int64())
 
@@ -181,6 +205,8 @@ class OffsetsRowBuilder:
         self.keys: list[tuple] = []  # values of _KEY
         self.key_index: dict[bytes, int] = {}  # offset commit key bytes -> index in keys (decode_records)
         self.group_rows: list[tuple[int, tuple]] = []  # (row, values of _GROUP_COLUMNS)
+        self.consumer_group_rows: list[tuple[int, str]] = []  # (row, KIP-848 record as JSON)
+        self.txn_rows: list[tuple[int, tuple]] = []  # (row, values of _TXN_COLUMNS)
 
     def __len__(self) -> int:
         return len(self.columns[0])
@@ -210,12 +236,40 @@ class OffsetsRowBuilder:
                 record_type = GROUP_METADATA
             else:
                 assert isinstance(decoded, UnknownKey)
+                if decoded.version in CONSUMER_GROUP_RECORDS:
+                    cg_key = consumer_group_schema.decode_key(key)
+                    group = cg_key.group
+                    cg_value = None if value is None else consumer_group_schema.decode_value(cg_key.record_type, value)
+                    self.consumer_group_rows.append((len(self), consumer_group_schema.to_json(
+                        {"member_id": cg_key.member_id, "value": cg_value})))
+                    record_type = CONSUMER_GROUP_RECORDS[decoded.version]
         except ValueError as exc:
             record_type, commit, error = UNKNOWN, _NO_COMMIT, str(exc) or type(exc).__name__
         self.keys.append((record_type, key_version, group, topic, partition))
         row = (log_offset, timestamp, len(self.keys) - 1, value is None, value_version, *commit, error)
         for column, item in zip(self.columns, row):
             column.append(item)
+
+    def transactional(self, producer_id: int, producer_epoch: int) -> None:
+        """The row just added is an offset commit of this producer's transaction."""
+        self.txn_rows.append((len(self) - 1, (producer_id, producer_epoch, None, None)))
+
+    def add_marker(self, log_offset: int, timestamp: int, producer_id: int, producer_epoch: int,
+                   key: bytes | None, value: bytes | None) -> None:
+        """A transaction marker (a control record) as its own row."""
+        error = result = coordinator_epoch = None
+        try:
+            marker = decode_marker(key, value)
+            if marker is None:
+                raise ValueError(f"control record of type {control_type(key)}")
+            result, coordinator_epoch = ("COMMIT" if marker.committed else "ABORT"), marker.coordinator_epoch
+        except (ValueError, CorruptRecordError) as exc:
+            error = str(exc) or type(exc).__name__
+        self.keys.append((TRANSACTION_MARKER if error is None else UNKNOWN, None, None, None, None))
+        row = (log_offset, timestamp, len(self.keys) - 1, False, *_TOMBSTONE_COMMIT, error)
+        for column, item in zip(self.columns, row):
+            column.append(item)
+        self.txn_rows.append((len(self) - 1, (producer_id, producer_epoch, result, coordinator_epoch)))
 
     def _add_group(self, group: str, metadata) -> None:
         self.group_rows.append((len(self), (
@@ -251,12 +305,23 @@ class OffsetsRowBuilder:
         for i, name in enumerate(_GROUP_COLUMNS):
             if name not in columns:
                 columns[name] = pa.array(self._group_column(i, rows), schema.field(name).type)
+        consumer_group_column: list = [None] * rows
+        for row, text in self.consumer_group_rows:
+            consumer_group_column[row] = text
+        columns["consumer_group_record"] = pa.array(consumer_group_column, pa.string())
+        for i, name in enumerate(_TXN_COLUMNS):
+            column: list = [None] * rows
+            for row, values in self.txn_rows:
+                column[row] = values[i]
+            columns[name] = pa.array(column, schema.field(name).type)
         # Emptied in place: decode_records holds on to these.
         for column in self.columns:
             column.clear()
         self.keys.clear()
         self.key_index.clear()
         self.group_rows.clear()
+        self.consumer_group_rows.clear()
+        self.txn_rows.clear()
         return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
@@ -272,13 +337,17 @@ _TOMBSTONE_COMMIT = (None, None, None, None, None, None)  # value_version .. exp
 
 
 def decode_records(offsets_partition: int, records: Iterable[tuple[int, int, bytes | None, bytes | None]],
-                   batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+                   batch_rows: int = 65536, transactions: dict[int, tuple[int, int, bool]] | None = None
+                   ) -> Iterator[pa.RecordBatch]:
     """Record batches of decoded (log offset, timestamp ms, key, value) records.
 
     The same rows as OffsetsRowBuilder.add makes of each record, with a lean path for the
     offset commits that fill the log (keys v0/v1, values v1/v3 or tombstones): their key and
     value decoded to tuples, each distinct key once per batch. Any other record, and any
     record that does not decode, goes through add().
+
+    `transactions` (log offset -> producer id, producer epoch, is a marker), filled by the
+    records' iterator as it goes, names the records of transactional and control batches.
     """
     builder = OffsetsRowBuilder(offsets_partition)
     add = builder.add
@@ -289,7 +358,19 @@ def decode_records(offsets_partition: int, records: Iterable[tuple[int, int, byt
         column.append for column in builder.columns)
     key_tuple = decode_offset_commit_key_tuple
     value_tuple = decode_offset_commit_value_tuple
+    txns = transactions if transactions is not None else {}
     for offset, timestamp, key, value in records:
+        if txns:
+            txn = txns.pop(offset, None)
+            if txn is not None:
+                if txn[2]:
+                    builder.add_marker(offset, timestamp, txn[0], txn[1], key, value)
+                else:
+                    add(offset, timestamp, key, value)
+                    builder.transactional(txn[0], txn[1])
+                if len(log_offsets) >= batch_rows:
+                    yield builder.flush()  # type: ignore[misc]
+                continue
         k = key_index.get(key)  # type: ignore[arg-type]
         if k is None:
             decoded = None if key is None else key_tuple(key)
@@ -343,11 +424,25 @@ class WirePartition(InputPartition):
     high: int
 
 
-def _file_records(directory: str) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
-    """The offsets partition's records from its segment files (on the executor)."""
-    from tidemark.log.offline import iter_log_records
+def _file_records(directory: str, transactions: dict[int, tuple[int, int, bool]]
+                  ) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """The offsets partition's records from its segment files (on the executor), markers
+    included; those of transactional batches are entered in `transactions` as they go."""
+    from tidemark.log.offline import iter_segment_batches, iter_segment_data
+    from tidemark.records import iter_timestamped_key_values
 
-    return iter_log_records(Path(directory))
+    def decode(data: bytes, position: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        return list(iter_timestamped_key_values(data, position))
+
+    for name, data, first in iter_segment_data(Path(directory)):
+        for header, batch in iter_segment_batches(data, label=f"{Path(directory).name}/{name}", decode=decode):
+            if header.next_offset <= first:
+                continue
+            for record in batch:
+                if record[0] >= first:
+                    if header.is_transactional:
+                        transactions[record[0]] = (header.producer_id, header.producer_epoch, header.is_control)
+                    yield record
 
 
 def _client_config(options: dict[str, str]) -> dict[str, Any]:
@@ -369,6 +464,7 @@ def _wire_records(options: dict[str, str], topic: str, part: WirePartition
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,
         "fetch.queue.backoff.ms": 10,  # as the topic source: do not idle a drained partition for 1 s
+        "isolation.level": "read_uncommitted",  # as Spark's connector, unless kafka.isolation.level says otherwise
         **_client_config(options),
     }
     transient = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
@@ -456,10 +552,11 @@ class OffsetsLogReader(ShippedToExecutors, DataSourceReader):
         if isinstance(partition, FilesPartition):
             if partition.offsets_partition < 0:
                 return iter(())
-            records = _file_records(partition.directory)
-        else:
-            assert isinstance(partition, WirePartition)
-            records = _wire_records(self.options, self.topic, partition)
+            transactions: dict[int, tuple[int, int, bool]] = {}
+            records = _file_records(partition.directory, transactions)
+            return decode_records(partition.offsets_partition, records, self.batch_rows, transactions)
+        assert isinstance(partition, WirePartition)
+        records = _wire_records(self.options, self.topic, partition)
         return decode_records(partition.offsets_partition, records, self.batch_rows)
 
 

@@ -114,6 +114,9 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
         # second; a task that only drains one partition wants it refilled at once.
         "fetch.queue.backoff.ms": 10,
         "group.id": READER_GROUP_ID,
+        # Spark's connector (the Java consumer) reads uncommitted unless kafka.isolation.level
+        # says read_committed; librdkafka's own default is read_committed.
+        "isolation.level": "read_uncommitted",
         **task.consumer_config,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,

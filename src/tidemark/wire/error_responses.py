@@ -210,6 +210,21 @@ def delete_groups(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "results": [deleted_group(g, code) for g in _each(body and body.groups_names)]}
 
 
+def consumer_group_heartbeat(code: ErrorCode | int, message: str | None = None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+
+
+def consumer_group_described(group_id: str, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+            "authorized_operations": -2147483648}
+
+
+def consumer_group_describe(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "groups": [consumer_group_described(g, code) for g in _each(body and body.group_ids)]}
+
+
 def offset_for_leader_epoch(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": [
         {"topic": topic.topic, "partitions": [
@@ -254,6 +269,18 @@ def alter_user_scram_credentials(body: Any, version: int, code: ErrorCode) -> di
     return {"throttle_time": 0, "results": [{"user": u, "error_code": code, "error_message": None} for u in users]}
 
 
+def write_txn_markers(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"markers": [{"producer_id": m.producer_id, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
+        for t in m.topics]} for m in _each(body and body.markers)]}
+
+
+def txn_offset_commit(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]} for t in _each(body and body.topics)]}
+
+
 SHAPES: dict[int, Shape] = {
     0: produce,
     1: fetch,
@@ -282,6 +309,10 @@ SHAPES: dict[int, Shape] = {
     44: alter_configs,
     47: offset_delete,
     51: alter_user_scram_credentials,
+    68: lambda body, version, code: consumer_group_heartbeat(code),
+    69: consumer_group_describe,
+    27: write_txn_markers,
+    28: txn_offset_commit,
 }
 """api key -> its failure response from (request body or None, version, error code)."""
 

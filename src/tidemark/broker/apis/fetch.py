@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from tidemark import metrics
 from tidemark.broker.errors import error_code_for
 from tidemark.log import errors as log_errors
+from tidemark.records import iter_batches
 from tidemark.replication.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, FetchPosition, FetchSession,
                                             PartitionKey)
 from tidemark.replication.partition import Partition
@@ -178,10 +179,13 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
             preferred = preferred_read_replica(selector, partition, client_rack, wanted.fetch_offset, racks, now_ms)
             if preferred != NO_PREFERRED_REPLICA:  # the consumer goes there: no read here
                 response.update(preferred_read_replica=preferred, high_watermark=partition.high_watermark,
-                                last_stable_offset=partition.high_watermark, log_start_offset=log.log_start_offset)
+                                last_stable_offset=log.last_stable_offset, log_start_offset=log.log_start_offset)
                 errors = True
                 continue
-        upper_bound = log.log_end_offset if replica_id >= 0 else partition.high_watermark
+        read_committed = replica_id < 0 and body.isolation_level == READ_COMMITTED
+        # A read_committed consumer reads only below the last stable offset (Kafka's TXN_COMMITTED).
+        upper_bound = (log.log_end_offset if replica_id >= 0 else
+                       log.last_stable_offset if read_committed else partition.high_watermark)
         records = b""
         try:
             if log.offline is not None:
@@ -204,12 +208,24 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
             partition.follower_fetched(replica_id, wanted.fetch_offset, now_ms, log_starts.get(key, -1))
         high_watermark = partition.high_watermark
         response["high_watermark"] = high_watermark
-        response["last_stable_offset"] = high_watermark
+        response["last_stable_offset"] = log.last_stable_offset
+        if read_committed and records:
+            response["aborted_transactions"] = _aborted(log, wanted.fetch_offset, records)
         response["log_start_offset"] = log.log_start_offset
         response["records"] = records
         total += len(records)
         remaining = max(0, remaining - len(records))
     return answers, total, partitions, errors, unread
+
+
+def _aborted(log: Any, fetch_offset: int, records: bytes) -> list[dict[str, int]]:
+    """The aborted transactions overlapping what a read_committed fetch returns: the consumer
+    drops those producers' batches from each first offset until the ABORT marker."""
+    end = fetch_offset
+    for _, header in iter_batches(records, validate=False):
+        end = header.next_offset
+    return [{"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+            for txn in log.collect_aborted_transactions(fetch_offset, end)]
 
 
 def _by_topic(answers: list[tuple[PartitionKey, dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker.acl_operations import GROUP_OPERATIONS, authorized_operations
+from tidemark.coordinator.consumer_group import views as consumer_group_views
 from tidemark.coordinator.group_views import describe_groups
 from tidemark.coordinator.result import Result
+from tidemark.records.consumer_group_schema import TopicMetadata as ConsumerGroupTopic
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.wire import error_responses
 
@@ -72,11 +74,50 @@ def _immediate(response: Any, token: int) -> Result:
 async def handle_join(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body, version = request.body, ctx.api_version
     client_id, client_host = ctx.client_id or "", ctx.client_host
+
+    def join(shard: Any, token: int, now: int) -> Result:
+        if body.group_id in shard.consumer_groups:
+            # A classic member cannot join a KIP-848 consumer group here (no online downgrade).
+            return _immediate(error_responses.join_group(version, ErrorCode.inconsistent_group_protocol,
+                                                         body.member_id), token)
+        return shard.membership.join_group(body, version, token, now, client_id, client_host)
+
+    return await ctx.coordinator.call(body.group_id, join,
+                                      lambda code: error_responses.join_group(version, code, body.member_id))
+
+
+def _topics_image(ctx: RequestContext) -> dict[str, Any]:
+    """Every topic a consumer may subscribe to, as the consumer group records describe it."""
+    return {t.name: ConsumerGroupTopic(t.topic_id, t.name, t.partitions)
+            for t in ctx.replicas.metadata.topics.values() if not t.internal}
+
+
+async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body, version = request.body, ctx.api_version
+    client_id, client_host = ctx.client_id or "", ctx.client_host
+    topics = _topics_image(ctx)
     return await ctx.coordinator.call(
         body.group_id,
-        lambda shard, token, now: shard.membership.join_group(body, version, token, now, client_id, client_host),
-        lambda code: error_responses.join_group(version, code, body.member_id),
+        lambda shard, token, now: shard.consumer.heartbeat(body, version, token, now, topics, client_id, client_host),
+        error_responses.consumer_group_heartbeat,
     )
+
+
+async def handle_consumer_group_describe(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body = request.body
+    topics = _topics_image(ctx)
+    described = []
+    for group_id in body.group_ids:
+        def failed(code: ErrorCode, group_id: str = group_id) -> dict[str, Any]:
+            return error_responses.consumer_group_described(group_id, code)
+
+        described.append(await ctx.coordinator.read(
+            group_id, lambda shard, g=group_id: consumer_group_views.describe(shard, g, topics), failed))
+    if body.include_authorized_operations:
+        operations = authorized_operations(GROUP_OPERATIONS, requested=True)
+        described = [{**g, "authorized_operations": operations} if g["error_code"] == ErrorCode.none else g
+                     for g in described]
+    return {"throttle_time": 0, "groups": described}
 
 
 async def handle_sync(ctx: RequestContext, request: Request) -> dict[str, Any]:
@@ -115,7 +156,7 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
             return {"groups": [error_responses.described_group(group_id, code)]}
 
         described = await ctx.coordinator.read(
-            group_id, lambda shard, g=group_id: describe_groups(shard.groups, _OneGroup(g), version), failed
+            group_id, lambda shard, g=group_id: _describe_one(shard, g, version), failed
         )
         groups.extend(described["groups"])
     if version >= AUTHORIZED_OPERATIONS_FROM and body.include_authorized_operations:
@@ -124,6 +165,18 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
         groups = [{**g, "authorized_operations": operations} if g["error_code"] == ErrorCode.none else g
                   for g in groups]
     return {"throttle_time": 0, "groups": groups}
+
+
+def _describe_one(shard: Any, group_id: str, version: int) -> dict[str, Any]:
+    """A classic group as DescribeGroups describes it; a consumer group (KIP-848) as Kafka 4.x
+    answers it: v6+ GROUP_ID_NOT_FOUND "Group ... is not a classic group.", older versions Dead."""
+    if group_id in shard.consumer_groups.committed:
+        return {"groups": [{
+            "error_code": ErrorCode.group_id_not_found if version >= 6 else ErrorCode.none,
+            "error_message": f"Group {group_id} is not a classic group." if version >= 6 else None,
+            "group_id": group_id, "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+            "authorized_operations": consumer_group_views.AUTHORIZED_OPERATIONS_OMITTED}]}
+    return describe_groups(shard.groups, _OneGroup(group_id), version)
 
 
 class _OneGroup:

@@ -16,20 +16,24 @@ if TYPE_CHECKING:
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
-def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) answering a ListOffsets query; (-1, -1) when no record qualifies."""
+def lookup(partition: Partition, timestamp: int, isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int]:
+    """(offset, timestamp) answering a ListOffsets query; (-1, -1) when no record qualifies.
+    Nothing at or past the last fetchable offset counts: the high watermark, or for
+    read_committed the last stable offset (Kafka's fetchOffsetForTimestamp)."""
     log = partition.log
+    bound = log.last_stable_offset if isolation_level == READ_COMMITTED else partition.high_watermark
     if timestamp == LATEST:
-        return partition.high_watermark, -1
+        return bound, -1
     if timestamp == EARLIEST:
         return log.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
         found = log.max_timestamp_entry()
     else:
-        found = log.offset_for_timestamp(timestamp, upper_bound=partition.high_watermark)
-    if found is None or found[0] >= partition.high_watermark:
+        found = log.offset_for_timestamp(timestamp, upper_bound=bound)
+    if found is None or found[0] >= bound:
         return -1, -1
     return found
 
@@ -47,7 +51,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | List
                 partitions.append({"partition_index": wanted.partition_index, "error_code": code,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
-            offset, timestamp = lookup(partition, wanted.timestamp)
+            offset, timestamp = lookup(partition, wanted.timestamp, getattr(body, "isolation_level", READ_UNCOMMITTED))
             partitions.append({"partition_index": wanted.partition_index, "error_code": 0,
                                "timestamp": timestamp, "offset": offset,
                                "leader_epoch": partition.leader_epoch if offset >= 0 else -1})

@@ -109,14 +109,17 @@ def _wanted(topics: Any, names: Names | None) -> list[tuple[str, list[int]]] | N
 
 
 async def _read_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None,
-                require_stable: bool) -> dict[str, Any]:
-    """One group's part of an OffsetFetch response: its topics and its error code."""
-    return await ctx.coordinator.read(
-        group_id,
-        lambda shard: {"group_id": group_id, "error_code": 0,
-                       "topics": shard.fetch_offsets(group_id, wanted, require_stable)},
-        lambda code: error_responses.offset_fetch_group(group_id, code),
-    )
+                      require_stable: bool, asked: Any = None) -> dict[str, Any]:
+    """One group's part of an OffsetFetch response: its topics and its error code (v9+: a
+    consumer group's member and epoch checked first, KIP-848)."""
+    def read(shard: Any) -> dict[str, Any]:
+        error = shard.validate_offset_fetch(group_id, getattr(asked, "member_id", None),
+                                            getattr(asked, "member_epoch", -1))
+        if error is not None:
+            return error_responses.offset_fetch_group(group_id, error)
+        return {"group_id": group_id, "error_code": 0, "topics": shard.fetch_offsets(group_id, wanted, require_stable)}
+
+    return await ctx.coordinator.read(group_id, read, lambda code: error_responses.offset_fetch_group(group_id, code))
 
 
 def _unknown_id_fetch(topic: Any) -> dict[str, Any]:
@@ -153,7 +156,8 @@ async def handle_fetch(ctx: RequestContext, request: Request) -> Any:
     if zk_offsets.serves(ctx, zk_offsets.OFFSET_FETCH):
         groups = list(await asyncio.gather(*(zk_offsets.fetch_group(ctx, g, w) for (g, _), w in zip(asked, wanted))))
     else:
-        groups = [await _read_group(ctx, g, w, require_stable) for (g, _), w in zip(asked, wanted)]
+        members = body.groups if version >= 8 else [None]
+        groups = [await _read_group(ctx, g, w, require_stable, m) for (g, _), w, m in zip(asked, wanted, members)]
     if version >= TOPIC_IDS_FROM:
         groups = [_with_topic_ids(ctx, group, topics, n) for group, (_, topics), n in zip(groups, asked, names)]
         # (a forwarded group's answer below comes from its coordinator, ids and all)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark import lag
-from tidemark.spark.offsets_source import OFFSET_COMMIT
+from tidemark.spark.jobs.offsets_snapshot import decided_commits
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -47,7 +47,7 @@ def commit_history(records: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     key = ("group", "topic", "partition")
-    commits = records.where(F.col("record_type") == OFFSET_COMMIT)
+    commits = decided_commits(records)  # transactional ones only once committed
     last_tombstone = (commits.where(F.col("tombstone")).groupBy(*key)
                       .agg(F.max(F.struct("offsets_partition", "log_offset")).alias("_tombstone")))
     newest_first = Window.partitionBy(*key).orderBy(F.col("offsets_partition").desc(), F.col("log_offset").desc())

@@ -4,7 +4,10 @@ Loading replays each offsets partition from its start: the last record of a key 
 tombstone removes the key (facts §5). `offsets_snapshot` does the same over the rows of the
 "tidemark-offsets" source: one row per (group, topic, partition) still committed, which is what
 OffsetFetch answers for that group. `group_snapshot` does it for the group metadata records.
-Records that failed to decode ("unknown" rows) take no part, as KIP-848 records do not.
+Records that failed to decode ("unknown" rows) take no part, as KIP-848 records do not. A
+transactional commit (TxnOffsetCommit, read from files) counts only if the first marker of its
+producer after it in that offsets partition is a COMMIT, as loading replays it; it then takes
+its place by its own log offset (the newest record wins, as in Kafka).
 
     tidemark spark offsets-snapshot (--bootstrap-server HOST:PORT | --data-dir DIR) [--output PATH]
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tidemark.spark.offsets_source import GROUP_METADATA, OFFSET_COMMIT
+from tidemark.spark.offsets_source import GROUP_METADATA, OFFSET_COMMIT, TRANSACTION_MARKER
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,11 +42,31 @@ def latest_per_key(records: DataFrame, key: tuple[str, ...]) -> DataFrame:
             .where(F.col("_rank") == 1).drop("_rank"))
 
 
+def decided_commits(records: DataFrame) -> DataFrame:
+    """The offset commit rows that count: every non-transactional one, and the transactional ones
+    whose transaction committed (the first marker of their producer after them is a COMMIT)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    commits = records.where(F.col("record_type") == OFFSET_COMMIT)
+    markers = (records.where(F.col("record_type") == TRANSACTION_MARKER)
+               .select("offsets_partition", "producer_id", F.col("log_offset").alias("_marker"),
+                       F.col("transaction_result").alias("_result")))
+    first_marker = Window.partitionBy("offsets_partition", "log_offset").orderBy("_marker")
+    committed = (commits.where(F.col("producer_id").isNotNull())
+                 .join(markers, ["offsets_partition", "producer_id"])
+                 .where(F.col("_marker") > F.col("log_offset"))
+                 .withColumn("_rank", F.row_number().over(first_marker))
+                 .where((F.col("_rank") == 1) & (F.col("_result") == "COMMIT"))
+                 .select(*commits.columns))
+    return commits.where(F.col("producer_id").isNull()).unionByName(committed)
+
+
 def offsets_snapshot(records: DataFrame) -> DataFrame:
     """One row per committed offset still in force: SNAPSHOT_COLUMNS, ordered by key."""
     from pyspark.sql import functions as F
 
-    commits = records.where(F.col("record_type") == OFFSET_COMMIT)
+    commits = decided_commits(records)
     return (latest_per_key(commits, OFFSET_KEY).where(~F.col("tombstone"))
             .select(*SNAPSHOT_COLUMNS).orderBy(*OFFSET_KEY))
 

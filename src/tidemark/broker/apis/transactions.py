@@ -1,0 +1,108 @@
+"""WriteTxnMarkers and TxnOffsetCommit: the partition leaders' and group coordinators' part of
+transactions (the transaction coordinator sends the markers; producers send TxnOffsetCommit).
+
+WriteTxnMarkers: for each marker and each partition named, this broker, as the partition's
+leader, appends one control batch (the COMMIT or ABORT marker, written with the transaction's
+producer id and epoch and the coordinator epoch) and answers once the high watermark passes it
+(Kafka appends markers with acks=-1). A marker whose producer epoch is older than the
+partition's is refused INVALID_PRODUCER_EPOCH, one from an older coordinator epoch
+TRANSACTION_COORDINATOR_FENCED; a partition this broker does not have is
+UNKNOWN_TOPIC_OR_PARTITION, one it does not lead NOT_LEADER_OR_FOLLOWER. For a
+`__consumer_offsets` partition the marker goes through the group coordinator's shard, which
+then commits or drops the producer's pending transactional offsets; a shard that is not active
+answers NOT_LEADER_OR_FOLLOWER (as Kafka translates NOT_COORDINATOR and
+COORDINATOR_LOAD_IN_PROGRESS), so the transaction coordinator retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidemark import metrics
+from tidemark.broker.errors import error_code_for
+from tidemark.records.offsets_schema import OFFSETS_TOPIC
+from tidemark.wire import error_responses
+
+if TYPE_CHECKING:
+    from tidemark.broker.context import RequestContext
+    from tidemark.wire.codec import Request
+
+MARKER_TIMEOUT_S = 30.0  # Kafka waits request.timeout.ms for a marker's replication
+_RETRIABLE_AT_COORDINATOR = (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+                             ErrorCode.coordinator_not_available)
+
+
+async def _committed(partition: Any, end: int, epoch: int) -> ErrorCode:
+    try:
+        await asyncio.wait_for(partition.wait_for_high_watermark(end, epoch), MARKER_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return ErrorCode.request_timed_out
+    except Exception as exc:  # noqa: BLE001 - a leadership lost meanwhile, a failed log
+        return error_code_for(exc)
+    return ErrorCode.none
+
+
+async def _offsets_marker(ctx: RequestContext, index: int, marker: Any) -> ErrorCode:
+    code = await ctx.coordinator.complete_transaction(index, marker.producer_id, marker.producer_epoch,
+                                                      marker.transaction_result, marker.coordinator_epoch)
+    return ErrorCode.not_leader_or_follower if code in _RETRIABLE_AT_COORDINATOR else code
+
+
+def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCode | asyncio.Future:
+    """Write one partition's marker: its error, or the wait for its replication."""
+    partition = ctx.replicas.partition(topic, index)
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition
+    if not partition.is_leader:
+        return ErrorCode.not_leader_or_follower
+    if topic == OFFSETS_TOPIC:
+        return asyncio.ensure_future(_offsets_marker(ctx, index, marker))
+    try:
+        info, _ = partition.log.append_marker(marker.producer_id, marker.producer_epoch, marker.transaction_result,
+                                              marker.coordinator_epoch, leader_epoch=partition.leader_epoch,
+                                              now_ms=ctx.clock.now_ms())
+    except Exception as exc:  # noqa: BLE001 - becomes that partition's error code
+        return error_code_for(exc)
+    ctx.replicas.schedule_flush(partition)
+    partition.appended()
+    return asyncio.ensure_future(_committed(partition, info.last_offset + 1, partition.leader_epoch))
+
+
+async def handle_write_txn_markers(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    markers = []
+    waits: list[tuple[dict[str, Any], asyncio.Future]] = []
+    # Every append happens before the first await: markers reach each log in request order.
+    for marker in request.body.markers:
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none}
+                outcome = _append(ctx, topic.name, index, marker)
+                if isinstance(outcome, ErrorCode):
+                    answer["error_code"] = outcome
+                else:
+                    waits.append((answer, outcome))
+                partitions.append(answer)
+            topics.append({"name": topic.name, "partitions": partitions})
+        markers.append({"producer_id": marker.producer_id, "topics": topics})
+    for answer, wait in waits:
+        answer["error_code"] = await wait
+    for marker in markers:
+        for topic in marker["topics"]:
+            for answer in topic["partitions"]:
+                if answer["error_code"] != ErrorCode.none:
+                    metrics.REQUEST_ERRORS.labels("WriteTxnMarkers", answer["error_code"].name).inc()
+    return {"markers": markers}
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Request) -> dict[str, Any]:
+    body = request.body
+    return await ctx.coordinator.call(
+        body.group_id,
+        lambda shard, token, now: shard.txn_commit_offsets(body, token, now),
+        lambda code: error_responses.txn_offset_commit(body, ctx.api_version, code),
+    )
