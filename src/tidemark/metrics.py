@@ -34,6 +34,10 @@ PARTITIONS = Gauge("tidemark_partitions", "Partitions hosted by this broker")
 CONNECTIONS_REFUSED = Counter(
     "tidemark_connections_refused_total", "Connections closed at once for exceeding a limit, by setting", ["limit"]
 )
+SASL_AUTHENTICATIONS = Counter(
+    "tidemark_sasl_authentications_total", "SASL authentications by outcome (success, failed, unsupported_mechanism)",
+    ["outcome"],
+)
 CONNECTIONS_READ_PAUSED = Gauge(
     "tidemark_connections_read_paused", "Connections not read while their unanswered requests are at a bound"
 )

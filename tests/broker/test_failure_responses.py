@@ -121,6 +121,11 @@ REQUESTS: dict[int, dict[str, Any]] = {
                       "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]},
                      {"entity": [{"entity_type": "client-id", "entity_name": "app"}], "ops": []}],
          "validate_only": False},
+    17: {"mechanism": "PLAIN"},
+    36: {"auth_bytes": b"\0u\0p"},
+    50: {"users": [{"name": "alice"}]},
+    51: {"deletions": [{"name": "alice", "mechanism": 2}], "upsertions": [
+        {"name": "bob", "mechanism": 1, "iterations": 4096, "salt": b"s", "salted_password": b"p"}]},
 }
 
 CASES = [(key, version) for key, (low, high) in sorted(supported_versions().items()) for version in range(low, high + 1)]

@@ -9,7 +9,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.conftest import free_port
-from tidemark.broker.config import BrokerConfig, ConfigError
+from tidemark.broker.config import BrokerConfig
+from tidemark.broker.security import listeners
 
 
 def _registered(zk, chroot: str, broker_id: int) -> dict:
@@ -18,21 +19,22 @@ def _registered(zk, chroot: str, broker_id: int) -> dict:
 
 
 @pytest.mark.parametrize("value, message", [
-    ("SSL://a:9092", "expected PLAINTEXT://host:port"),
-    ("PLAINTEXT://a:9092,PLAINTEXT://b:9093", "one listener"),
+    ("SSL://a:9092", "SSL, which is not in listeners"),
+    ("PLAINTEXT://a:9092,PLAINTEXT://b:9093", "PLAINTEXT appears twice"),
     ("PLAINTEXT://0.0.0.0:9092", "nonroutable meta-address 0.0.0.0"),
     ("PLAINTEXT://a:0", "port from 1 to 65535"),
-    ("a:9092", "expected PLAINTEXT://host:port"),
+    ("a:9092", "expected NAME://host:port"),
 ])
 def test_an_address_no_one_can_reach_is_refused_at_start(value, message):
-    with pytest.raises(ConfigError, match=message):
-        BrokerConfig({"advertised.listeners": value})
+    with pytest.raises(ValueError, match=message):
+        listeners.resolve(BrokerConfig({"advertised.listeners": value}))
 
 
 def test_unset_is_the_listener_and_set_is_host_and_port():
-    assert BrokerConfig().advertised_address is None
-    assert BrokerConfig({"advertised.listeners": "PLAINTEXT://proxy.example:19092"}).advertised_address == (
-        "proxy.example", 19092)
+    (only,) = listeners.resolve(BrokerConfig())
+    assert only.advertised is None
+    (only,) = listeners.resolve(BrokerConfig({"advertised.listeners": "PLAINTEXT://proxy.example:19092"}))
+    assert (only.advertised.host, only.advertised.port) == ("proxy.example", 19092)
 
 
 def test_the_registration_and_metadata_carry_the_advertised_address(make_broker, chroot, zk):

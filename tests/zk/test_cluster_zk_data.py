@@ -38,7 +38,16 @@ def test_broker_registration_json() -> None:
 
 def dataclass_with_endpoints(broker: zk_data.BrokerInfo) -> zk_data.BrokerInfo:
     return zk_data.BrokerInfo(broker.id, broker.host, broker.port, broker.rack, broker.timestamp_ms,
-                              broker.jmx_port, (broker.listener,))
+                              broker.jmx_port, (broker.listener,), (("PLAINTEXT", "PLAINTEXT"),))
+
+
+def test_a_registration_names_each_listener_address() -> None:
+    broker = zk_data.decode_broker(1, zk_data.encode_broker(zk_data.BrokerInfo(
+        1, "h", 9092, endpoints=("INTERNAL://h:9092", "EXTERNAL://[::1]:9093"),
+        protocol_map=(("EXTERNAL", "SASL_SSL"), ("INTERNAL", "PLAINTEXT")))))
+    assert (broker.address("INTERNAL"), broker.address("EXTERNAL"), broker.address("OTHER")) == (
+        ("h", 9092), ("::1", 9093), None)
+    assert dict(broker.protocol_map) == {"EXTERNAL": "SASL_SSL", "INTERNAL": "PLAINTEXT"}
 
 
 def test_older_broker_registrations_decode() -> None:

@@ -7,11 +7,11 @@ typo that silently falls back to a default is the worst kind of configuration bu
 from __future__ import annotations
 
 import dataclasses
-import socket
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tidemark.broker.security import listeners
 from tidemark.log.config import CleanerConfig, LogConfig
 
 LONG_MAX = 2**63 - 1
@@ -57,30 +57,68 @@ def _parse_ip_overrides(text: str) -> dict[str, int]:
     return overrides
 
 
-def advertised_address(text: str) -> tuple[str, int] | None:
-    """advertised.listeners' (host, port): `PLAINTEXT://host:port` (tidemark has no other
-    listener); None when blank. As Kafka: the 0.0.0.0 meta-address cannot be advertised, and an
-    empty host means this machine's canonical host name."""
-    entries = [part.strip() for part in text.split(",") if part.strip()]
-    if not entries:
+def _parse_optional(text: str) -> str | None:
+    return text.strip() or None
+
+
+def _parse_listener_name(text: str) -> str | None:
+    return text.strip().upper() or None
+
+
+def _parse_security_protocol(text: str) -> str:
+    if text.strip().upper() not in listeners.PROTOCOLS:
+        raise ValueError(f"expected one of {', '.join(listeners.PROTOCOLS)}")
+    return text.strip().upper()
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _parse_sasl_mechanism(text: str) -> str:
+    if text.strip().upper() not in SASL_MECHANISMS:
+        raise ValueError(f"tidemark serves {', '.join(SASL_MECHANISMS)}")
+    return text.strip().upper()
+
+
+def _parse_sasl_mechanisms(text: str) -> tuple[str, ...]:
+    return tuple(_parse_sasl_mechanism(m) for m in text.split(",") if m.strip())
+
+
+def _parse_pem_type(text: str) -> str:
+    if text.strip().upper() != "PEM":
+        raise ValueError("tidemark reads PEM material only (JKS and PKCS12 are Java's)")
+    return "PEM"
+
+
+def _parse_client_auth(text: str) -> str:
+    if text.strip().lower() not in ("none", "requested", "required"):
+        raise ValueError("expected none, requested or required")
+    return text.strip().lower()
+
+
+# Settings a listener may override as listener.name.<name>.<setting> (Kafka's listener prefix).
+LISTENER_SETTINGS = ("sasl.enabled.mechanisms", "ssl.client.auth", "ssl.keystore.location",
+                     "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.key.password",
+                     "ssl.truststore.location", "ssl.truststore.certificates")
+
+
+def _listener_setting(name: str) -> Setting | None:
+    prefix, _, rest = name.partition("listener.name.")
+    listener, _, key = rest.partition(".")
+    if prefix or not listener or key not in LISTENER_SETTINGS:
         return None
-    if len(entries) > 1:
-        raise ValueError("tidemark has one listener (PLAINTEXT): expected one PLAINTEXT://host:port")
-    name, sep, address = entries[0].partition("://")
-    if not sep or name.upper() != "PLAINTEXT":
-        raise ValueError(f"expected PLAINTEXT://host:port, got {entries[0]!r}")
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"expected PLAINTEXT://host:port with a port from 1 to 65535, got {entries[0]!r}")
-    host = host.strip("[]")
-    if host == "0.0.0.0":
-        raise ValueError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0")
-    return host or socket.getfqdn(), int(port)
+    return dataclasses.replace(BROKER_SETTINGS[key], name=name)
 
 
-def _parse_advertised_listeners(text: str) -> str | None:
-    """Kept as the text it was given (DescribeConfigs shows it), once checked."""
-    return text.strip() if advertised_address(text) is not None else None
+# Kafka's PASSWORD settings: never shown (DescribeConfigs answers them as sensitive, value null).
+SENSITIVE_SETTINGS = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.certificate.chain",
+                                "ssl.truststore.certificates", "tidemark.inter.broker.sasl.password"})
+
+
+def listener_value(config: BrokerConfig, listener: str, key: str) -> Any:
+    """A setting as the named listener sees it: its listener.name.<name>. override, else the broker's."""
+    name = f"listener.name.{listener.lower()}.{key}"
+    return config[name] if config.is_set(name) else config[key]
 
 
 def _parse_assignors(text: str) -> tuple[str, ...]:
@@ -202,7 +240,31 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # The address registered in ZooKeeper and answered in Metadata and FindCoordinator, when
         # clients and other brokers must reach this one elsewhere than where it listens (NAT, a
         # proxy). Unset: the listener (--listen, with the port bound when 0 was asked).
-        Setting("advertised.listeners", None, _parse_advertised_listeners),
+        Setting("advertised.listeners", None, listeners.check_advertised_listeners),
+        # Listeners and authentication (broker/security/): Kafka's names and, where tidemark
+        # serves them, Kafka's defaults. `listeners` unset: serve --listen's one PLAINTEXT listener.
+        Setting("listeners", None, listeners.check_listeners),
+        Setting("listener.security.protocol.map", listeners.parse_protocol_map(listeners.DEFAULT_PROTOCOL_MAP),
+                listeners.check_protocol_map),
+        Setting("inter.broker.listener.name", None, _parse_listener_name),
+        Setting("security.inter.broker.protocol", "PLAINTEXT", _parse_security_protocol),
+        # Kafka's default is GSSAPI, which tidemark does not serve.
+        Setting("sasl.enabled.mechanisms", ("SCRAM-SHA-256", "SCRAM-SHA-512"), _parse_sasl_mechanisms),
+        Setting("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512", _parse_sasl_mechanism),
+        # tidemark: the inter-broker SASL credentials (Kafka reads them from a JAAS login module).
+        Setting("tidemark.inter.broker.sasl.username", None, _parse_optional),
+        Setting("tidemark.inter.broker.sasl.password", None, _parse_optional),
+        _int("connection.failed.authentication.delay.ms", 100, 0),
+        _int("connections.max.reauth.ms", 0, 0, maximum=0),  # re-authentication is not served
+        Setting("ssl.keystore.type", "PEM", _parse_pem_type),
+        Setting("ssl.keystore.location", None, _parse_optional),
+        Setting("ssl.keystore.certificate.chain", None, _parse_optional),
+        Setting("ssl.keystore.key", None, _parse_optional),
+        Setting("ssl.key.password", None, _parse_optional),
+        Setting("ssl.truststore.type", "PEM", _parse_pem_type),
+        Setting("ssl.truststore.location", None, _parse_optional),
+        Setting("ssl.truststore.certificates", None, _parse_optional),
+        Setting("ssl.client.auth", "none", _parse_client_auth),
         # Client resources: connections (per broker and per client address) and fetch size.
         _int("max.connections", INT_MAX, 0),
         _int("max.connections.per.ip", INT_MAX, 0),
@@ -398,7 +460,7 @@ class BrokerConfig:
         self._listeners: list[Callable[[set[str]], None]] = []
         where = f"{source}: " if source else ""
         for name, raw in (overrides or {}).items():
-            setting = BROKER_SETTINGS.get(name)
+            setting = BROKER_SETTINGS.get(name) or _listener_setting(name)
             if setting is None:
                 raise ConfigError(f"{where}unknown setting {name!r}")
             self._layers[STATIC][name] = _parse_setting(setting, raw, where)
@@ -486,12 +548,6 @@ class BrokerConfig:
     @property
     def node_id(self) -> int:
         return self["broker.id"] if self.is_set("broker.id") and not self.is_set("node.id") else self["node.id"]
-
-    @property
-    def advertised_address(self) -> tuple[str, int] | None:
-        """advertised.listeners' (host, port), or None: the listener's own address."""
-        text = self["advertised.listeners"]
-        return advertised_address(text) if text else None
 
     @property
     def retention_ms(self) -> int:

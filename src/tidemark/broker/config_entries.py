@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidemark.broker.config import (
-    BROKER_SETTINGS, DYNAMIC_BROKER, DYNAMIC_DEFAULT, LAYERS, STATIC, TOPIC_CONFIG_TYPES, TOPIC_SETTINGS,
+    BROKER_SETTINGS, DYNAMIC_BROKER, DYNAMIC_DEFAULT, LAYERS, SENSITIVE_SETTINGS, STATIC, TOPIC_CONFIG_TYPES, TOPIC_SETTINGS,
     BrokerConfig,
 )
 from tidemark.broker.dynamic_config import DYNAMIC_SETTINGS, STORED_DYNAMIC_SETTINGS
@@ -29,7 +29,7 @@ _SOURCES = {DYNAMIC_BROKER: DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT: DYNAMIC_DEFA
             STATIC: STATIC_BROKER_CONFIG}
 
 # Kafka's ConfigType ids (DescribeConfigs v3+).
-CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 
 # A topic config's broker settings, highest precedence first, where there are several.
 _TOPIC_SYNONYMS = {
@@ -59,10 +59,12 @@ def to_string(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, float):
         return _JAVA_DOUBLE_MAX if math.isinf(value) else repr(value)
-    if isinstance(value, dict):  # max.connections.per.ip.overrides
+    if isinstance(value, dict):  # max.connections.per.ip.overrides, listener.security.protocol.map
         return ",".join(f"{host}:{count}" for host, count in value.items())
     if isinstance(value, frozenset):  # super.users
         return ";".join(sorted(value))
+    if isinstance(value, tuple):  # sasl.enabled.mechanisms
+        return ",".join(value)
     return str(value)
 
 
@@ -74,7 +76,9 @@ def broker_config_type(name: str) -> str:
         return "BOOLEAN"
     if isinstance(setting.default, float):
         return "DOUBLE"
-    if name == "log.cleanup.policy":
+    if name in SENSITIVE_SETTINGS:
+        return "PASSWORD"
+    if name == "log.cleanup.policy" or isinstance(setting.default, tuple):
         return "LIST"
     if isinstance(setting.default, int):
         if name == "offsets.topic.replication.factor":
@@ -129,8 +133,13 @@ def _broker_entry(config: BrokerConfig, name: str, value: Any, include_synonyms:
                   per_broker: bool) -> dict[str, Any]:
     synonyms = _broker_synonyms(config, _BROKER_SYNONYMS.get(name, (name,)), per_broker)
     source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
-    return _entry(name, to_string(value), source, broker_config_type(name), synonyms, include_synonyms,
-                  read_only=name not in DYNAMIC_SETTINGS and name not in STORED_DYNAMIC_SETTINGS)
+    entry = _entry(name, to_string(value), source, broker_config_type(name), synonyms, include_synonyms,
+                   read_only=name not in DYNAMIC_SETTINGS and name not in STORED_DYNAMIC_SETTINGS)
+    if name in SENSITIVE_SETTINGS:  # as Kafka: a password's value is never shown, nor its synonyms'
+        entry["value"], entry["is_sensitive"] = None, True
+        for synonym in entry["synonyms"]:
+            synonym["value"] = None
+    return entry
 
 
 def broker_entries(config: BrokerConfig, include_synonyms: bool) -> list[dict[str, Any]]:

@@ -60,7 +60,7 @@ class RequestContext:
     copied per request on the hot path, and a frozen class would make that copy slower)."""
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
-                 "replicas", "coordinator", "supported_versions", "cluster", "transactions",
+                 "replicas", "coordinator", "supported_versions", "cluster", "transactions", "listener",
                  "principal", "authorizer", "quotas")
 
     api_version: int
@@ -75,7 +75,8 @@ class RequestContext:
     supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
     cluster: ClusterLink | None  # this broker's ZooKeeper cluster, None when embedded
     transactions: TransactionCoordinator  # the transaction coordinator (None in some unit tests)
-    principal: str  # the connection's principal, Kafka's "User:NAME" ("User:ANONYMOUS" unauthenticated)
+    listener: str  # the listener the connection came in on (its name: Metadata answers its addresses)
+    principal: str  # who the connection authenticated as: Kafka's "User:NAME", "User:ANONYMOUS" when it did not
     authorizer: Authorizer | None  # None: authorizer.class.name is empty, everything is allowed
     quotas: QuotaStore | None  # the client quotas (Describe/AlterClientQuotas)
 
@@ -83,7 +84,7 @@ class RequestContext:
                  replicas: PartitionManager, coordinator: Coordinator,
                  supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
                  api_version: int = -1, client_id: str | None = None, correlation_id: int = -1,
-                 transactions: TransactionCoordinator | None = None,
+                 transactions: TransactionCoordinator | None = None, listener: str = "PLAINTEXT",
                  principal: str = "User:ANONYMOUS", authorizer: Authorizer | None = None,
                  quotas: QuotaStore | None = None) -> None:
         self.api_version = api_version
@@ -98,6 +99,7 @@ class RequestContext:
         self.supported_versions = supported_versions
         self.cluster = cluster
         self.transactions = transactions  # type: ignore[assignment]
+        self.listener = listener
         self.principal = principal
         self.authorizer = authorizer
         self.quotas = quotas
@@ -117,6 +119,7 @@ class RequestContext:
         ctx.supported_versions = self.supported_versions
         ctx.cluster = self.cluster
         ctx.transactions = self.transactions
+        ctx.listener = self.listener
         ctx.principal = self.principal
         ctx.authorizer = self.authorizer
         ctx.quotas = self.quotas

@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from tidemark.wire.client import MultiplexedConnection
+from tidemark.wire.client import MultiplexedConnection, Opener
 
 log = structlog.get_logger("tidemark.offset_fetch_forwarding")
 
@@ -40,8 +40,9 @@ class ForwardFailed(Exception):
 class _Pooled:
     """One broker's connection, and the lock that makes concurrent first uses share one connect."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: tuple[str, int], opener: Opener | None = None) -> None:
         self.address = address
+        self.opener = opener
         self.connecting = asyncio.Lock()
         self.connection: MultiplexedConnection | None = None
 
@@ -51,13 +52,16 @@ class _Pooled:
                 stale, self.connection = self.connection, None
                 if stale is not None:
                     await stale.close()
-                self.connection = await MultiplexedConnection.connect(*self.address, FORWARDED_CLIENT_ID, timeout_s)
+                self.connection = await MultiplexedConnection.connect(*self.address, FORWARDED_CLIENT_ID, timeout_s,
+                                                                 opener=self.opener)
             return self.connection
 
 
 class OffsetFetchForwarder:
-    def __init__(self, address_of: Callable[[int], tuple[str, int] | None], timeout_ms: int) -> None:
+    def __init__(self, address_of: Callable[[int], tuple[str, int] | None], timeout_ms: int,
+                 opener: Opener | None = None) -> None:
         self._address_of = address_of
+        self._opener = opener  # a secured inter-broker listener's TLS and SASL
         self._timeout_s = timeout_ms / 1000
         self._pool: dict[int, _Pooled] = {}
         self._closed = False
@@ -76,7 +80,7 @@ class OffsetFetchForwarder:
         if pooled is None or pooled.address != address:  # new, or the broker came back elsewhere
             if pooled is not None:
                 await self._drop(pooled, pooled.connection)
-            pooled = self._pool[broker_id] = _Pooled(address)
+            pooled = self._pool[broker_id] = _Pooled(address, self._opener)
         connection = None
         try:
             async with asyncio.timeout(self._timeout_s):

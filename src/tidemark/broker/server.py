@@ -47,11 +47,14 @@ from tidemark.broker.apis import (
     transactions,
     txn_markers,
 )
-from tidemark.broker.config import BrokerConfig
+from tidemark.broker.config import BrokerConfig, listener_value
 from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.quotas.manager import ClientQuotas
 from tidemark.broker.quotas.store import QuotaStore
 from tidemark.broker.quotas.usage import Timed, charge_encoding, throttle_ms, with_throttle
+from tidemark.broker.security import listeners as security_listeners
+from tidemark.broker.security import sasl, scram_admin, tls
+from tidemark.broker.security.scram_store import CredentialStore, FileCredentialStore, ScramCredential, ZkCredentialStore
 from tidemark.broker.coordinator_io import LogOffsetsTopic
 from tidemark.broker.transaction_io import BrokerMarkerDestinations, LogTransactionStateTopic
 from tidemark.coordinator.transactions.coordinator import TransactionCoordinator
@@ -123,6 +126,12 @@ HANDLERS: dict[int, tuple[Handler, int]] = {
     31: (acls.handle_delete, 1),
     48: (client_quotas.handle_describe, 0),
     49: (client_quotas.handle_alter, 0),
+    # On a connection that needs no (more) authentication: refused with ILLEGAL_SASL_STATE, as
+    # Kafka's request handler does; before authentication the connection's authenticator serves them.
+    17: (scram_admin.handle_sasl_after_authentication, 0),
+    36: (scram_admin.handle_sasl_after_authentication, 0),
+    50: (scram_admin.handle_describe, 0),
+    51: (scram_admin.handle_alter, 0),
 }
 
 # api key -> the highest version served where it is below what the codec covers: AddPartitionsToTxn
@@ -160,10 +169,26 @@ class Broker:
         self.handlers = HANDLERS if handlers is None else handlers
         self.clock = clock or SystemClock()  # injectable: tests control the broker's time
         self.node_id = config.node_id
-        self.host = host
-        self.port = port
-        # advertised.listeners when set, else the listener (its port known once bound)
-        self.advertised_host, self.advertised_port = config.advertised_address or (host, port)
+        # `listeners` when set, else one PLAINTEXT listener on host:port (serve --listen);
+        # host and port are the first listener's (its port known once bound).
+        try:
+            self.listeners = security_listeners.resolve(config, host, port)
+        except ValueError as exc:
+            from tidemark.broker.config import ConfigError
+
+            raise ConfigError(str(exc)) from None
+        self.host, self.port = self.listeners[0].host, self.listeners[0].port
+        self.inter_broker_listener = security_listeners.inter_broker_listener_name(config) \
+            if config["listeners"] else self.listeners[0].name
+        # listener name -> (host, port) it advertises: advertised.listeners' entry, else where it is bound
+        self.advertised: dict[str, tuple[str, int]] = {}
+        self.bound: dict[str, tuple[str, int]] = {}  # listener name -> (host, port) bound, once started
+        try:
+            self._tls_contexts = {l.name: tls.server_context(config, l.name) for l in self.listeners if l.tls}
+        except ValueError as exc:
+            from tidemark.broker.config import ConfigError
+
+            raise ConfigError(str(exc)) from None
         self.supported_versions = zk_offsets.served_versions(supported_versions(self.handlers), config)
         self.replicas = PartitionManager(partition_manager_config(config), data_dir)
         self.coordinator = GroupCoordinator(config, topic=LogOffsetsTopic(config, self.replicas), clock=self.clock)
@@ -187,7 +212,10 @@ class Broker:
         self.quota_store = QuotaStore(self.quotas, self.cluster)
         if self.cluster is not None:
             self.cluster.quota_reload = self.quota_store.reload
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        # SCRAM credentials: ZooKeeper's /config/users on a cluster, the data directory otherwise.
+        self.credentials: CredentialStore = ZkCredentialStore(self.zookeeper.client) \
+            if self.zookeeper is not None else FileCredentialStore(data_dir)
         self._opened = False  # the logs are open (stop closes them only then)
         self.connections: set[Connection] = set()
         self._connections_per_ip: collections.Counter[str] = collections.Counter()
@@ -215,17 +243,27 @@ class Broker:
         loop = asyncio.get_running_loop()
         # Bound first (the port is known), serving only once this broker has joined its
         # cluster: its first answers already name the controller and the leaders.
-        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port,
-                                                start_serving=False)
-        self.port = self._server.sockets[0].getsockname()[1]
-        if self.config.advertised_address is None:
-            self.advertised_port = self.port
+        for listener in self.listeners:
+            server = await loop.create_server(functools.partial(Connection, self, listener), listener.host or None,
+                                              listener.port, ssl=self._tls_contexts.get(listener.name),
+                                              start_serving=False)
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            self.advertised[listener.name] = (listener.advertised.host, listener.advertised.port) \
+                if listener.advertised else (listener.host or socket.getfqdn(), port)
+            self.bound[listener.name] = (listener.host, port)
+            if listener is self.listeners[0]:
+                self.port = port
         if self.cluster is not None:
-            await self.cluster.start(self.advertised_host, self.advertised_port)
-        await self._server.start_serving()
+            await self.cluster.start(*self.advertised[self.inter_broker_listener],
+                                     endpoints=[f"{n}://{h}:{p}" for n, (h, p) in self.advertised.items()],
+                                     protocol_map={l.name: l.protocol for l in self.listeners})
+        for server in self._servers:
+            await server.start_serving()
         log.info(
             "broker_started",
             listen=f"{self.host}:{self.port}",
+            listeners=[f"{l.name}://{l.host}:{s.sockets[0].getsockname()[1]}" for l, s in zip(self.listeners, self._servers)],
             data_dir=str(self.replicas.data_dir),
             node_id=self.node_id,
             partitions=len(self.replicas.partitions),
@@ -244,8 +282,8 @@ class Broker:
                 await asyncio.wait_for(self.cluster.stop(), bound_s)
             except TimeoutError:
                 log.warning("cluster_stop_timed_out", seconds=bound_s)
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.acl_store is not None:
             await self.acl_store.close()
         for connection in list(self.connections):
@@ -276,16 +314,32 @@ class Broker:
         if not self._connections_per_ip[host]:
             del self._connections_per_ip[host]
 
-    def connection_context(self, client_host: str) -> RequestContext:
+    @property
+    def advertised_host(self) -> str:
+        return self.advertised[self.listeners[0].name][0]
+
+    @property
+    def advertised_port(self) -> int:
+        return self.advertised[self.listeners[0].name][1]
+
+    def connection_context(self, client_host: str, listener: str | None = None,
+                           principal: str = sasl.ANONYMOUS) -> RequestContext:
         """The context a connection's requests are handled in (each request gets a copy carrying
-        its own header facts)."""
+        its own header facts): this broker as the connection's listener advertises it."""
+        listener = listener or self.listeners[0].name
         return RequestContext(
             client_host=client_host, clock=self.clock, config=self.config,
-            node=Node(self.node_id, self.advertised_host, self.advertised_port),
+            node=Node(self.node_id, *self.advertised[listener]),
             replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
             cluster=self.cluster, transactions=self.transactions, authorizer=self.authorizer,
-            quotas=self.quota_store,
+            quotas=self.quota_store, listener=listener, principal=principal,
         )
+
+    async def scram_credentials(self, user: str) -> dict[str, ScramCredential]:
+        """A user's SCRAM credentials, read off the event loop (ZooKeeper or the data directory)."""
+        if self.zookeeper is not None:
+            return await self.zookeeper.call(self.credentials.get, user)
+        return await asyncio.to_thread(self.credentials.get, user)
 
     async def dispatch(self, connection_context: RequestContext, request: Request,
                        connection: Connection | None = None) -> bytes | None:
@@ -398,8 +452,12 @@ class Connection(asyncio.BufferedProtocol):
     tasks started in arrival order (within the connection's bounds), responses written in the
     same order."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: security_listeners.Listener | None = None) -> None:
         self.broker = broker
+        self.listener = listener or broker.listeners[0]
+        # SASL listeners: the authenticator until authentication completes (then None)
+        self._auth: sasl.SaslAuthenticator | None = None
+        self._auth_step: asyncio.Task[bytes | None] | None = None
         self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
         self.transport: asyncio.Transport | None = None
         self.peer: object = None
@@ -432,7 +490,16 @@ class Connection(asyncio.BufferedProtocol):
             transport.abort()
             return
         self._host = host
-        self._context = self.broker.connection_context(host)
+        principal = sasl.ANONYMOUS
+        if self.listener.tls:
+            principal = tls.certificate_principal(transport.get_extra_info("peercert")) or principal
+        if self.listener.sasl:
+            self._auth = sasl.SaslAuthenticator(
+                listener_value(self.broker.config, self.listener.name, "sasl.enabled.mechanisms"),
+                self.broker.scram_credentials)
+            # Kafka's sasl.server.max.receive.size: an unauthenticated peer sends small frames only
+            self.decoder.max_frame_bytes = min(self.decoder.max_frame_bytes, sasl.MAX_RECEIVE_SIZE)
+        self._context = self.broker.connection_context(host, self.listener.name, principal)
         self.broker.connections.add(self)
         metrics.CONNECTIONS.inc()
         self._writer = asyncio.get_running_loop().create_task(self._write_responses())
@@ -443,7 +510,10 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         try:
             for frame in self.decoder.buffer_updated(nbytes):
-                self._waiting.append(decode_request(frame, self.broker.supported_versions))
+                if self._auth is not None and self._auth.raw_tokens:
+                    self._waiting.append(sasl.RawToken(frame))  # after a v0 handshake
+                else:
+                    self._waiting.append(decode_request(frame, self.broker.supported_versions))
         except ProtocolError as exc:
             self._protocol_error(exc)
             return
@@ -504,6 +574,24 @@ class Connection(asyncio.BufferedProtocol):
         while waiting:
             request = waiting[0]
             task = None
+            if request is not None and self._auth is not None:
+                if self._auth_step is not None:
+                    break  # until authenticated, one handshake step at a time
+                if self._auth.state is sasl.State.FAILED:
+                    waiting.clear()  # closing: nothing else it sent is processed
+                    break
+                if not self._auth.allowed(request.api_key):
+                    self._protocol_error(ProtocolError(f"unexpected request api_key={request.api_key} "
+                                                       "during SASL handshake"))
+                    return
+                if request.api_key != sasl.API_VERSIONS and not getattr(request, "unsupported", False):
+                    task = asyncio.get_running_loop().create_task(self._authenticate(request))
+                    self._auth_step = task
+                    task.add_done_callback(functools.partial(self._answered, 0))
+                    waiting.popleft()
+                    pending.append(task)
+                    self._has_pending.set()
+                    continue
             if request is not None:
                 cost = self._cost(request)
                 unsent = self._held + self.transport.get_write_buffer_size()
@@ -572,6 +660,37 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
         self._start_requests()
 
+    async def _authenticate(self, request: Request | sasl.RawToken) -> bytes | None:
+        auth = self._auth
+        assert auth is not None
+        try:
+            frame = await auth.step(request)
+        finally:
+            self._auth_step = None
+        if auth.complete:
+            # Authenticated: the principal goes on every later request's context (for ACLs).
+            self._context.principal = auth.principal
+            self._auth = None
+            self.decoder.max_frame_bytes = self.broker.config["socket.request.max.bytes"]
+            # Frames read behind the last bare token (a v0 handshake) are the first requests.
+            try:
+                self._waiting = collections.deque(
+                    decode_request(r.token, self.broker.supported_versions) if isinstance(r, sasl.RawToken) else r
+                    for r in self._waiting)
+            except ProtocolError as exc:
+                self._protocol_error(exc)
+                return None
+        asyncio.get_running_loop().call_soon(self._start_requests)
+        return frame or None
+
+    def _close_after_failed_authentication(self) -> None:
+        """As Kafka: the answer is written, then the connection closes after
+        connection.failed.authentication.delay.ms (a guessing client is slowed down)."""
+        if not self._reading_paused and not self.transport.is_closing():
+            self._set_reading_paused(True)
+        delay = self.broker.config["connection.failed.authentication.delay.ms"] / 1000
+        asyncio.get_running_loop().call_later(delay, self.transport.close)
+
     # -- responses --------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -608,6 +727,9 @@ class Connection(asyncio.BufferedProtocol):
             if frame is not None:
                 self._held -= len(frame)
                 self.transport.write(frame)
+            if self._auth is not None and self._auth.state is sasl.State.FAILED and not pending:
+                self._close_after_failed_authentication()
+                return
             if self._waiting:
                 self._start_requests()
             if not self._can_write.is_set():

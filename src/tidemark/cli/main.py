@@ -16,11 +16,12 @@ from tidemark.cli.serve import serve
 from tidemark.cli.spark import spark
 from tidemark.cli.transactions import transactions
 from tidemark.cli.topics import topics
+from tidemark.cli.users import users
 from tidemark.cli.zk import zk
 
 # Every command, in the order `tidemark --help` lists them; a new command is one import and one entry.
-COMMANDS = (serve, offsets, groups, topics, configs, acls, quotas, leader_election, transactions, spark, zk,
-            cluster)
+COMMANDS = (serve, offsets, groups, topics, configs, acls, users, quotas, leader_election, transactions, spark,
+            zk, cluster)
 
 
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})

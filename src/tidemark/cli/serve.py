@@ -18,6 +18,8 @@ import structlog
 
 from tidemark import logging as tidemark_logging
 from tidemark.broker.config import BrokerConfig, ConfigError
+from tidemark.broker.security import listeners as security_listeners
+from tidemark.broker.security import tls
 from tidemark.cli.server_properties import read_server_properties
 from tidemark.log.errors import DataDirLockedError
 
@@ -36,7 +38,8 @@ def _parse_listen(value: str) -> tuple[str, int]:
 
 
 @click.command()
-@click.option("--listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on (port 0: any free port).")
+@click.option("--listen", default="127.0.0.1:9092", show_default=True,
+              help="HOST:PORT of one PLAINTEXT listener (port 0: any free port); the `listeners` setting replaces it.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("tidemark-data"), show_default=True)
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A server.properties file (Kafka's; log.dirs and listeners give the data directory and the listener; "
                    "settings tidemark does not implement are listed at start).")
@@ -53,24 +56,29 @@ def serve(ctx: click.Context, listen: str, data_dir: Path, config_file: Path | N
     try:
         if config_file is not None:
             from_file = read_server_properties(config_file)
-            # --listen and --data-dir given on the command line win over the file's.
-            given = click.core.ParameterSource.COMMANDLINE
-            if from_file.listen is not None and ctx.get_parameter_source("listen") != given:
-                listen = from_file.listen
-            if from_file.data_dir is not None and ctx.get_parameter_source("data_dir") != given:
+            # --data-dir given on the command line wins over the file's log.dirs.
+            if from_file.data_dir is not None and \
+                    ctx.get_parameter_source("data_dir") != click.core.ParameterSource.COMMANDLINE:
                 data_dir = from_file.data_dir
         config = BrokerConfig.load(None, [*(f"{k}={v}" for k, v in (from_file.settings if from_file else {}).items()),
                                           *sets])
-    except ConfigError as exc:
+        host, port = _parse_listen(listen)
+        bound = security_listeners.resolve(config, host, port)
+        for listener in bound:
+            if listener.tls:
+                tls.server_context(config, listener.name)  # unreadable key or truststore: one line, at once
+    except (ConfigError, ValueError) as exc:
         raise click.UsageError(f"{config_file}: {exc}" if from_file is None and config_file else str(exc)) from None
-    host, port = _parse_listen(listen)
+    if config["listeners"] and ctx.get_parameter_source("listen") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("give either --listen or the listeners setting, not both")
     if from_file is not None and from_file.not_implemented:
         structlog.get_logger("tidemark.cli").warning("settings_not_implemented", file=str(config_file),
                                                      settings=from_file.not_implemented)
     # Before any log is opened (recovery can take a while): a port in use is the commonest
     # mistake (`make serve` twice) and deserves one line, not a traceback.
-    if port:
-        _check_port_free(host, port, "--listen")
+    for listener in bound:
+        if listener.port:
+            _check_port_free(listener.host, listener.port, "--listen" if not config["listeners"] else "listeners")
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
@@ -191,6 +199,8 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int, met
         lag_collector = lag_metrics.install(broker) if metrics else None
         # A line tests and scripts can wait for, with the real port when 0 was asked for.
         print(f"tidemark listening on {broker.host}:{broker.port}", file=sys.stderr, flush=True)
+        for listener, (bound_host, bound_port) in list(broker.bound.items())[1:]:
+            print(f"tidemark listening on {bound_host}:{bound_port} ({listener})", file=sys.stderr, flush=True)
         await signalled
     else:
         starting.cancel()

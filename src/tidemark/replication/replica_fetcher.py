@@ -42,7 +42,7 @@ from tidemark.log.leader_epoch import UNDEFINED_EPOCH
 from tidemark.records.errors import CorruptRecordError, InvalidRecordError
 from tidemark.replication.fetch_sessions import FollowerSession
 from tidemark.replication.truncation import TruncationState, follower_truncation
-from tidemark.wire.client import BrokerConnection
+from tidemark.wire.client import BrokerConnection, Opener
 
 if TYPE_CHECKING:
     from tidemark.replication.partition import Partition
@@ -66,7 +66,7 @@ class ReplicaFetcher:
                  append: Callable[[Partition, bytes], object],
                  sync_truncations: Callable[[list[Partition]], Awaitable[list[BaseException | None]]],
                  move_log_start: Callable[[Partition, int], Awaitable[int]] | None = None, max_wait_ms: int = 500, max_bytes: int = 1048576,
-                 backoff_ms: int = 1000, request_timeout_ms: int = 30_000) -> None:
+                 backoff_ms: int = 1000, request_timeout_ms: int = 30_000, opener: Opener | None = None) -> None:
         self.local_id = local_id
         self.leader_id = leader_id
         self._address = address  # the leader's (host, port) now, or None while unknown
@@ -77,6 +77,7 @@ class ReplicaFetcher:
         self._max_bytes = max_bytes  # replica.fetch.max.bytes
         self._backoff_s = backoff_ms / 1000  # replica.fetch.backoff.ms
         self._timeout_s = request_timeout_ms / 1000
+        self._opener = opener  # TLS and SASL towards a secured inter-broker listener (None: plain TCP)
         self.partitions: dict[TopicPartition, Partition] = {}
         self._truncating: set[TopicPartition] = set()  # to truncate against the leader before fetching
         self._out_of_range: set[TopicPartition] = set()  # truncating after an OFFSET_OUT_OF_RANGE fetch
@@ -159,7 +160,7 @@ class ReplicaFetcher:
         if address is None:
             raise ConnectionError(f"broker {self.leader_id} has no known address")
         return await BrokerConnection.connect(*address, client_id=f"replica-{self.local_id}",
-                                              timeout_s=self._timeout_s)
+                                              timeout_s=self._timeout_s, opener=self._opener)
 
     # -- truncation -----------------------------------------------------------------------------
 

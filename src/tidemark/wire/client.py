@@ -9,6 +9,7 @@ import asyncio
 import functools
 import io
 import struct
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio import index
@@ -54,6 +55,17 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]
     return header.correlation_id, body
 
 
+# Opens an (authenticated, for a secured inter-broker listener) connection: broker/security/client.py
+Opener = Callable[[str, int, float], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+
+
+async def _open(host: str, port: int, timeout_s: float,
+                opener: Opener | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    if opener is not None:
+        return await opener(host, port, timeout_s)
+    return await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+
+
 class BrokerConnection:
     """One connection to a broker; requests are sent and answered one at a time."""
 
@@ -63,8 +75,9 @@ class BrokerConnection:
         self._correlation_id = 0
 
     @classmethod
-    async def connect(cls, host: str, port: int, client_id: str, timeout_s: float) -> BrokerConnection:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    async def connect(cls, host: str, port: int, client_id: str, timeout_s: float,
+                      opener: Opener | None = None) -> BrokerConnection:
+        reader, writer = await _open(host, port, timeout_s, opener)
         return cls(reader, writer, client_id)
 
     async def request(self, api_key: int, version: int, body: dict[str, Any], timeout_s: float) -> Any:
@@ -107,8 +120,9 @@ class MultiplexedConnection:
         self._reading = asyncio.get_running_loop().create_task(self._read_responses())
 
     @classmethod
-    async def connect(cls, host: str, port: int, client_id: str, timeout_s: float) -> MultiplexedConnection:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    async def connect(cls, host: str, port: int, client_id: str, timeout_s: float,
+                      opener: Opener | None = None) -> MultiplexedConnection:
+        reader, writer = await _open(host, port, timeout_s, opener)
         return cls(reader, writer, client_id)
 
     @property

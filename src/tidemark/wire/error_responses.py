@@ -304,6 +304,12 @@ def delete_acls(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
                                                    for _ in _each(body and body.filters)]}
 
 
+def alter_user_scram_credentials(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
+    """Per user named by a deletion or an upsertion (KIP-554)."""
+    users = dict.fromkeys(i.name for i in [*_each(body and body.deletions), *_each(body and body.upsertions)])
+    return {"throttle_time": 0, "results": [{"user": u, "error_code": code, "error_message": None} for u in users]}
+
+
 def write_txn_markers(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
     return {"markers": [{"producer_id": m.producer_id, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
@@ -363,6 +369,7 @@ SHAPES: dict[int, Shape] = {
     26: end_txn,
     65: describe_transactions,
     66: list_transactions,
+    51: alter_user_scram_credentials,
     68: lambda body, version, code: consumer_group_heartbeat(code),
     69: consumer_group_describe,
     27: write_txn_markers,

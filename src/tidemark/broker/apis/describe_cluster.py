@@ -38,8 +38,8 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
                     "rack": ctx.config["broker.rack"]}]
         controller = ctx.node.id
     else:
-        brokers = [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
-                   for b in ctx.cluster.live_brokers()]
+        brokers = [{"broker_id": b.id, "host": a[0], "port": a[1], "rack": b.rack}
+                   for b in ctx.cluster.live_brokers() if (a := b.address(ctx.listener)) is not None]
         controller = ctx.cluster.snapshot.controller_id
     return {
         "throttle_time": 0,

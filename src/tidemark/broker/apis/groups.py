@@ -60,10 +60,11 @@ async def _cluster_coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
     assert ctx.cluster is not None
     refusal = await ctx.cluster.ensure_offsets_topic()
     leader = ctx.cluster.leader_of(OFFSETS_TOPIC, ctx.coordinator.partition_for(key)) if refusal is None else None
-    if leader is None:
+    address = leader.address(ctx.listener) if leader is not None else None  # on this request's listener
+    if leader is None or address is None:
         return error_responses.coordinator(key, ErrorCode.coordinator_not_available,
                                            refusal or "the group's offsets partition has no leader")
-    return {"key": key, "node_id": leader.id, "host": leader.host, "port": leader.port, "error_code": 0,
+    return {"key": key, "node_id": leader.id, "host": address[0], "port": address[1], "error_code": 0,
             "error_message": None}
 
 

@@ -136,7 +136,10 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         # rack: v1+ (KIP-36), from broker.rack (each broker's registration on a cluster)
         "brokers": [{"node_id": ctx.node.id, "host": ctx.node.host, "port": ctx.node.port,
                      "rack": ctx.config["broker.rack"]}] if ctx.cluster is None
-        else [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in ctx.cluster.live_brokers()],
+        # each broker as the listener this request came in on advertises it (Kafka omits brokers
+        # without that listener)
+        else [{"node_id": b.id, "host": a[0], "port": a[1], "rack": b.rack}
+              for b in ctx.cluster.live_brokers() if (a := b.address(ctx.listener)) is not None],
         "cluster_id": replicas.metadata.cluster_id,
         "controller_id": ctx.node.id if ctx.cluster is None else ctx.cluster.snapshot.controller_id,
         "topics": topics,

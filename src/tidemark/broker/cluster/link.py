@@ -41,6 +41,8 @@ from tidemark.cluster.zk.registration import BrokerRegistration
 from tidemark.cluster.zk.session import ZkSession
 from tidemark.cluster.zk.topic_table import ZkTopicTable
 from tidemark.zk.offset_store import ZookeeperOffsetManager
+from tidemark.broker.security import client as security_client
+from tidemark.broker.security import listeners as security_listeners
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -65,6 +67,8 @@ class ClusterLink:
         self.config = config
         self.replicas = replicas
         self.node_id = config.node_id
+        self.inter_broker_listener = security_listeners.inter_broker_listener_name(config) \
+            if config["listeners"] else "PLAINTEXT"
         self.session = session if session is not None else ZkSession(
             config["zookeeper.connect"], config["zookeeper.session.timeout.ms"])
         self.view = AppliedView(config["request.timeout.ms"])
@@ -92,7 +96,8 @@ class ClusterLink:
         self._producer_id_blocks = asyncio.Lock()  # one block claimed at a time
         self.partitions_visited = 0  # by the view changes applied so far: what they cost
         # OffsetFetch forwarding to the group's coordinator (offsets.fetch.forward.enable).
-        self.offset_fetch_forwarder = OffsetFetchForwarder(self._address, config["request.timeout.ms"]) \
+        self.offset_fetch_forwarder = OffsetFetchForwarder(self._address, config["request.timeout.ms"],
+                                                           security_client.opener(config)) \
             if config["offsets.fetch.forward.enable"] else None
 
     @property
@@ -120,10 +125,13 @@ class ClusterLink:
         await self.broker_config_reloads.load(STARTUP_CALL_TIMEOUT_S)  # before the logs open with them
         return table
 
-    async def start(self, host: str, port: int) -> None:
-        """Register (the port is known now), stand for controller, and act on the current view."""
-        self._registration = BrokerRegistration(self.client, zk_data.BrokerInfo(self.node_id, host, port,
-                                                                            rack=self.config["broker.rack"]),
+    async def start(self, host: str, port: int, endpoints: list[str] | None = None,
+                    protocol_map: dict[str, str] | None = None) -> None:
+        """Register (the port is known now), stand for controller, and act on the current view.
+        host and port: the inter-broker listener's advertised address; endpoints: every listener's."""
+        self._registration = BrokerRegistration(self.client, zk_data.BrokerInfo(
+            self.node_id, host, port, rack=self.config["broker.rack"], endpoints=tuple(endpoints or ()),
+            protocol_map=tuple(sorted((protocol_map or {}).items()))),
                                                 wait_for_owner_s=self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.session.call(self._registration.register,
                                 timeout_s=self._registration.wait_for_owner_s + STARTUP_CALL_TIMEOUT_S)
@@ -234,7 +242,10 @@ class ClusterLink:
 
     def _address(self, broker_id: int) -> tuple[str, int] | None:
         broker = self.snapshot.brokers.get(broker_id)
-        return (broker.host, broker.port) if broker is not None else None
+        if broker is None:
+            return None
+        # Replication goes over the inter-broker listener (its advertised address)
+        return broker.address(self.inter_broker_listener) or (broker.host, broker.port)
 
     # -- what handlers ask ------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from tidemark import metrics
 from tidemark.cluster.zk.metadata_view import ClusterSnapshot, TopicPartition
 from tidemark.cluster.zk.zk_data import PartitionState
 from tidemark.replication.errors import NotLeaderOrFollowerError
+from tidemark.broker.security import client as security_client
 from tidemark.replication.replica_fetcher import ReplicaFetcher
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ class ReplicaRoles:
                 self.node_id, leader_id, lambda: self._address(leader_id), append=self.replicas.append_as_follower,
                 sync_truncations=self.replicas.sync_truncations, move_log_start=self.replicas.delete_records,
                 max_wait_ms=self.config["replica.fetch.wait.max.ms"], max_bytes=self.config["replica.fetch.max.bytes"],
-                backoff_ms=self.config["replica.fetch.backoff.ms"])
+                backoff_ms=self.config["replica.fetch.backoff.ms"], opener=security_client.opener(self.config))
             fetcher.start()
             self._fetchers[leader_id] = fetcher
         return fetcher

@@ -134,7 +134,9 @@ BROKER_REGISTRATION_VERSION = 5
 
 @dataclasses.dataclass(frozen=True)
 class BrokerInfo:
-    """A broker's registration: one PLAINTEXT listener (tidemark has no other security protocol)."""
+    """A broker's registration: host and port are the PLAINTEXT listener's (Kafka's legacy
+    fields), endpoints every listener's advertised NAME://host:port, protocol_map their security
+    protocols (listener_security_protocol_map)."""
 
     id: int
     host: str
@@ -143,17 +145,30 @@ class BrokerInfo:
     timestamp_ms: int = 0
     jmx_port: int = -1
     endpoints: tuple[str, ...] = ()
+    protocol_map: tuple[tuple[str, str], ...] = ()
 
     @property
     def listener(self) -> str:
         return f"PLAINTEXT://{self.host}:{self.port}"
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """The (host, port) this broker advertises on the named listener; without endpoints
+        (an old registration) its host and port."""
+        if not self.endpoints:
+            return (self.host, self.port) if listener == "PLAINTEXT" else None
+        for endpoint in self.endpoints:
+            name, _, address = endpoint.partition("://")
+            if name.upper() == listener.upper():
+                host, _, port = address.rpartition(":")
+                return host.strip("[]"), int(port)
+        return None
 
 
 def encode_broker(broker: BrokerInfo) -> bytes:
     """Version 5, as Kafka 2.7+ registers; "rack" only when set (Kafka omits it otherwise)."""
     value: dict[str, Any] = {
         "features": {},
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "listener_security_protocol_map": dict(broker.protocol_map) or {"PLAINTEXT": "PLAINTEXT"},
         "endpoints": list(broker.endpoints or (broker.listener,)),
         "jmx_port": broker.jmx_port,
         "port": broker.port,
@@ -171,16 +186,17 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
     value = _loads(data)
     endpoints = tuple(value.get("endpoints") or ())
     host, port = value.get("host"), value.get("port", -1)
+    protocol_map = value.get("listener_security_protocol_map") or {}
     for endpoint in endpoints:
         listener, _, address = endpoint.partition("://")
-        protocol = (value.get("listener_security_protocol_map") or {}).get(listener, listener)
+        protocol = protocol_map.get(listener, listener)
         if protocol == "PLAINTEXT":
             host, _, port_text = address.rpartition(":")
             port = int(port_text)
             break
     return BrokerInfo(id=broker_id, host=host or "", port=int(port), rack=value.get("rack"),
                       timestamp_ms=int(value.get("timestamp", 0)), jmx_port=int(value.get("jmx_port", -1)),
-                      endpoints=endpoints)
+                      endpoints=endpoints, protocol_map=tuple(sorted(protocol_map.items())))
 
 
 # /brokers/topics/T ---------------------------------------------------------------------------
