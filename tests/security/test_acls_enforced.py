@@ -229,8 +229,8 @@ def test_each_principal_gets_what_its_acls_allow(tmp_path):
             opened = broker.connection_context
             principals: list[str] = []
 
-            def context_as(host: str):  # the next connection is that principal's
-                ctx = opened(host)
+            def context_as(host: str, *args: object):  # the next connection is that principal's
+                ctx = opened(host, *args)
                 ctx.principal = principals.pop(0)
                 return ctx
 

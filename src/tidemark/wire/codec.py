@@ -36,7 +36,7 @@ from kio.serial import entity_reader
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from . import array_guard, error_responses, list_offsets_v0, offsets_v0, produce_v0
+from . import array_guard, collection_guard, error_responses, list_offsets_v0, offsets_v0, produce_v0
 from .build import build
 from .errors import MalformedRequest
 from .list_offsets_v0 import ListOffsetsV0Response
@@ -150,6 +150,7 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
     def decode(frame) -> Request:
         try:
             header, offset = read_header(frame, 0)
+            collection_guard.check(api_key, api_version, frame, offset)  # any array, flexible versions
             body, size = read_body(frame, offset)
         except Exception as e:
             raise MalformedRequest(
