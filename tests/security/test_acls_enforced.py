@@ -338,6 +338,27 @@ def test_each_principal_gets_what_its_acls_allow(tmp_path):
                     {"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 1,
                                                        "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
             assert txn_commit.topics[0].partitions[0].error_code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            # The transaction coordinator's APIs: WRITE on the transactional id (AddPartitionsToTxn
+            # also WRITE on each topic, AddOffsetsToTxn READ on the group), DESCRIBE to see one.
+            await broker.acl_store.create([_binding(R.TRANSACTIONAL_ID, "tx", "User:alice", Op.WRITE)])
+            added = await bob.request(24, 3, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 1,
+                "v3_and_below_producer_epoch": 0, "v3_and_below_topics": [{"name": "orders", "partitions": [0]}]})
+            assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+                KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            added = await alice.request(24, 3, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 1,
+                "v3_and_below_producer_epoch": 0, "v3_and_below_topics": [{"name": "orders", "partitions": [0]}]})
+            assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+                KafkaError.TOPIC_AUTHORIZATION_FAILED  # alice may read orders, not write it
+            offsets_added = await alice.request(25, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
+                                                        "group_id": "other"})
+            assert offsets_added.error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            ended = await bob.request(26, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
+                                              "committed": True})
+            assert ended.error_code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            described = await bob.request(65, 0, {"transactional_ids": ["tx"]})
+            assert described.transaction_states[0].error_code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            listed = await bob.request(66, 0, {"state_filters": [], "producer_id_filters": []})
+            assert listed.error_code == 0 and listed.transaction_states == ()
 
             # ApiVersions is never authorized.
             assert (await bob.request(18, 3, {"client_software_name": "t",

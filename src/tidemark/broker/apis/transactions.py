@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidemark.broker.security import access
 from tidemark.coordinator.transactions.shard import NEEDS_PRODUCER_ID, describe_error
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
 from tidemark.records.transaction_log_schema import TransactionStatus
@@ -110,6 +111,12 @@ async def _transaction_result(ctx: RequestContext, version: int, transactional_i
     """One transaction's partitions and their errors, as KafkaApis answers them: unknown topics
     UNKNOWN_TOPIC_OR_PARTITION and the rest OPERATION_NOT_ATTEMPTED; else the coordinator's."""
     partitions = [(topic.name, p) for topic in topics for p in topic.partitions]
+    if not verify_only and not access.allowed(ctx, access.WRITE, access.TRANSACTIONAL_ID, transactional_id):
+        return dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed)
+    refused = access.refused(ctx, access.WRITE, access.TOPIC, (topic for topic, _ in partitions))
+    if refused:  # as KafkaApis: the refused topics' partitions say so, the others were not attempted
+        return {tp: ErrorCode.topic_authorization_failed if tp[0] in refused else ErrorCode.operation_not_attempted
+                for tp in partitions}
     unknown = {tp for tp in partitions if not ctx.replicas.has_partition(*tp)}
     if unknown:
         return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
@@ -134,6 +141,9 @@ async def handle_add_partitions(ctx: RequestContext, request: Request) -> dict[s
                                             body.v3_and_below_topics)
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(results)}
     # v4+: sent by brokers, several transactions at once, each added or only verified (KIP-890)
+    if not access.allowed(ctx, access.CLUSTER_ACTION, access.CLUSTER):
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                "results_by_transaction": []}
     answers = []
     for transaction in body.transactions:
         results = await _transaction_result(ctx, version, transaction.transactional_id, transaction.producer_id,
@@ -146,6 +156,10 @@ async def handle_add_offsets(ctx: RequestContext, request: Request) -> dict[str,
     """The group's `__consumer_offsets` partition joins the transaction, so its TxnOffsetCommit
     records get the transaction's marker."""
     body, version = request.body, ctx.api_version
+    if not access.allowed(ctx, access.WRITE, access.TRANSACTIONAL_ID, body.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     # The offsets topic exists before its partition joins (its TxnOffsetCommit needs it anyway),
     # or the marker sender would take the partition for a deleted one.
     if ctx.cluster is None:
@@ -164,6 +178,8 @@ async def handle_end_txn(ctx: RequestContext, request: Request) -> dict[str, Any
     transactional_id = body.transactional_id
     if not transactional_id:
         code = ErrorCode.invalid_request
+    elif not access.allowed(ctx, access.WRITE, access.TRANSACTIONAL_ID, transactional_id):
+        code = ErrorCode.transactional_id_authorization_failed
     else:
         code = await ctx.transactions.call(
             transactional_id,
@@ -183,6 +199,9 @@ async def handle_describe(ctx: RequestContext, request: Request) -> dict[str, An
     for transactional_id in request.body.transactional_ids:
         if not transactional_id:
             states.append(describe_error(transactional_id, ErrorCode.invalid_request))
+            continue
+        if not access.allowed(ctx, access.DESCRIBE, access.TRANSACTIONAL_ID, transactional_id):
+            states.append(describe_error(transactional_id, ErrorCode.transactional_id_authorization_failed))
             continue
         states.append(await coordinator.read(
             transactional_id, lambda shard, t=transactional_id: shard.describe(t, coordinator.markers.written),
@@ -214,5 +233,8 @@ async def handle_list(ctx: RequestContext, request: Request) -> dict[str, Any]:
     else:
         listed, code = ctx.transactions.list_transactions(frozenset(states), frozenset(body.producer_id_filters),
                                                           getattr(body, "duration_filter", -1), pattern)
+        # as Kafka: only the transactional ids the principal may describe
+        listed = [state for state in listed
+                  if access.allowed(ctx, access.DESCRIBE, access.TRANSACTIONAL_ID, state["transactional_id"])]
     return {"throttle_time": 0, "error_code": code, "unknown_state_filters": unknown,
             "transaction_states": listed}
