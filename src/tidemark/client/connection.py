@@ -76,11 +76,24 @@ class Connection:
         return version
 
     def request(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> Any:
+        self._send(api_key, version, body)
+        return self._receive(api_key, version, self._correlation_id)
+
+    def request_frame(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> bytes:
+        """The response to `body` as its raw frame (header included, size prefix not), for the
+        answers the codec cannot read (DescribeTransactions' -1 start time)."""
+        self._send(api_key, version, body)
+        frame = self._read(_SIZE.unpack(self._read(4))[0])
+        (correlation_id,) = _SIZE.unpack_from(frame)
+        if correlation_id != self._correlation_id:
+            raise ConnectionError(f"response {correlation_id} to request {self._correlation_id}")
+        return frame
+
+    def _send(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
         self._correlation_id += 1
         payload = encode_request(int(api_key), version, self._correlation_id, body, self.client_id)
         self._settimeout()
         self._sock.sendall(_SIZE.pack(len(payload)) + payload)
-        return self._receive(api_key, version, self._correlation_id)
 
     def pipeline(self, api_key: ApiKey, version: int, bodies: Sequence[dict[str, Any]]) -> list[Any]:
         """Many requests in flight at once (at most PIPELINE_DEPTH), their responses in order:
