@@ -62,15 +62,17 @@ class Connection:
     def close(self) -> None:
         self._sock.close()
 
-    def version(self, api_key: ApiKey, highest: int) -> int:
+    def version(self, api_key: ApiKey, highest: int, required: bool = True) -> int:
         """The version to send `api_key` at: the highest the broker, the codec and the caller
-        (`highest`) all speak; ClientError when the broker does not serve the API at all."""
+        (`highest`) all speak; when there is none, ClientError, or -1 if not `required`."""
         if self._versions is None:
             answer = self.request(ApiKey.API_VERSIONS, 0, {})
             self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}
         low, high = self._versions.get(int(api_key), (0, -1))
         version = _highest_known(int(api_key), min(high, highest))
-        if version < low:
+        if version < low or version < 0:
+            if not required:
+                return -1
             raise ClientError(f"Error: the broker at {self.host}:{self.port} does not serve {api_key.name} "
                               f"at a version this tool speaks")
         return version
