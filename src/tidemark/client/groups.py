@@ -152,8 +152,8 @@ class GroupReader:
         for g in response.groups:
             if g.error_code == ErrorCode.none and not (g.group_state == "Dead" and not g.members):
                 answers[g.group_id] = _consumer_group_view(g, (node_id, connection.host, connection.port))
-            elif g.error_code in RETRIABLE_COORDINATOR_ERRORS:
-                answers[g.group_id] = g.error_code
+            elif g.error_code not in (ErrorCode.none, ErrorCode.group_id_not_found):
+                answers[g.group_id] = g.error_code  # retried when retriable, else reported (e.g. not authorized)
         return answers
 
     def committed(self, groups: Sequence[str]) -> dict[str, dict[TP, int | None] | ClientError]:
