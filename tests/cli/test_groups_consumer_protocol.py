@@ -143,6 +143,11 @@ def test_describe_members_shows_epochs_and_target_assignment(broker: BrokerProce
             assert [p["partition"] for p in members[member_id]["target_partitions"]] == \
                 partitions(m.target_assignment)
 
+        # The offsets view names each partition's current owner.
+        (offsets,) = json.loads(run(broker, "describe", group, "--output", "json").stdout)
+        owners = {p: m.member_id for m in snapshot.members for p in partitions(m.assignment)}
+        assert {row["partition"]: row["consumer_id"] for row in offsets["partitions"]} == owners
+
         state = json.loads(run(broker, "describe", group, "--state", "--output", "json").stdout)
         assert [(s["type"], s["members"], s["assignment_strategy"]) for s in state] == \
             [("consumer", 2, snapshot.assignor_name)]
