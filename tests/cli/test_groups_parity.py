@@ -91,7 +91,7 @@ def test_describe_views_exclude_each_other_and_all_answer_json(broker: BrokerPro
     assert both.exit_code == 2
     assert "takes at most one of these options" in both.output
     members = json.loads(run(broker, "describe", "viewed", "--members", "--output", "json").stdout)
-    assert members == [{"group": "viewed", "state": "Empty", "members": []}]
+    assert members == [{"group": "viewed", "type": "classic", "state": "Empty", "members": []}]
     state = json.loads(run(broker, "describe", "viewed", "--state", "--output", "json").stdout)
     assert [(s["group"], s["state"], s["members"], s["coordinator"]["id"]) for s in state] == [("viewed", "Empty", 0, 0)]
     offsets = json.loads(run(broker, "describe", "viewed", "--offsets", "--output", "json").stdout)

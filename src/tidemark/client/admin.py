@@ -7,7 +7,8 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType, KafkaError,
+                             KafkaException, TopicPartition)
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, OffsetSpec
 
 from tidemark.client.errors import ClientError, GroupNotFound
@@ -34,6 +35,9 @@ def state_name(state: Any) -> str:
             ConsumerGroupState.EMPTY: "Empty",
         }.get(state, "Unknown")
     return str(state) if state else "Unknown"
+
+
+_GROUP_TYPES = {ConsumerGroupType.CLASSIC: "classic", ConsumerGroupType.CONSUMER: "consumer"}
 
 
 def _is(exc: KafkaException, code: int) -> bool:
@@ -95,12 +99,18 @@ class Admin:
 
     def list_groups(self) -> list[tuple[str, str]]:
         """(group id, state name) of every group, sorted."""
+        return [(group, state) for group, state, _type in self.group_listings()]
+
+    def group_listings(self) -> list[tuple[str, str, str | None]]:
+        """(group id, state name, group type) of every group, sorted. The type is ListGroups v5's
+        ("classic", "consumer"), None from brokers too old to say."""
         result = self.wait(self.admin.list_consumer_groups(request_timeout=self.timeout_s), "listing groups")
         if result.errors:
             # Kafka's tool fails when any broker could not be listed; do the same, naming the first.
             raise ClientError(f"Error: listing groups failed against {self.bootstrap}: "
                               f"{describe_error(result.errors[0])}")
-        return sorted((listing.group_id, state_name(listing.state)) for listing in result.valid)
+        return sorted((listing.group_id, state_name(listing.state), _GROUP_TYPES.get(listing.type))
+                      for listing in result.valid)
 
     def _description(self, group: str) -> ConsumerGroupDescription | None:
         """None for a group the coordinator does not know."""

@@ -62,25 +62,40 @@ class Connection:
     def close(self) -> None:
         self._sock.close()
 
-    def version(self, api_key: ApiKey, highest: int) -> int:
+    def version(self, api_key: ApiKey, highest: int, required: bool = True) -> int:
         """The version to send `api_key` at: the highest the broker, the codec and the caller
-        (`highest`) all speak; ClientError when the broker does not serve the API at all."""
+        (`highest`) all speak; when there is none, ClientError, or -1 if not `required`."""
         if self._versions is None:
             answer = self.request(ApiKey.API_VERSIONS, 0, {})
             self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}
         low, high = self._versions.get(int(api_key), (0, -1))
         version = _highest_known(int(api_key), min(high, highest))
-        if version < low:
+        if version < low or version < 0:
+            if not required:
+                return -1
             raise ClientError(f"Error: the broker at {self.host}:{self.port} does not serve {api_key.name} "
                               f"at a version this tool speaks")
         return version
 
     def request(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> Any:
+        self._send(api_key, version, body)
+        return self._receive(api_key, version, self._correlation_id)
+
+    def request_frame(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> bytes:
+        """The response to `body` as its raw frame (header included, size prefix not), for the
+        answers the codec cannot read (DescribeTransactions' -1 start time)."""
+        self._send(api_key, version, body)
+        frame = self._read(_SIZE.unpack(self._read(4))[0])
+        (correlation_id,) = _SIZE.unpack_from(frame)
+        if correlation_id != self._correlation_id:
+            raise ConnectionError(f"response {correlation_id} to request {self._correlation_id}")
+        return frame
+
+    def _send(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
         self._correlation_id += 1
         payload = encode_request(int(api_key), version, self._correlation_id, body, self.client_id)
         self._settimeout()
         self._sock.sendall(_SIZE.pack(len(payload)) + payload)
-        return self._receive(api_key, version, self._correlation_id)
 
     def pipeline(self, api_key: ApiKey, version: int, bodies: Sequence[dict[str, Any]]) -> list[Any]:
         """Many requests in flight at once (at most PIPELINE_DEPTH), their responses in order:

@@ -2,6 +2,11 @@
 one FindCoordinator (v4+), then per coordinator one DescribeGroups for all its groups and one
 OffsetFetch (v8+: many groups a request; one group a request before). This is what makes
 `tidemark groups describe --all-groups` one round of requests per broker, not one per group.
+
+A consumer group (KIP-848, group.protocol=consumer) is not a classic group: DescribeGroups answers
+it GROUP_ID_NOT_FOUND (or Dead with no members, as tidemark and Kafka 3.x do), so the groups it
+answers that way are asked again with ConsumerGroupDescribe (API 69) at the same coordinator, which
+also carries what only such a group has: each member's epoch and its target assignment.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from confluent_kafka import ConsumerGroupType
 from kio.schema.errors import ErrorCode
 
 from tidemark.client.admin import Admin, state_name
@@ -21,12 +27,19 @@ from tidemark.wire.api_keys import ApiKey
 TP = tuple[str, int]
 
 
+CLASSIC, CONSUMER = "classic", "consumer"  # ListGroups v5's group types
+
+
 @dataclass(frozen=True)
 class MemberView:
     consumer_id: str
     host: str
     client_id: str
-    partitions: tuple[TP, ...]
+    partitions: tuple[TP, ...]  # the current assignment
+    # A consumer group's member only: its epoch and the assignment it is moving to (None when
+    # the answer did not say, as the AdminClient does not for the epoch).
+    member_epoch: int | None = None
+    target: tuple[TP, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,22 @@ class GroupView:
     assignor: str
     coordinator: tuple[int, str, int]  # node id, host, port
     members: tuple[MemberView, ...]
+    group_type: str | None = CLASSIC  # None: the AdminClient could not tell
+
+
+def _sorted(members: Sequence[MemberView]) -> tuple[MemberView, ...]:
+    return tuple(sorted(members, key=lambda v: (-len(v.partitions), v.consumer_id)))
+
+
+def _partitions(assignment) -> tuple[TP, ...]:
+    return tuple(sorted((t.topic_name, int(p)) for t in assignment.topic_partitions for p in t.partitions))
+
+
+def _consumer_group_view(g, coordinator: tuple[int, str, int]) -> GroupView:
+    """A ConsumerGroupDescribe answer as a GroupView."""
+    members = [MemberView(m.member_id, m.client_host, m.client_id, _partitions(m.assignment), int(m.member_epoch),
+                          _partitions(m.target_assignment)) for m in g.members]
+    return GroupView(g.group_id, g.group_state, CONSUMER, g.assignor_name, coordinator, _sorted(members), CONSUMER)
 
 
 def _members(protocol_type: str, members: Sequence) -> tuple[MemberView, ...]:
@@ -47,7 +76,7 @@ def _members(protocol_type: str, members: Sequence) -> tuple[MemberView, ...]:
         # Only a consumer group's assignment has the consumer protocol's layout (Connect's does not).
         decoded = decode_assignment(bytes(m.member_assignment)) if protocol_type in ("consumer", "") else None
         views.append(MemberView(m.member_id, m.client_host, m.client_id, tuple(sorted(decoded or ()))))
-    return tuple(sorted(views, key=lambda v: (-len(v.partitions), v.consumer_id)))
+    return _sorted(views)
 
 
 class GroupReader:
@@ -106,9 +135,26 @@ class GroupReader:
                     answers[g.group_id] = GroupView(g.group_id, g.group_state, g.protocol_type, g.protocol_data,
                                                     (node_id, connection.host, connection.port),
                                                     _members(g.protocol_type, g.members))
+            unknown = [group for group, answer in answers.items() if isinstance(answer, GroupNotFound)]
+            if unknown and connection.version(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, required=False) >= 0:
+                answers.update(self._consumer_groups(node_id, unknown))
             return answers
 
         return {group: self._final(group, answer, "describing") for group, answer in self._retrying(groups, ask).items()}
+
+    def _consumer_groups(self, node_id: int, groups: list[str]) -> dict[str, object]:
+        """ConsumerGroupDescribe of the groups DescribeGroups did not know: the consumer groups
+        among them (the others keep their not-found answer)."""
+        connection = self.brokers.node(node_id)
+        _version, response = connection.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1,
+                                             {"group_ids": groups, "include_authorized_operations": False})
+        answers: dict[str, object] = {}
+        for g in response.groups:
+            if g.error_code == ErrorCode.none and not (g.group_state == "Dead" and not g.members):
+                answers[g.group_id] = _consumer_group_view(g, (node_id, connection.host, connection.port))
+            elif g.error_code not in (ErrorCode.none, ErrorCode.group_id_not_found):
+                answers[g.group_id] = g.error_code  # retried when retriable, else reported (e.g. not authorized)
+        return answers
 
     def committed(self, groups: Sequence[str]) -> dict[str, dict[TP, int | None] | ClientError]:
         """Every committed offset of each group (None: the partition has none)."""
@@ -153,6 +199,11 @@ class GroupReader:
         return answer
 
 
+def _admin_partitions(assignment) -> tuple[TP, ...]:
+    tps = assignment.topic_partitions if assignment is not None else []
+    return tuple(sorted((tp.topic, tp.partition) for tp in tps))
+
+
 class AdminGroupReader:
     """GroupReader's answers from the AdminClient, one group a request: for listeners the
     client layer's own connections cannot speak (SSL, SASL)."""
@@ -177,15 +228,16 @@ class AdminGroupReader:
             except ClientError as exc:
                 views[group] = exc
                 continue
+            group_type = {ConsumerGroupType.CLASSIC: CLASSIC, ConsumerGroupType.CONSUMER: CONSUMER}.get(d.type)
             members = []
             for m in d.members:
-                tps = m.assignment.topic_partitions if m.assignment is not None else []
-                members.append(MemberView(m.member_id, m.host, m.client_id,
-                                          tuple(sorted((tp.topic, tp.partition) for tp in tps))))
+                target = getattr(m, "target_assignment", None)
+                members.append(MemberView(
+                    m.member_id, m.host, m.client_id, _admin_partitions(m.assignment),
+                    None, _admin_partitions(target) if group_type == CONSUMER and target is not None else None))
             coordinator = (d.coordinator.id, d.coordinator.host, d.coordinator.port) if d.coordinator else (-1, "", -1)
             views[group] = GroupView(group, state_name(d.state), "consumer" if not d.is_simple_consumer_group else "",
-                                     d.partition_assignor or "", coordinator,
-                                     tuple(sorted(members, key=lambda v: (-len(v.partitions), v.consumer_id))))
+                                     d.partition_assignor or "", coordinator, _sorted(members), group_type)
         return views
 
     def committed(self, groups: Sequence[str]) -> dict[str, dict[TP, int | None] | ClientError]:

@@ -82,3 +82,46 @@ class Reader:
         value = bytes(self.buf[self.pos:self.pos + n])
         self.pos += n
         return value
+
+    # Flexible versions (KIP-482): compact strings and arrays carry their length + 1 as an
+    # unsigned varint (0 is null), and every struct ends in tagged fields.
+
+    def uvarint(self) -> int:
+        shift = result = 0
+        while True:
+            if self.pos >= len(self.buf):
+                raise ValueError("varint runs past the end of the frame")
+            byte = self.buf[self.pos]
+            self.pos += 1
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+            if shift > 28:
+                raise ValueError("varint longer than 5 bytes")
+
+    def compact_string(self) -> str:
+        n = self.uvarint() - 1
+        if n < 0:
+            raise ValueError("null string where Kafka requires one")
+        end = self.pos + n
+        if end > len(self.buf):
+            raise ValueError("string runs past the end of the frame")
+        value = bytes(self.buf[self.pos:end]).decode("utf-8")
+        self.pos = end
+        return value
+
+    def compact_count(self, min_item_size: int) -> int:
+        n = self.uvarint() - 1
+        if n < 0:
+            raise ValueError("null array")
+        if n * min_item_size > len(self.buf) - self.pos:
+            raise ValueError("array count larger than the remaining bytes")
+        return n
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # the tag
+            self.pos += self.uvarint()
+        if self.pos > len(self.buf):
+            raise ValueError("tagged fields run past the end of the frame")

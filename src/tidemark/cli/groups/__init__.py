@@ -1,8 +1,9 @@
 """`tidemark groups`: list, describe, delete and reset consumer groups of any Kafka cluster, as
 kafka-consumer-groups.sh does, one module per subcommand:
 
-    tidemark groups list [--state [STATE,...]]
+    tidemark groups list [--state [STATE,...]] [--type [classic,consumer]]
     tidemark groups describe (GROUP... | --all-groups) [--offsets | --members [--verbose] | --state]
+                             (a KIP-848 consumer group's members: epochs, current and target assignment)
                              [--zookeeper HOST:PORT]   (groups of ZooKeeper consumers too)
     tidemark groups delete (GROUP... | --all-groups)
     tidemark groups delete-offsets GROUP --topic TOPIC[:P,...]

@@ -14,6 +14,8 @@ TP = tuple[str, int]
 
 # Kafka's classic group states, in the order its tools list them.
 GROUP_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+# ListGroups v5's group types: classic groups, and KIP-848's (group.protocol=consumer).
+GROUP_TYPES = ("classic", "consumer")
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ def assignment_text(partitions: Sequence[TP]) -> str:
 
 def notes(group: str, state: str, members: Sequence[object]) -> None:
     """Kafka's lines before a group's table: rebalancing (stderr) or no active members."""
-    if state in ("PreparingRebalance", "CompletingRebalance"):
+    if state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
         click.echo(f"Warning: Consumer group '{group}' is rebalancing.", err=True)
     elif not members:
         click.echo(f"Consumer group '{group}' has no active members.")

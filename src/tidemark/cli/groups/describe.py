@@ -22,12 +22,14 @@ from tidemark.cli.zk_groups import ZookeeperGroup, read_zookeeper
 from tidemark.client import lag_probe
 from tidemark.client.admin import Admin
 from tidemark.client.errors import ClientError
-from tidemark.client.groups import AdminGroupReader, GroupReader, GroupView
+from tidemark.client.groups import CONSUMER, AdminGroupReader, GroupReader, GroupView
 from tidemark.zk.offset_store import ZookeeperUnavailable
 
 OFFSETS_HEADERS = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
                    "CLIENT-ID", "LAG-SECONDS", "STATUS"]
 MEMBERS_HEADERS = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+# A consumer group's (KIP-848) members also show their epoch and the assignment they move to.
+CONSUMER_MEMBERS_HEADERS = [*MEMBERS_HEADERS, "MEMBER-EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"]
 STATE_HEADERS = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
 
 
@@ -37,7 +39,8 @@ STATE_HEADERS = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#
 @click.option("--all-groups", is_flag=True, help="Describe every group the cluster lists.")
 @cluster_options
 @click.option("--offsets", is_flag=True, help="Committed offsets and lag (the default view).")
-@click.option("--members", is_flag=True, help="One row per member with its partition count.")
+@click.option("--members", is_flag=True, help="One row per member with its partition count (a consumer group's: "
+                                                "with its epoch, current and target assignment).")
 @click.option("--state", is_flag=True, help="Coordinator, assignment strategy, state and member count.")
 @click.option("--verbose", is_flag=True, help="With --members: add each member's ASSIGNMENT.")
 @output_option
@@ -150,15 +153,22 @@ def _describe(admin: Admin, target: Target, groups: Sequence[str], view: str) ->
     return answers
 
 
+def _partitions_json(partitions: Sequence[TP] | None) -> list[dict[str, Any]] | None:
+    return None if partitions is None else [{"topic": t, "partition": p} for t, p in partitions]
+
+
 def _members_dict(v: GroupView) -> dict[str, Any]:
-    return {"group": v.group, "state": v.state, "members": [
+    """partitions: the current assignment; member_epoch and target_partitions: a consumer group's
+    members only (null for a classic group's)."""
+    return {"group": v.group, "type": v.group_type, "state": v.state, "members": [
         {"consumer_id": m.consumer_id, "host": m.host, "client_id": m.client_id,
-         "partitions": [{"topic": t, "partition": p} for t, p in m.partitions]} for m in v.members]}
+         "partitions": _partitions_json(m.partitions), "member_epoch": m.member_epoch,
+         "target_partitions": _partitions_json(m.target)} for m in v.members]}
 
 
 def _state_dict(v: GroupView) -> dict[str, Any]:
     node_id, host, port = v.coordinator
-    return {"group": v.group, "coordinator": {"id": node_id, "host": host, "port": port},
+    return {"group": v.group, "type": v.group_type, "coordinator": {"id": node_id, "host": host, "port": port},
             "assignment_strategy": v.assignor or None, "state": v.state, "members": len(v.members)}
 
 
@@ -252,12 +262,16 @@ def _print(described: dict[str, Any], view: str, verbose: bool) -> None:
                                                  described["state"], described["members"]]]))
     else:
         notes(group, described["state"], described["members"])
-        headers = MEMBERS_HEADERS + (["ASSIGNMENT"] if verbose else [])
+        consumer = described["type"] == CONSUMER
+        headers = CONSUMER_MEMBERS_HEADERS if consumer else MEMBERS_HEADERS + (["ASSIGNMENT"] if verbose else [])
         rows = []
         for m in described["members"]:
             partitions = [(p["topic"], p["partition"]) for p in m["partitions"]]
             row: list[object] = [group, m["consumer_id"], m["host"], m["client_id"], len(partitions)]
-            if verbose:
+            if consumer:
+                target = [(p["topic"], p["partition"]) for p in m["target_partitions"] or ()]
+                row += [m["member_epoch"], assignment_text(partitions), assignment_text(target)]
+            elif verbose:
                 row.append(assignment_text(partitions))
             rows.append(row)
         click.echo(format_table(headers, rows))
