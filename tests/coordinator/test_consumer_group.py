@@ -189,6 +189,17 @@ def test_offset_fetch_checks_the_member_epoch() -> None:
     assert log.shard.validate_offset_fetch("g", None, -1) is None
 
 
+def test_a_regex_that_only_perl_style_engines_accept_is_refused_as_kafkas_re2j_refuses_it() -> None:
+    log = Log()
+    for regex in ("(?=ba)bar", "(b)a\\1", "ba(?!z)", "(?<=b)ar", "(?>ba)r", "ba++", "(?P<x>b)(?P=x)", "("):
+        response = log.heartbeat("a", 0, regex=regex)
+        assert response["error_code"] == ErrorCode.invalid_regular_expression, regex
+        assert response["error_message"].startswith(f"SubscribedTopicRegex `{regex}` is not a valid regular "
+                                                    "expression: "), response
+    for regex in ("ba.*", "[(?=]ar", "b\\+a", "(?i)BAR", "(?:ba)+r", "[]b]ar"):  # RE2 takes these
+        assert log.heartbeat(f"m-{regex}", 0, regex=regex)["error_code"] == ErrorCode.none, regex
+
+
 def test_a_regex_subscription_picks_up_a_topic_created_later() -> None:
     log = Log()
     r = log.heartbeat("a", 0, regex="ba.*")

@@ -78,10 +78,42 @@ def _assignment_of(topic_partitions: Any) -> Assignment | None:
     return {tp.topic_id: frozenset(tp.partitions) for tp in topic_partitions if tp.topic_id is not None}
 
 
+# What Python's re accepts and RE2 (Kafka's RE2J) refuses: lookarounds, atomic groups,
+# conditionals, backreferences, possessive quantifiers.
+_PERL_ONLY_GROUPS = ("(?=", "(?!", "(?<=", "(?<!", "(?>", "(?(", "(?P=")
+_QUANTIFIERS = "*+?}"
+
+
 def compile_regex(pattern: str) -> re.Pattern[str]:
-    """A KIP-848 subscription regex (RE2 syntax: its common subset with Python's), matched
-    against whole topic names as Kafka's RE2J matches()."""
+    """A KIP-848 subscription regex in RE2 syntax (its common subset with Python's; what only
+    Perl-style engines accept is refused as RE2J refuses it), matched against whole topic names
+    as Kafka's RE2J matches()."""
+    _refuse_perl_only(pattern)
     return re.compile(pattern)
+
+
+def _refuse_perl_only(pattern: str) -> None:
+    in_class, i = False, 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            following = pattern[i + 1:i + 2]
+            if not in_class and (following.isdigit() and following != "0" or following in ("g", "k")):
+                raise re.error(f"backreference \\{following} is not supported by RE2", pattern, i)
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            if pattern[i + 1:i + 2] == "]" or pattern[i + 1:i + 3] == "^]":  # a leading ] is literal
+                i += 2 if pattern[i + 1] == "]" else 3
+                continue
+        elif pattern.startswith(_PERL_ONLY_GROUPS, i):
+            raise re.error(f"{pattern[i:i + 3]}... is not supported by RE2", pattern, i)
+        elif char == "+" and i and pattern[i - 1] in _QUANTIFIERS and pattern[i - 2:i] != "\\" + pattern[i - 1]:
+            raise re.error("possessive quantifiers are not supported by RE2", pattern, i)
+        i += 1
 
 
 class ConsumerGroupHeartbeats:
@@ -129,9 +161,10 @@ class ConsumerGroupHeartbeats:
         if request.subscribed_topic_regex is not None:
             try:
                 compile_regex(request.subscribed_topic_regex)
-            except re.error as exc:
-                raise invalid(f"SubscribedTopicRegex `{request.subscribed_topic_regex}` is not a valid "
-                              f"regular expression: {exc}.") from None
+            except re.error as exc:  # Kafka's InvalidRegularExpression
+                raise HeartbeatError(ErrorCode.invalid_regular_expression,
+                                     f"SubscribedTopicRegex `{request.subscribed_topic_regex}` is not a valid "
+                                     f"regular expression: {exc}.") from None
         if request.server_assignor is not None and request.server_assignor not in self.config.assignors:
             raise HeartbeatError(ErrorCode.unsupported_assignor,
                                  f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
