@@ -295,6 +295,20 @@ def test_offsets_of_a_subscribed_topic_do_not_expire() -> None:
     assert log.shard.expire_offsets(log.now, 7 * 24 * 3_600_000).records == []
 
 
+def test_an_empty_consumer_group_is_deleted_once_its_last_offset_expires() -> None:
+    log = Log()
+    log.heartbeat("a", 0)
+    log.commit_offset("a", 1)
+    log.heartbeat("a", -1)  # the last member leaves: the group is Empty, its offset stays
+    week = 7 * 24 * 3_600_000
+    assert log.shard.expire_offsets(log.now, week).records == []  # the offset is not old enough
+    log.now += week
+    log.run(log.shard.expire_offsets(log.now, week), -1)
+    assert "g" not in log.shard.consumer_groups.committed and not log.shard.offsets.latest_group_offsets("g")
+    assert "g" not in log.fresh().consumer_groups.committed  # the tombstones delete it on load too
+    assert log.shard.expire_offsets(log.now, week).records == []  # and only once
+
+
 def test_partitions_handed_out_and_not_yet_reported_are_not_taken_as_revoked() -> None:
     """librdkafka reports what it has finished assigning: right after being handed partitions it
     may still report none. That is no revocation: another member gets them only once the first

@@ -450,7 +450,7 @@ class GroupCoordinatorShard:
         offset it decides on): tombstones for expired offsets, and a group tombstone for an
         Empty group left without offsets (removed when they are committed)."""
         result = Result()
-        for group_id in sorted(set(self.groups) | self.offsets.latest_groups()):  # consumer groups: by their offsets
+        for group_id in sorted(set(self.groups) | self.offsets.latest_groups() | set(self.consumer_groups.latest)):
             group = self.groups.get(group_id)
             if group is not None and group.deleting:
                 continue  # its tombstones are already written
@@ -459,9 +459,10 @@ class GroupCoordinatorShard:
             consumer_group = self.consumer_groups.get(group_id)
             for (topic, partition), entry in latest.items():
                 if consumer_group is not None:
-                    # KIP-848 groups (Kafka): a subscribed topic's offsets are kept; others count
-                    # from their commit.
-                    base = None if topic in consumer_group.subscription_metadata else entry.commit_timestamp
+                    # KIP-848 groups (Kafka): a topic its members subscribe to keeps its offsets;
+                    # others (every topic, once the group is empty) count from their commit.
+                    subscribed = consumer_group.members and topic in consumer_group.subscription_metadata
+                    base = None if subscribed else entry.commit_timestamp
                 else:
                     base = self._expiration_base(group, topic, entry.commit_timestamp)
                 if base is None:
@@ -475,6 +476,12 @@ class GroupCoordinatorShard:
             if group is not None and group.state is GroupState.EMPTY and left == 0 \
                     and not self.txn_offsets.has_group(group_id):  # an open transaction keeps it (Kafka)
                 result.merge(self._group_tombstones(group))
+            elif consumer_group is not None and not consumer_group.members and left == 0 \
+                    and not self.txn_offsets.has_group(group_id):
+                # Kafka deletes an empty consumer group once it has no offsets left, as a classic one
+                result.records += self._offset_tombstones(group_id, sorted(expired)) + \
+                    self.consumer.group_tombstones(consumer_group)
+                log.info("consumer_group_expired", partition=self.partition_index, group=group_id)
             else:
                 result.records += self._offset_tombstones(group_id, sorted(expired))
             if expired:
