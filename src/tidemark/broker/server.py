@@ -65,6 +65,7 @@ from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.cluster.zk.session import ZkSession
 from tidemark.hold import hold_async
 from tidemark.replication.partition_manager import PartitionManager, PartitionManagerConfig
+from tidemark.wire.api_keys import ApiKey
 from tidemark.wire.build import build
 from tidemark.wire.codec import (
     CODEC_API_RANGES,
@@ -85,58 +86,58 @@ Handler = Callable[[RequestContext, Request], Awaitable[Any]]
 
 # api key -> (handler, lowest version served); the highest is what the codec covers.
 HANDLERS: dict[int, tuple[Handler, int]] = {
-    0: (produce.handle, 0),  # v0-v2 carry message formats v0/v1, converted on the way in
-    1: (fetch.handle, 4),
-    2: (list_offsets.handle, 0),
-    3: (metadata.handle, 0),
-    18: (api_versions.handle, 0),
-    19: (topics.handle_create, 2),
-    20: (topics.handle_delete, 1),
-    37: (topics.handle_create_partitions, 0),
-    22: (init_producer_id.handle, 0),
-    23: (offset_for_leader_epoch.handle, 2),  # kio has v2-v4
-    8: (offsets.handle_commit, 0),
-    9: (offsets.handle_fetch, 0),
-    47: (offsets.handle_delete, 0),
-    10: (groups.handle_find_coordinator, 0),
-    11: (groups.handle_join, 0),
-    12: (groups.handle_heartbeat, 0),
-    13: (groups.handle_leave, 0),
-    14: (groups.handle_sync, 0),
-    15: (groups.handle_describe, 0),
-    16: (groups.handle_list, 0),
-    42: (groups.handle_delete_groups, 0),
-    68: (groups.handle_consumer_group_heartbeat, 0),  # KIP-848
-    69: (groups.handle_consumer_group_describe, 0),
-    21: (delete_records.handle, 0),
-    32: (configs.handle_describe, 0),
-    33: (configs.handle_alter, 0),
-    44: (configs.handle_incremental_alter, 0),
-    43: (elect_leaders.handle, 0),
-    60: (describe_cluster.handle, 0),
-    27: (txn_markers.handle_write_txn_markers, 0),  # kio has v1-v2 (the flexible ones)
-    28: (txn_markers.handle_txn_offset_commit, 0),
-    24: (transactions.handle_add_partitions, 0),
-    25: (transactions.handle_add_offsets, 0),
-    26: (transactions.handle_end_txn, 0),
-    65: (transactions.handle_describe, 0),
-    66: (transactions.handle_list, 0),
-    29: (acls.handle_describe, 1),
-    30: (acls.handle_create, 1),
-    31: (acls.handle_delete, 1),
-    48: (client_quotas.handle_describe, 0),
-    49: (client_quotas.handle_alter, 0),
+    ApiKey.PRODUCE: (produce.handle, 0),  # v0-v2 carry message formats v0/v1, converted on the way in
+    ApiKey.FETCH: (fetch.handle, 4),
+    ApiKey.LIST_OFFSETS: (list_offsets.handle, 0),
+    ApiKey.METADATA: (metadata.handle, 0),
+    ApiKey.API_VERSIONS: (api_versions.handle, 0),
+    ApiKey.CREATE_TOPICS: (topics.handle_create, 2),
+    ApiKey.DELETE_TOPICS: (topics.handle_delete, 1),
+    ApiKey.CREATE_PARTITIONS: (topics.handle_create_partitions, 0),
+    ApiKey.INIT_PRODUCER_ID: (init_producer_id.handle, 0),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (offset_for_leader_epoch.handle, 2),  # kio has v2-v4
+    ApiKey.OFFSET_COMMIT: (offsets.handle_commit, 0),
+    ApiKey.OFFSET_FETCH: (offsets.handle_fetch, 0),
+    ApiKey.OFFSET_DELETE: (offsets.handle_delete, 0),
+    ApiKey.FIND_COORDINATOR: (groups.handle_find_coordinator, 0),
+    ApiKey.JOIN_GROUP: (groups.handle_join, 0),
+    ApiKey.HEARTBEAT: (groups.handle_heartbeat, 0),
+    ApiKey.LEAVE_GROUP: (groups.handle_leave, 0),
+    ApiKey.SYNC_GROUP: (groups.handle_sync, 0),
+    ApiKey.DESCRIBE_GROUPS: (groups.handle_describe, 0),
+    ApiKey.LIST_GROUPS: (groups.handle_list, 0),
+    ApiKey.DELETE_GROUPS: (groups.handle_delete_groups, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (groups.handle_consumer_group_heartbeat, 0),  # KIP-848
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (groups.handle_consumer_group_describe, 0),
+    ApiKey.DELETE_RECORDS: (delete_records.handle, 0),
+    ApiKey.DESCRIBE_CONFIGS: (configs.handle_describe, 0),
+    ApiKey.ALTER_CONFIGS: (configs.handle_alter, 0),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (configs.handle_incremental_alter, 0),
+    ApiKey.ELECT_LEADERS: (elect_leaders.handle, 0),
+    ApiKey.DESCRIBE_CLUSTER: (describe_cluster.handle, 0),
+    ApiKey.WRITE_TXN_MARKERS: (txn_markers.handle_write_txn_markers, 0),  # kio has v1-v2 (the flexible ones)
+    ApiKey.TXN_OFFSET_COMMIT: (txn_markers.handle_txn_offset_commit, 0),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (transactions.handle_add_partitions, 0),
+    ApiKey.ADD_OFFSETS_TO_TXN: (transactions.handle_add_offsets, 0),
+    ApiKey.END_TXN: (transactions.handle_end_txn, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (transactions.handle_describe, 0),
+    ApiKey.LIST_TRANSACTIONS: (transactions.handle_list, 0),
+    ApiKey.DESCRIBE_ACLS: (acls.handle_describe, 1),
+    ApiKey.CREATE_ACLS: (acls.handle_create, 1),
+    ApiKey.DELETE_ACLS: (acls.handle_delete, 1),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (client_quotas.handle_describe, 0),
+    ApiKey.ALTER_CLIENT_QUOTAS: (client_quotas.handle_alter, 0),
     # On a connection that needs no (more) authentication: refused with ILLEGAL_SASL_STATE, as
     # Kafka's request handler does; before authentication the connection's authenticator serves them.
-    17: (scram_admin.handle_sasl_after_authentication, 0),
-    36: (scram_admin.handle_sasl_after_authentication, 0),
-    50: (scram_admin.handle_describe, 0),
-    51: (scram_admin.handle_alter, 0),
+    ApiKey.SASL_HANDSHAKE: (scram_admin.handle_sasl_after_authentication, 0),
+    ApiKey.SASL_AUTHENTICATE: (scram_admin.handle_sasl_after_authentication, 0),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (scram_admin.handle_describe, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (scram_admin.handle_alter, 0),
 }
 
 # api key -> the highest version served where it is below what the codec covers: AddPartitionsToTxn
 # v5 and EndTxn v5 belong to transaction.version 2 (KIP-890 part 2), which is not offered.
-HIGHEST_VERSIONS: dict[int, int] = {24: 4, 26: 4}
+HIGHEST_VERSIONS: dict[int, int] = {ApiKey.ADD_PARTITIONS_TO_TXN: 4, ApiKey.END_TXN: 4}
 
 # The whole stop fits in controlled.shutdown.timeout.ms + 5 s (cli/serve.py ends the process
 # then, whatever is left): beyond the controlled shutdown, this long to close the controller, the
@@ -144,7 +145,6 @@ HIGHEST_VERSIONS: dict[int, int] = {24: 4, 26: 4}
 CLUSTER_STOP_GRACE_S = 1.5
 MAX_IN_FLIGHT_PER_CONNECTION = 128
 MAX_UNSENT_BYTES_PER_CONNECTION = 16 * 1024 * 1024
-FETCH = 1
 
 
 def supported_versions(handlers: dict[int, tuple[Handler, int]] = HANDLERS) -> dict[int, tuple[int, int]]:
@@ -200,7 +200,7 @@ class Broker:
         # own WriteTxnMarkers handler or the cluster's connections.
         self.marker_destinations = BrokerMarkerDestinations(
             config, self.replicas, None, lambda: self.connection_context(""),
-            lambda: self.handlers[27][0] if 27 in self.handlers else None)
+            lambda: self.handlers.get(ApiKey.WRITE_TXN_MARKERS, (None, 0))[0])
         self.transactions = TransactionCoordinator(config, topic=LogTransactionStateTopic(config, self.replicas),
                                                    destinations=self.marker_destinations, clock=self.clock)
         self.cluster = ClusterLink(config, self.replicas, _Coordinators(self.coordinator, self.transactions),
@@ -350,7 +350,7 @@ class Broker:
         metrics.REQUESTS.labels(api).inc()
         started = time.perf_counter()
         if request.unsupported:
-            if request.api_key == 18:
+            if request.api_key == ApiKey.API_VERSIONS:
                 return api_versions_fallback(request, self.supported_versions)
             return _failure_response(request, ErrorCode.unsupported_version)
         handler, _ = self.handlers[request.api_key]
@@ -373,7 +373,7 @@ class Broker:
         if metered:
             throttle = throttle_ms(self.quotas, connection_context.principal, request.client_id, request.api_key,
                                    request.body, result, timed.seconds + meter.seconds, self.clock.now_ms(),
-                                   request.api_key == FETCH and fetch.replica_id_of(request.body) >= 0)
+                                   request.api_key == ApiKey.FETCH and fetch.replica_id_of(request.body) >= 0)
             if throttle:
                 result = with_throttle(result, throttle)
             if connection is not None and (throttle or connection.throttled):
@@ -561,7 +561,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _cost(self, request: Request) -> int:
         """Bytes a request may hold until answered: a fetch, up to its response's size limit."""
-        if request.api_key == FETCH and not request.unsupported:
+        if request.api_key == ApiKey.FETCH and not request.unsupported:
             return min(request.body.max_bytes, self.broker.config["fetch.max.bytes"])
         return 0
 
