@@ -65,8 +65,8 @@ def test_api_versions_unknown_version_falls_back_to_v0(broker):
 
 def test_api_not_served_gets_unsupported_version(broker):
     with RawClient(broker.bootstrap) as client:
-        # SaslHandshake (17) is a Kafka API this broker does not serve.
-        response = client.request(17, 1, {"mechanism": "PLAIN"})
+        # RenewDelegationToken (39) is a Kafka API this broker does not serve (no delegation tokens).
+        response = client.request(39, 1, {"hmac": b"token", "renew_period_ms": 60000})
         assert response.error_code == ErrorCode.unsupported_version
     assert _metadata_ok(broker.bootstrap)
 
