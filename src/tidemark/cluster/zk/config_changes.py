@@ -37,28 +37,13 @@ def set_topic_config(client: KazooClient, topic: str, configs: Mapping[str, str]
 def set_broker_config(client: KazooClient, entity: str, configs: Mapping[str, str]) -> None:
     """Store a broker entity's dynamic settings (a broker id or "<default>") and tell every
     broker, atomically; the entity's znode is created the first time."""
-    path = zk_data.broker_config_path(entity)
     client.ensure_path(zk_data.CONFIG_BROKERS)
-    for attempt in range(2):  # another broker may create the znode between our look and our multi
-        transaction = client.transaction()
-        if client.exists(path):
-            transaction.set_data(path, zk_data.encode_topic_config(configs))
-        else:
-            transaction.create(path, zk_data.encode_topic_config(configs))
-        transaction.create(zk_data.config_change_path(), zk_data.encode_broker_config_change(entity), sequence=True)
-        failure = next((r for r in transaction.commit() if isinstance(r, Exception)), None)
-        if failure is None:
-            return
-        if not isinstance(failure, (NodeExistsError, NoNodeError)) or attempt:
-            raise failure
+    _set_with_notice(client, zk_data.broker_config_path(entity), configs,
+                     zk_data.encode_broker_config_change(entity))
 
 
 def read_broker_config(client: KazooClient, entity: str) -> dict[str, str]:
-    try:
-        data, _stat = client.get(zk_data.broker_config_path(entity))
-    except NoNodeError:
-        return {}
-    return zk_data.decode_topic_config(data)
+    return _read_config(client, zk_data.broker_config_path(entity))
 
 
 def set_entity_config(client: KazooClient, entity_path: str, configs: Mapping[str, str]) -> None:
@@ -66,14 +51,22 @@ def set_entity_config(client: KazooClient, entity_path: str, configs: Mapping[st
     every broker, atomically; the znode (and its parents) created the first time."""
     path = f"{zk_data.CONFIG}/{entity_path}"
     client.ensure_path(path.rsplit("/", 1)[0])
+    _set_with_notice(client, path, configs, zk_data.encode_entity_config_change(entity_path))
+
+
+def read_entity_config(client: KazooClient, entity_path: str) -> dict[str, str]:
+    return _read_config(client, f"{zk_data.CONFIG}/{entity_path}")
+
+
+def _set_with_notice(client: KazooClient, path: str, configs: Mapping[str, str], notice: bytes) -> None:
+    """Set (or create) an entity's config znode and its /config/changes notice in one multi."""
     for attempt in range(2):  # another broker may create the znode between our look and our multi
         transaction = client.transaction()
         if client.exists(path):
             transaction.set_data(path, zk_data.encode_topic_config(configs))
         else:
             transaction.create(path, zk_data.encode_topic_config(configs))
-        transaction.create(zk_data.config_change_path(), zk_data.encode_entity_config_change(entity_path),
-                           sequence=True)
+        transaction.create(zk_data.config_change_path(), notice, sequence=True)
         failure = next((r for r in transaction.commit() if isinstance(r, Exception)), None)
         if failure is None:
             return
@@ -81,9 +74,9 @@ def set_entity_config(client: KazooClient, entity_path: str, configs: Mapping[st
             raise failure
 
 
-def read_entity_config(client: KazooClient, entity_path: str) -> dict[str, str]:
+def _read_config(client: KazooClient, path: str) -> dict[str, str]:
     try:
-        data, _stat = client.get(f"{zk_data.CONFIG}/{entity_path}")
+        data, _stat = client.get(path)
     except NoNodeError:
         return {}
     return zk_data.decode_topic_config(data)
