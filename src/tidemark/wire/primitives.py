@@ -53,7 +53,13 @@ class Reader:
         return self.unpack(I64)[0]
 
     def string(self, nullable: bool = False) -> str | None:
-        n = self.int16()
+        return self._string(self.int16(), nullable)
+
+    def count(self, min_item_size: int) -> int:
+        return self._count(self.int32(), min_item_size)
+
+    def _string(self, n: int, nullable: bool = False) -> str | None:
+        """n bytes of UTF-8 (a negative n: null)."""
         if n < 0:
             if nullable:
                 return None
@@ -65,8 +71,7 @@ class Reader:
         self.pos = end
         return value
 
-    def count(self, min_item_size: int) -> int:
-        n = self.int32()
+    def _count(self, n: int, min_item_size: int) -> int:
         if n < 0:
             raise ValueError("null array")
         if n * min_item_size > len(self.buf) - self.pos:  # absurd counts, before allocating
@@ -101,23 +106,10 @@ class Reader:
                 raise ValueError("varint longer than 5 bytes")
 
     def compact_string(self) -> str:
-        n = self.uvarint() - 1
-        if n < 0:
-            raise ValueError("null string where Kafka requires one")
-        end = self.pos + n
-        if end > len(self.buf):
-            raise ValueError("string runs past the end of the frame")
-        value = bytes(self.buf[self.pos:end]).decode("utf-8")
-        self.pos = end
-        return value
+        return self._string(self.uvarint() - 1)  # type: ignore[return-value]
 
     def compact_count(self, min_item_size: int) -> int:
-        n = self.uvarint() - 1
-        if n < 0:
-            raise ValueError("null array")
-        if n * min_item_size > len(self.buf) - self.pos:
-            raise ValueError("array count larger than the remaining bytes")
-        return n
+        return self._count(self.uvarint() - 1, min_item_size)
 
     def skip_tagged_fields(self) -> None:
         for _ in range(self.uvarint()):
