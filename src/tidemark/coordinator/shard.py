@@ -76,6 +76,20 @@ def _commit_timestamp(partition: Any, now_ms: int) -> int:
     return now_ms if timestamp == -1 else timestamp
 
 
+def _fail_accepted_partitions(token: int, response: dict[str, Any],
+                              to_error: Callable[[ErrorCode], ErrorCode]) -> Callable[[ErrorCode, int], Result]:
+    """A commit's append failed: every partition it had accepted answers the append's error."""
+    def failed(code: ErrorCode, _now_ms: int) -> Result:
+        error = to_error(code)
+        for topic_response in response["topics"]:
+            for partition_response in topic_response["partitions"]:
+                if partition_response["error_code"] == ErrorCode.none:
+                    partition_response["error_code"] = error
+        return Result().respond(token, response)
+
+    return failed
+
+
 def _txn_append_error(code: ErrorCode) -> ErrorCode:
     """How a failed append of transactional offsets reaches the producer (Kafka's
     handleOperationException): the producer's epoch errors as they are."""
@@ -212,17 +226,9 @@ class GroupCoordinatorShard:
         response = {"throttle_time": 0, "topics": topics}
         result = Result(records=records).respond(token, response)
         if committed:
-            def failed(code: ErrorCode, _now_ms: int) -> Result:
-                # The committed view has no trace of the commit (if it commits after all, replay
-                # applies it then); the latest view keeps it while it may still commit.
-                error = offset_commit_append_error(code)
-                for topic_response in topics:
-                    for partition_response in topic_response["partitions"]:
-                        if partition_response["error_code"] == ErrorCode.none:
-                            partition_response["error_code"] = error
-                return Result().respond(token, response)
-
-            result.on_failure = failed
+            # The committed view has no trace of the commit (if it commits after all, replay
+            # applies it then); the latest view keeps it while it may still commit.
+            result.on_failure = _fail_accepted_partitions(token, response, offset_commit_append_error)
         return result
 
     # -- TxnOffsetCommit and transaction markers (txn_offsets.py) -------------------------------
@@ -273,15 +279,7 @@ class GroupCoordinatorShard:
         response = {"throttle_time": 0, "topics": topics}
         result = Result(records=records).respond(token, response)
         if records:
-            def failed(code: ErrorCode, _now_ms: int) -> Result:
-                error = _txn_append_error(code)
-                for topic_response in topics:
-                    for partition_response in topic_response["partitions"]:
-                        if partition_response["error_code"] == ErrorCode.none:
-                            partition_response["error_code"] = error
-                return Result().respond(token, response)
-
-            result.on_failure = failed
+            result.on_failure = _fail_accepted_partitions(token, response, _txn_append_error)
         return result
 
     def complete_transaction(self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
