@@ -264,14 +264,14 @@ class Cleaner:
             time.sleep(self.YIELD_FOR_S)
             self._last_yield = time.monotonic()
 
-    @staticmethod
-    def _last_markers(segments: list[LogSegment], fds: dict[int, int], active: dict) -> dict[int, int]:
+    def _last_markers(self, segments: list[LogSegment], fds: dict[int, int], active: dict) -> dict[int, int]:
         """producer id -> offset of its last marker in these segments, for the producers the
         log knows: that marker stays, so a reload that scans the log gets back the producer's
         epoch and coordinator epoch (a marker may bump the epoch past its last data batch's)."""
         last: dict[int, int] = {}
         for seg in segments:
-            for _, h in seg.scan(fd=fds[id(seg)]):
+            for _, h in seg.scan(fd=fds[id(seg)]):  # headers only
+                self._share_the_gil()
                 if h.is_control and h.producer_id in active:
                     last[h.producer_id] = h.base_offset
         return last
