@@ -19,10 +19,14 @@ TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.clean
 
 
 def _aborted_on_disk(partition_dir) -> int:
-    """Records with an aborted value in the partition's segment files."""
+    """Records with an aborted value in the partition's segment files (-1: a file the cleaner
+    was swapping, read again on the next call)."""
     count = 0
     for segment in sorted(partition_dir.glob("*.log")):
-        data = segment.read_bytes()
+        try:
+            data = segment.read_bytes()
+        except FileNotFoundError:
+            return -1
         for position, h in iter_batches(data, validate=False):
             if not h.is_control:
                 count += sum(1 for r in decode_records(data, position) if r.value and r.value.startswith(b"aborted"))
