@@ -22,7 +22,13 @@ is dropped, except (kept as an empty batch, records count 0, no compression) the
 each group, so a cleaned segment ends exactly where the segments it replaces ended (which is
 what crash recovery relies on to know which segments a ".swap" replaces), and the latest batch
 of each producer the log knows, so its sequence state survives a reload. Records without a key
-are dropped (Kafka refuses them on compacted topics); control batches are kept as they are.
+are dropped (Kafka refuses them on compacted topics).
+
+Transactions (see cleaned_txns): batches of aborted transactions (the .txnindex entries) are
+dropped and never mapped; committed ones are compacted as any. A marker is kept as it is while
+its transaction has a batch left, then until its segment passes the delete horizon, and always
+as a producer's last marker (its epochs) or a group's last batch; each cleaned .txnindex keeps
+the aborted transactions with data left.
 """
 
 from __future__ import annotations
@@ -52,9 +58,11 @@ from tidemark.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD
 from tidemark.records.compression import compress
 
 from .checkpoint import TopicPartition, read_checkpoint, write_checkpoint
+from .cleaned_txns import CleanedTransactions
 from .local_log import CLEANED_SUFFIX
 from .unified_log import UnifiedLog
 from .segment import LogSegment
+from .txn_index import AbortedTxn
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 # log.cleaner.dedupe.buffer.size (128 MiB) at Kafka's 24 bytes per entry (MD5 + offset) and
@@ -146,12 +154,13 @@ class LogToClean:
         return self.dirty_bytes / self.total_bytes if self.total_bytes else 0.0
 
 
-def first_uncleanable_offset(segments: list[LogSegment], active_base: int, high_watermark: int,
+def first_uncleanable_offset(segments: list[LogSegment], active_base: int, last_stable_offset: int,
                              min_compaction_lag_ms: int, now_ms: int) -> int:
     """The active segment's base offset, or the base of the first segment reaching past the
-    high watermark or holding a record newer than min.compaction.lag.ms."""
+    last stable offset (the high watermark, or an undecided transaction's first offset) or
+    holding a record newer than min.compaction.lag.ms."""
     for seg in segments:
-        if seg.next_offset > high_watermark:
+        if seg.next_offset > last_stable_offset:
             return seg.base_offset
         if min_compaction_lag_ms > 0:
             newest = seg.max_timestamp if seg.max_timestamp >= 0 else seg.last_modified_ms
@@ -168,7 +177,7 @@ def log_to_clean(tp: TopicPartition, log: UnifiedLog, checkpoint: int | None, no
     first_dirty = checkpoint if checkpoint is not None else log.log_start_offset
     if first_dirty < log.log_start_offset or first_dirty > log.log_end_offset:
         first_dirty = log.log_start_offset
-    end = first_uncleanable_offset(segments[:-1], segments[-1].base_offset, log.high_watermark,
+    end = first_uncleanable_offset(segments[:-1], segments[-1].base_offset, log.last_stable_offset,
                                    log.config.min_compaction_lag_ms, now_ms)
     end = max(end, first_dirty)
     clean = sum(s.size for s in segments if s.base_offset < first_dirty)
@@ -219,14 +228,21 @@ class Cleaner:
             first_dirty = max(first_dirty_offset, log.log_start_offset)
             if not segments or first_dirty >= end:
                 return first_dirty_offset, stats
-            offset_map, end = self._build_offset_map(segments, fds, first_dirty, end, stats)
+            # Every transaction below `end` is decided (end <= LSO); an aborted one's marker may
+            # lie past it (its entry is then in a later segment's .txnindex).
+            aborted = set(log.collect_aborted_transactions(log.log_start_offset, end))
+            for seg in segments:
+                aborted.update(seg.txn_index.entries)
+            txns = CleanedTransactions(aborted)
+            offset_map, end = self._build_offset_map(segments, fds, first_dirty, end, txns, stats)
             segments = [seg for seg in segments if seg.next_offset <= end]
-            producers = {pid: entry.batches[-1].last_offset
-                         for pid, entry in dict(log.producer_state.producers).items() if entry.batches}
+            active = dict(log.producer_state.producers)
+            producers = {pid: entry.batches[-1].last_offset for pid, entry in active.items() if entry.batches}
+            last_markers = self._last_markers(segments, fds, active)
             horizon = now - log.config.delete_retention_ms
             for group in self._group_segments(segments, log.config.segment_bytes):
-                if self.abort.is_set() or not self._clean_group(log, group, fds, offset_map, producers, horizon,
-                                                                now, stats):
+                if self.abort.is_set() or not self._clean_group(log, group, fds, offset_map, producers, last_markers,
+                                                                txns, horizon, now, stats):
                     _logger.info("cleaning_stopped", log=log.directory.name, at=group[0].base_offset,
                                  aborted=self.abort.is_set())
                     end = max(first_dirty_offset, group[0].base_offset)
@@ -248,10 +264,23 @@ class Cleaner:
             time.sleep(self.YIELD_FOR_S)
             self._last_yield = time.monotonic()
 
+    def _last_markers(self, segments: list[LogSegment], fds: dict[int, int], active: dict) -> dict[int, int]:
+        """producer id -> offset of its last marker in these segments, for the producers the
+        log knows: that marker stays, so a reload that scans the log gets back the producer's
+        epoch and coordinator epoch (a marker may bump the epoch past its last data batch's)."""
+        last: dict[int, int] = {}
+        for seg in segments:
+            for _, h in seg.scan(fd=fds[id(seg)]):  # headers only
+                self._share_the_gil()
+                if h.is_control and h.producer_id in active:
+                    last[h.producer_id] = h.base_offset
+        return last
+
     def _build_offset_map(self, segments: list[LogSegment], fds: dict[int, int], first_dirty: int, end: int,
-                          stats: CleanerStats) -> tuple[dict[bytes, int], int]:
+                          txns: CleanedTransactions, stats: CleanerStats) -> tuple[dict[bytes, int], int]:
         """key -> last offset over [first_dirty, end), whole segments at a time; if the map
-        fills up, the cleaning ends after the segment that filled it."""
+        fills up, the cleaning ends after the segment that filled it. Records of aborted
+        transactions are not mapped: they must not shadow an older committed value."""
         offset_map: dict[bytes, int] = {}
         for i, seg in enumerate(segments):
             if seg.next_offset <= first_dirty:
@@ -262,7 +291,7 @@ class Cleaner:
                 self.throttler.maybe_throttle(len(data))
                 self._share_the_gil()
                 stats.map_bytes += len(data)
-                if h.is_control or h.base_offset + h.last_offset_delta < first_dirty:
+                if h.is_control or h.base_offset + h.last_offset_delta < first_dirty or txns.is_aborted(h):
                     continue
                 try:
                     for offset, key, _ in iter_key_values(data):
@@ -291,12 +320,14 @@ class Cleaner:
         return groups
 
     def _clean_group(self, log: UnifiedLog, group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
-                     producers: dict[int, int], horizon: int, now: int, stats: CleanerStats) -> bool:
+                     producers: dict[int, int], last_markers: dict[int, int], txns: CleanedTransactions,
+                     horizon: int, now: int, stats: CleanerStats) -> bool:
         cleaned = log.new_cleaned_segment(group[0].base_offset)
         try:
             buf = bytearray()
             headers: list[tuple[int, BatchHeader]] = []
             last_modified = 0
+            kept_aborted: list[AbortedTxn] = []
             for n, seg in enumerate(group):
                 retain_deletes = seg.last_modified_ms > horizon
                 last_modified = max(last_modified, seg.last_modified_ms)
@@ -305,12 +336,24 @@ class Cleaner:
                     if self.abort.is_set():
                         raise _Aborted
                     stats.bytes_read += len(data)
-                    must_keep = (n == len(group) - 1 and b == len(batches) - 1) or (
-                        h.producer_id >= 0 and producers.get(h.producer_id) == h.base_offset + h.last_offset_delta)
-                    try:
-                        out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep, stats)
-                    except CorruptRecordError as exc:
-                        raise _in_batch(seg, pos, exc) from None
+                    last_in_group = n == len(group) - 1 and b == len(batches) - 1
+                    if h.is_control:
+                        has_data, txn = txns.on_marker(h)
+                        if txn is not None:
+                            kept_aborted.append(txn)
+                        keep = (has_data or retain_deletes or last_in_group
+                                or last_markers.get(h.producer_id) == h.base_offset)
+                        out = data if keep else None
+                        stats.records_read += h.records_count
+                        stats.records_written += h.records_count if keep else 0
+                    else:
+                        must_keep = last_in_group or (
+                            h.producer_id >= 0 and producers.get(h.producer_id) == h.base_offset + h.last_offset_delta)
+                        try:
+                            out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep,
+                                                     txns.on_batch(h), stats)
+                        except CorruptRecordError as exc:
+                            raise _in_batch(seg, pos, exc) from None
                     if out is not None:
                         headers.append((len(buf), read_header(out)))
                         buf += out
@@ -322,9 +365,8 @@ class Cleaner:
                 stats.segments_read += 1
             if buf:
                 self._write(cleaned, buf, headers, now, stats)
-            for seg in group:  # aborted transactions stay flagged for read_committed readers
-                for aborted in seg.txn_index.entries:
-                    cleaned.txn_index.append(aborted)
+            for aborted in kept_aborted:  # those with data left stay flagged for read_committed readers
+                cleaned.txn_index.append(aborted)
             cleaned.on_roll()
             cleaned.fsync()
             # Kafka keeps the replaced segments' last modified time: it is what tombstone
@@ -354,10 +396,12 @@ class Cleaner:
 
     @staticmethod
     def _filter_batch(h: BatchHeader, data: bytes, offset_map: dict[bytes, int], retain_deletes: bool,
-                      must_keep: bool, stats: CleanerStats) -> bytes | None:
-        """The batch with only the records to keep: itself if all are kept, None if none."""
-        if h.is_control:
-            return data
+                      must_keep: bool, aborted: bool, stats: CleanerStats) -> bytes | None:
+        """The data batch with only the records to keep: itself if all are kept, None if none
+        (an aborted transaction's keeps none)."""
+        if aborted:
+            stats.records_read += h.records_count
+            return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
         _, section, first, last = records_section(data)
         base = h.base_offset
         kept: list[tuple[int, int]] = []

@@ -67,8 +67,10 @@ class TransactionIndex:
             self._rewrite()
 
     def append(self, entry: AbortedTxn) -> None:
-        """Add an aborted transaction; one already indexed (a rebuild scanning it again) is skipped."""
-        if entry in self.entries:
+        """Add an aborted transaction; one already indexed (a rebuild scanning its marker again)
+        is skipped. A marker names its transaction: after cleaning, a scan may find it with a
+        later first offset or another last stable offset than the entry kept."""
+        if any(e.last_offset == entry.last_offset for e in self.entries):
             return
         if self.entries and entry.last_offset <= self.entries[-1].last_offset:
             raise ValueError(f"aborted transaction ending at {entry.last_offset} does not follow "
