@@ -25,8 +25,9 @@ with the same number of producers, and commit_transaction's latency p50/p99. Eve
 --repeats times, rounds alternating the cases, and the medians are shown. After each round a
 read_committed consumer checks that each partition holds exactly the committed records.
 
---profile DIR records the broker with py-spy (raw collapsed stacks) during case (c) with 8
-producers in one extra round, and prints the top functions by own and total samples.
+--profile DIR records the broker with py-spy (raw collapsed stacks) during each transactional case
+with the most producers in one extra round after the others, and prints the top functions by own
+and total samples (profiled rounds are slower; their throughput is not reported).
 """
 
 from __future__ import annotations
@@ -56,8 +57,7 @@ RECORDS_PER_TXN = 100
 INTERVAL_S = 0.100
 WAIT_S = 120.0  # a hang guard on every client call
 CASES = ("a", "b", "c")
-CASE_NAMES = {"a": "(a) idempotent acks=all", "b": "(b) txn, commit every 100 records",
-              "c": "(c) txn, commit every 100 ms"}
+CASE_NAMES = {"a": "(a) idempotent", "b": "(b) txn/100 records", "c": "(c) txn/100 ms"}
 
 
 class Worker(threading.Thread):
@@ -78,8 +78,7 @@ class Worker(threading.Thread):
     def _produce(self, producer: Producer) -> None:
         while True:
             try:
-                producer.produce(self.topic, VALUE, partition=self.partition,
-                                 on_delivery=lambda e, _m: e and self.failures.append(e))
+                producer.produce(self.topic, VALUE, partition=self.partition)
                 return
             except BufferError:
                 producer.poll(0.005)
@@ -95,8 +94,11 @@ class Worker(threading.Thread):
                 pass
 
     def _run(self) -> None:
+        # Delivery reports only for failures: a Python callback per record would cost the client
+        # more than the broker's work on it.
         config = {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                  "linger.ms": 5, "log_level": 0}
+                  "linger.ms": 5, "log_level": 0, "delivery.report.only.error": True,
+                  "on_delivery": lambda error, _message: self.failures.append(error)}
         if self.case != "a":
             config["transactional.id"] = f"bench-{self.tag}-{self.partition}"
         producer = Producer(config)
@@ -120,7 +122,6 @@ class Worker(threading.Thread):
                 while time.perf_counter() < deadline:
                     self._produce(producer)
                     produced += 1
-                    producer.poll(0)
                 if producer.flush(WAIT_S) != 0:
                     raise RuntimeError("flush left records unsent")
                 self.records = produced
@@ -139,7 +140,6 @@ class Worker(threading.Thread):
                         while time.perf_counter() < until:
                             self._produce(producer)
                             produced += 1
-                            producer.poll(0)
                     source_offset += produced
                     before = time.perf_counter()
                     producer.send_offsets_to_transaction(
@@ -227,16 +227,16 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def _profile(broker: BrokerProcess, directory: Path, bootstrap: str, producers: int, seconds: float) -> None:
+def _profile(broker: BrokerProcess, directory: Path, case: str, producers: int, seconds: float) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    raw = directory / f"case-c-{producers}p.txt"
+    raw = directory / f"case-{case}-{producers}p.txt"
     assert broker.process is not None
     spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(broker.process.pid),
                             "--format", "raw", "--rate", "200", "--output", str(raw), "--nonblocking"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.0)
-        run_case(bootstrap, "c", producers, seconds, f"profile-{producers}", check=False)
+        run_case(broker.bootstrap, case, producers, seconds, f"profile-{case}{producers}", check=False)
     finally:
         spy.send_signal(2)
         spy.wait(60)
@@ -251,7 +251,7 @@ def _profile(broker: BrokerProcess, directory: Path, bootstrap: str, producers: 
         own[frames[-1]] += count
         for frame in set(frames):
             total[frame] += count
-    table = Table(title=f"Broker profile, case (c), {producers} producers ({samples} samples; {raw})")
+    table = Table(title=f"Broker profile, {CASE_NAMES[case]}, {producers} producers ({samples} samples; {raw})")
     for column in ("own %", "function", "total %", "function"):
         table.add_column(column, justify="right" if column.endswith("%") else "left")
     for (own_name, own_count), (tot_name, tot_count) in zip(own.most_common(25), total.most_common(25)):
@@ -266,49 +266,66 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds (medians are shown)")
     parser.add_argument("--producers", type=int, nargs="+", default=[1, 8], help="producer counts")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--compare", metavar="KEY=VALUE", action="append", default=[],
+                        help="also run every case against a second broker with these settings, "
+                             "rounds alternating the brokers (e.g. the setting that restores earlier behaviour)")
     parser.add_argument("--no-check", action="store_true", help="skip the read_committed count check")
     parser.add_argument("--profile", type=Path, help="record the broker with py-spy in case (c) into DIR")
     args = parser.parse_args()
 
-    results: dict[tuple[str, int], list[dict[str, float]]] = {}
+    targets = {"defaults": {}}
+    if args.compare:
+        targets["compared"] = dict(kv.split("=", 1) for kv in args.compare)
+    results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-") as tmp_dir:
-        broker = BrokerProcess(Path(tmp_dir) / "data").start()
+        brokers = {name: BrokerProcess(Path(tmp_dir) / f"data-{i}", settings=settings)
+                   for i, (name, settings) in enumerate(targets.items())}
         try:
-            bootstrap = broker.bootstrap
+            for broker in brokers.values():
+                broker.start()
             for round_ in range(args.repeats):
                 for producers in args.producers:
                     for case in args.cases:
-                        tag = f"{case}{producers}r{round_}"
-                        result = run_case(bootstrap, case, producers, args.seconds, tag, not args.no_check)
-                        results.setdefault((case, producers), []).append(result)
-                        console.print(f"round {round_ + 1}: {CASE_NAMES[case]}, {producers} producer(s): "
-                                      f"{result['records_s']:,.0f} records/s, {result['txns_s']:,.1f} txn/s, "
-                                      f"commit p50 {result['p50']:.1f} ms, send_offsets p50 {result['offsets_p50']:.1f} ms")
+                        for name, broker in brokers.items():
+                            tag = f"{case}{producers}r{round_}"
+                            result = run_case(broker.bootstrap, case, producers, args.seconds, tag,
+                                              not args.no_check)
+                            results.setdefault((name, case, producers), []).append(result)
+                            console.print(f"round {round_ + 1} [{name}]: {CASE_NAMES[case]}, {producers} producer(s): "
+                                          f"{result['records_s']:,.0f} records/s, {result['txns_s']:,.1f} txn/s, "
+                                          f"commit p50 {result['p50']:.1f} ms, "
+                                          f"send_offsets p50 {result['offsets_p50']:.1f} ms", markup=False)
             if args.profile is not None:
-                _profile(broker, args.profile, bootstrap, max(args.producers), args.seconds)
+                for case in args.cases:
+                    if case != "a":
+                        _profile(brokers["defaults"], args.profile, case, max(args.producers), args.seconds)
         finally:
-            try:
-                broker.stop()
-            finally:
-                broker.kill()
+            for broker in brokers.values():
+                try:
+                    if broker.process is not None:
+                        broker.stop()
+                finally:
+                    broker.kill()
 
-    def median(case: str, producers: int, key: str) -> float:
-        return statistics.median(r[key] for r in results[(case, producers)])
+    def median(name: str, case: str, producers: int, key: str) -> float:
+        return statistics.median(r[key] for r in results[(name, case, producers)])
 
+    compared = f"; compared: {' '.join(args.compare)}" if args.compare else ""
     table = Table(title=f"Transactions against idempotent acks=all: 100-byte records, {args.seconds:g} s per case, "
-                        f"medians of {args.repeats}")
-    for column in ("case", "producers", "transactions/s", "records/s", "ratio to (a)", "commit p50 ms",
-                   "commit p99 ms"):
-        table.add_column(column, justify="left" if column == "case" else "right")
+                        f"medians of {args.repeats}{compared}")
+    for column in ("broker", "case", "producers", "txn/s", "records/s", "ratio to (a)", "commit p50 ms",
+                   "commit p99 ms", "send_offsets p50 ms"):
+        table.add_column(column, justify="left" if column in ("broker", "case") else "right")
     for producers in args.producers:
-        for case in args.cases:
-            records = median(case, producers, "records_s")
-            reference = median("a", producers, "records_s") if "a" in args.cases else float("nan")
-            txn = "-" if case == "a" else f"{median(case, producers, 'txns_s'):,.1f}"
-            p50 = "-" if case == "a" else f"{median(case, producers, 'p50'):.1f}"
-            p99 = "-" if case == "a" else f"{median(case, producers, 'p99'):.1f}"
-            table.add_row(CASE_NAMES[case], str(producers), txn, f"{records:,.0f}", f"{records / reference:.2f}",
-                          p50, p99)
+        for name in targets:
+            for case in args.cases:
+                records = median(name, case, producers, "records_s")
+                reference = median(name, "a", producers, "records_s") if "a" in args.cases else float("nan")
+                txn = "-" if case == "a" else f"{median(name, case, producers, 'txns_s'):,.1f}"
+                p50, p99, offsets = ("-", "-", "-") if case == "a" else (
+                    f"{median(name, case, producers, key):.1f}" for key in ("p50", "p99", "offsets_p50"))
+                table.add_row(name, CASE_NAMES[case], str(producers), txn, f"{records:,.0f}",
+                              f"{records / reference:.2f}", p50, p99, offsets)
     out.print(table)
 
 

@@ -340,6 +340,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("transactional.id.expiration.ms", 604800000, 1),
         _int("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000, 1),
         _int("transaction.remove.expired.transaction.cleanup.interval.ms", 3600000, 1),
+        # How long an add of partitions or offsets that finds the id's previous transaction still
+        # completing waits for it on the broker before answering CONCURRENT_TRANSACTIONS (Kafka's
+        # server-side retry of KAFKA-18654; not longer than request.timeout.ms).
+        _int("add.partitions.to.txn.retry.backoff.max.ms", 100, 0),
         # Authorization (Kafka's AclAuthorizer): ACLs enforced once an authorizer is named.
         Setting("authorizer.class.name", "", _parse_authorizer),
         Setting("super.users", frozenset(), _parse_super_users),
