@@ -281,6 +281,8 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # follower is in its ISR) are fsynced within this long, not one by one: they count toward
         # the high watermark once appended, as in Kafka (durability across brokers is replication).
         _int("tidemark.replica.flush.interval.ms", 1000, 0),
+        # tidemark: how many logs a group-commit round fsyncs at once (1: one after another).
+        _int("tidemark.log.flush.threads", 8, 1, maximum=64),
         Setting("unclean.leader.election.enable", False, _parse_bool),
         # Racks (KIP-36, KIP-392): this broker's rack, registered in ZooKeeper and shown in
         # Metadata; rack-aware replica assignment; the leader's choice of a replica for a
