@@ -5,6 +5,7 @@ tidemark.replica.flush.interval.ms, unless the partition becomes a leader alone 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from tidemark.replication.flusher import Flusher
 from tidemark.replication.partition import Partition
@@ -75,8 +76,6 @@ def test_a_round_syncs_its_logs_side_by_side(tmp_path):
 
 
 async def _side_by_side(tmp_path) -> None:
-    import threading
-
     flusher = Flusher(flush_threads=2)
     flusher.start()
     first, second = _partition(tmp_path, "first", 2), _partition(tmp_path, "second", 3)
