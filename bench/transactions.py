@@ -1,6 +1,7 @@
 """Transactional throughput against non-transactional acks=all, side by side in one run.
 
-    python -m bench.transactions [--seconds 5] [--repeats 3] [--producers 1 8] [--profile DIR]
+    python -m bench.transactions [--seconds 5] [--repeats 3] [--producers 1 8] [--cases a b c]
+                                 [--compare KEY=VALUE ...] [--profile DIR]
 
 A tidemark broker process is started here (127.0.0.1, free port, temporary data dir, defaults:
 the high watermark follows the fsync'd group commit). confluent-kafka producers write 100-byte
@@ -17,14 +18,19 @@ output partition), for --seconds each case:
       does).
 
 Every producer keeps at most 10,000 records unacknowledged (queue.buffering.max.messages), so
-no case ends with a backlog to drain. Each case runs with 1 producer and with 8, one thread each in this process, each with its own
-Producer (librdkafka does the I/O on its own threads; produce() holds the GIL for microseconds
-while the broker spends far longer on each record, so the client is not the bottleneck; the
-client and the broker share the machine's cores). Reported: transactions/s, records/s
+no case ends with a backlog to drain. Each case runs with 1 producer and with 8, one thread
+each in this process, each with its own Producer (librdkafka does the I/O on its own threads;
+produce() holds the GIL for microseconds while the broker spends far longer on each record; the
+client and the broker still share the machine's cores). Reported: transactions/s, records/s
 (acknowledged records over the time to the last ack or commit), the ratio of records/s to (a)
-with the same number of producers, and commit_transaction's latency p50/p99. Every case runs
---repeats times, rounds alternating the cases, and the medians are shown. After each round a
-read_committed consumer checks that each partition holds exactly the committed records.
+with the same number of producers, commit_transaction's latency p50/p99 and
+send_offsets_to_transaction's p50. Every case runs --repeats times, rounds alternating the
+cases, and the medians are shown. After each case a read_committed consumer checks that each
+partition holds exactly the committed records.
+
+--compare KEY=VALUE (repeatable) starts a second broker with those settings and runs every case
+against both, alternating them, so a change and the setting that turns it off are measured side
+by side in one run.
 
 --profile DIR records the broker with py-spy (raw collapsed stacks) during each transactional case
 with the most producers in one extra round after the others, and prints the top functions by own
