@@ -51,6 +51,7 @@ bench: install
 	$(BIN)/python -m bench.restart
 	$(BIN)/python -m bench.zk_offsets
 	$(BIN)/python -m bench.quotas
+	$(BIN)/python -m bench.transactions
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -5,6 +5,7 @@ tidemark.replica.flush.interval.ms, unless the partition becomes a leader alone 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from tidemark.replication.flusher import Flusher
 from tidemark.replication.partition import Partition
@@ -66,3 +67,32 @@ async def _flushed_by_the_replica_round(tmp_path) -> None:
     finally:
         await flusher.stop()
         follower.log.close()
+
+
+def test_a_round_syncs_its_logs_side_by_side(tmp_path):
+    """Two leaders' appends in one round: their logs are fsynced at the same time (each flush
+    here returns only once the other has started), and both become durable."""
+    asyncio.run(_side_by_side(tmp_path))
+
+
+async def _side_by_side(tmp_path) -> None:
+    flusher = Flusher(flush_threads=2)
+    flusher.start()
+    first, second = _partition(tmp_path, "first", 2), _partition(tmp_path, "second", 3)
+    both_syncing = threading.Barrier(2, timeout=BOUND_S)  # broken (the flush fails) if one waits alone
+    originals = [partition.log.local.before_sync for partition in (first, second)]
+    for partition, metadata in zip((first, second), originals):
+        def synced_together(metadata=metadata) -> None:
+            both_syncing.wait()
+            metadata()
+        partition.log.local.before_sync = synced_together
+    try:
+        flusher.mark_dirty(first)
+        flusher.mark_dirty(second)
+        await asyncio.wait_for(asyncio.gather(_flushed(first, 2), _flushed(second, 3)), BOUND_S * 2)
+        assert (first.log.recovery_point, second.log.recovery_point) == (2, 3)
+    finally:
+        await flusher.stop()
+        for partition, metadata in zip((first, second), originals):
+            partition.log.local.before_sync = metadata  # close() flushes each alone
+            partition.log.close()

@@ -201,3 +201,104 @@ def test_librdkafka_commits_then_aborts_through_the_coordinator(tmp_path):
             await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S * 2))
+
+
+class HeldMarkers(MarkersDouble):
+    """The markers double, answering only once released (markers still being written)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.asked = 0
+
+    async def handle(self, ctx, request) -> dict[str, Any]:
+        self.asked += 1
+        await self.release.wait()
+        return await super().handle(ctx, request)
+
+
+async def _committed_with_markers_held(broker: Broker, double: HeldMarkers) -> tuple[BrokerConnection, int, int]:
+    """A transaction on orders-0 ended with EndTxn(commit), its markers held: (client, pid, epoch)."""
+    broker.replicas.create_topic("orders", 2, {})
+    client = await BrokerConnection.connect("127.0.0.1", broker.port, "test", TIMEOUT_S)
+    init = await _retried(client, INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 60000,
+                                                        "producer_id": -1, "producer_epoch": -1})
+    pid, epoch = init.producer_id, init.producer_epoch
+    added = await client.request(ADD_PARTITIONS, 3, _add("tx", pid, epoch, "orders", 0), TIMEOUT_S)
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == ErrorCode.none
+    ended = await client.request(END_TXN, 3, {"transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+                                              "committed": True}, TIMEOUT_S)
+    assert ended.error_code == ErrorCode.none  # answered once PrepareCommit is durable
+    await until(lambda: double.asked > 0)
+    return client, pid, epoch
+
+
+def _add(txn: str, pid: int, epoch: int, topic: str, partition: int) -> dict[str, Any]:
+    return {"v3_and_below_transactional_id": txn, "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic, "partitions": [partition]}]}
+
+
+def test_the_next_transactions_adds_wait_for_the_previous_ones_markers_instead_of_concurrent_transactions(tmp_path):
+    """A producer beginning its next transaction right after EndTxn: its AddPartitionsToTxn and
+    AddOffsetsToTxn find the previous one still completing and are answered once its markers and
+    CompleteCommit are written (within add.partitions.to.txn.retry.backoff.max.ms, here a hang
+    guard), not CONCURRENT_TRANSACTIONS for the client to retry after its back-off."""
+    async def scenario() -> None:
+        double = HeldMarkers()
+        settings = {**SETTINGS, "add.partitions.to.txn.retry.backoff.max.ms": str(int(TIMEOUT_S * 1000))}
+        broker = Broker(BrokerConfig(settings), tmp_path, port=0,
+                        handlers={**HANDLERS, WRITE_TXN_MARKERS: (double.handle, 1)})
+        await broker.start()
+        try:
+            client, pid, epoch = await _committed_with_markers_held(broker, double)
+            adding, offsetting = [await BrokerConnection.connect("127.0.0.1", broker.port, "test", TIMEOUT_S)
+                                  for _ in range(2)]
+            add = asyncio.ensure_future(adding.request(ADD_PARTITIONS, 3, _add("tx", pid, epoch, "orders", 1),
+                                                       TIMEOUT_S))
+            offsets = asyncio.ensure_future(offsetting.request(ADD_OFFSETS, 3, {
+                "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch, "group_id": "g"}, TIMEOUT_S))
+            # both are held (or, before they were, answered at once)
+            await until(lambda: (add.done() and offsets.done())
+                        or len(broker.transactions._durable_waiters.get("tx", ())) == 2)
+            assert (await _describe(client, "tx")).transaction_state == "PrepareCommit"
+            double.release.set()
+            codes = {p.partition_error_code for t in (await add).results_by_topic_v3_and_below
+                     for p in t.results_by_partition}
+            assert codes == {ErrorCode.none}
+            assert (await offsets).error_code == ErrorCode.none
+            described = await _describe(client, "tx")
+            assert described.transaction_state == "Ongoing"
+            assert {(t.topic, tuple(t.partitions)) for t in described.topics} == {
+                ("orders", (1,)), ("__consumer_offsets", (partition_for("g", 5),))}
+            for connection in (client, adding, offsetting):
+                await connection.close()
+        finally:
+            double.release.set()
+            await broker.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S * 2))
+
+
+def test_with_no_wait_configured_an_add_during_the_markers_is_concurrent_transactions(tmp_path):
+    async def scenario() -> None:
+        double = HeldMarkers()
+        settings = {**SETTINGS, "add.partitions.to.txn.retry.backoff.max.ms": "0"}
+        broker = Broker(BrokerConfig(settings), tmp_path, port=0,
+                        handlers={**HANDLERS, WRITE_TXN_MARKERS: (double.handle, 1)})
+        await broker.start()
+        try:
+            client, pid, epoch = await _committed_with_markers_held(broker, double)
+            added = await client.request(ADD_PARTITIONS, 3, _add("tx", pid, epoch, "orders", 1), TIMEOUT_S)
+            assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+                ErrorCode.concurrent_transactions
+            assert not broker.transactions._durable_waiters
+            double.release.set()
+            while (await _describe(client, "tx")).transaction_state != "CompleteCommit":
+                await asyncio.sleep(0.01)
+            await client.close()
+        finally:
+            double.release.set()
+            await broker.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S * 2))

@@ -281,6 +281,8 @@ BROKER_SETTINGS: dict[str, Setting] = {
         # follower is in its ISR) are fsynced within this long, not one by one: they count toward
         # the high watermark once appended, as in Kafka (durability across brokers is replication).
         _int("tidemark.replica.flush.interval.ms", 1000, 0),
+        # tidemark: how many logs a group-commit round fsyncs at once (1: one after another).
+        _int("tidemark.log.flush.threads", 8, 1, maximum=64),
         Setting("unclean.leader.election.enable", False, _parse_bool),
         # Racks (KIP-36, KIP-392): this broker's rack, registered in ZooKeeper and shown in
         # Metadata; rack-aware replica assignment; the leader's choice of a replica for a
@@ -340,6 +342,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _int("transactional.id.expiration.ms", 604800000, 1),
         _int("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000, 1),
         _int("transaction.remove.expired.transaction.cleanup.interval.ms", 3600000, 1),
+        # How long an add of partitions or offsets that finds the id's previous transaction still
+        # completing waits for it on the broker before answering CONCURRENT_TRANSACTIONS (Kafka's
+        # server-side retry of KAFKA-18654; not longer than request.timeout.ms).
+        _int("add.partitions.to.txn.retry.backoff.max.ms", 100, 0),
         # Authorization (Kafka's AclAuthorizer): ACLs enforced once an authorizer is named.
         Setting("authorizer.class.name", "", _parse_authorizer),
         Setting("super.users", frozenset(), _parse_super_users),

@@ -159,7 +159,8 @@ def partition_manager_config(config: BrokerConfig) -> PartitionManagerConfig:
         cleaner=config.cleaner_config(), retention_check_interval_ms=config["log.retention.check.interval.ms"],
         producer_id_expiration_check_interval_ms=config["producer.id.expiration.check.interval.ms"],
         high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
-        replica_flush_interval_ms=config["tidemark.replica.flush.interval.ms"])
+        replica_flush_interval_ms=config["tidemark.replica.flush.interval.ms"],
+        flush_threads=config["tidemark.log.flush.threads"])
 
 
 class Broker:

@@ -50,6 +50,7 @@ class PartitionManagerConfig:
     producer_id_expiration_check_interval_ms: int  # producer.id.expiration.check.interval.ms
     high_watermark_checkpoint_interval_ms: int  # replica.high.watermark.checkpoint.interval.ms
     replica_flush_interval_ms: int  # tidemark.replica.flush.interval.ms
+    flush_threads: int = 1  # tidemark.log.flush.threads
 
 
 class PartitionManager:
@@ -63,7 +64,7 @@ class PartitionManager:
                                high_watermark_checkpoint_interval_ms=config.high_watermark_checkpoint_interval_ms,
                                replicated=config.replicated)
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.flusher = Flusher(config.replica_flush_interval_ms)
+        self.flusher = Flusher(config.replica_flush_interval_ms, config.flush_threads)
         self.fetch_sessions = FetchSessionCache()  # followers' incremental fetches of partitions led here
         self._deleted_listeners: list[Callable[[str], None]] = []
 

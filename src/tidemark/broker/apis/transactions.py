@@ -91,7 +91,7 @@ async def _add_partitions(ctx: RequestContext, transactional_id: str, producer_i
                           partitions: list[tuple[str, int]]) -> ErrorCode:
     if not transactional_id:
         return ErrorCode.invalid_request
-    return await ctx.transactions.call(
+    return await ctx.transactions.call_settled(
         transactional_id,
         lambda shard, token, now: shard.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
                                                        token, now),

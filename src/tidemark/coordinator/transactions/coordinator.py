@@ -10,8 +10,9 @@ log left prepared. The coordinator epoch written into markers is the partition's
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -45,9 +46,51 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionShard]):
             expiration_check_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
         )
         super().__init__(TRANSACTION_STATE_TOPIC, runtime_settings(config), topic,
-                         lambda index: TransactionShard(index, self.shard_config, self._prepared),
+                         lambda index: TransactionShard(index, self.shard_config, self._prepared, self._committed),
                          config["transaction.state.log.num.partitions"], clock)
         self.markers = TransactionMarkerChannelManager(destinations, self.clock, self._complete, self._owned)
+        self.add_wait_ms = min(config["add.partitions.to.txn.retry.backoff.max.ms"], config["request.timeout.ms"])
+        self._durable_waiters: dict[str, list[asyncio.Future[None]]] = {}
+
+    # -- adds that wait out the previous transaction's completion ------------------------------
+
+    def _committed(self, transactional_id: str) -> None:
+        for waiter in self._durable_waiters.pop(transactional_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def call_settled(self, transactional_id: str, event: Callable[[TransactionShard, int, int], Any],
+                           error_response: Callable[[ErrorCode], Any]) -> Any:
+        """`call`, asked again at each durable record of the id while it answers
+        CONCURRENT_TRANSACTIONS, for up to add.partitions.to.txn.retry.backoff.max.ms: a client
+        beginning its next transaction right after EndTxn finds the previous one still writing
+        its markers and CompleteCommit; held here, it is answered once that is done instead of
+        retrying after its own back-off (100 ms for AddOffsetsToTxn), as Kafka retries such adds
+        on the broker (KAFKA-18654)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.add_wait_ms / 1000
+        while True:
+            # registered before asking, so a record made durable meanwhile is not missed
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._durable_waiters.setdefault(transactional_id, []).append(waiter)
+            try:
+                result = await self.call(transactional_id, event, error_response)
+                remaining = deadline - loop.time()
+                if result is not ErrorCode.concurrent_transactions or remaining <= 0:
+                    return result
+                try:
+                    await asyncio.wait_for(waiter, remaining)
+                except TimeoutError:
+                    return result
+            finally:
+                self._forget_waiter(transactional_id, waiter)
+
+    def _forget_waiter(self, transactional_id: str, waiter: asyncio.Future[None]) -> None:
+        waiters = self._durable_waiters.get(transactional_id)
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._durable_waiters[transactional_id]
 
     # -- the marker sender's hooks ----------------------------------------------------------------
 

@@ -71,10 +71,12 @@ Entry = tuple[int, TransactionMetadata | None]
 
 class TransactionShard:
     def __init__(self, index: int, config: TransactionConfig,
-                 on_prepared: Callable[[int, TransactionMetadata], None] | None = None) -> None:
+                 on_prepared: Callable[[int, TransactionMetadata], None] | None = None,
+                 on_committed: Callable[[str], None] | None = None) -> None:
         self.index = index
         self.config = config
         self.on_prepared = on_prepared
+        self.on_committed = on_committed  # told each id whose record became durable
         self.committed: dict[str, Entry] = {}
         self.latest: dict[str, Entry] = {}
         self.active = False
@@ -137,6 +139,8 @@ class TransactionShard:
                 self.latest[transactional_id] = (log_offset, metadata)
         if self.active and metadata is not None and metadata.state in PREPARED and self.on_prepared is not None:
             self.on_prepared(self.index, metadata)
+        if self.on_committed is not None:
+            self.on_committed(transactional_id)
         return Result()
 
     # -- lifecycle and timers -----------------------------------------------------------------
