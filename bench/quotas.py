@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 set_quota(broker.bootstrap, None)
                 for kind, row in (("alone", alone), ("crazy", crazy), ("quota", quota)):
                     rows.append({**row, "kind": kind, "repetition": repetition, "ratio": row["p99"] / alone["p99"]})
-                console.print(_table(f"Repetition {repetition + 1}", rows[-3:], labels, args), )
+                console.print(_table(f"Repetition {repetition + 1}", rows[-3:], labels, args))
             admin = None  # closed before its broker goes
         finally:
             broker.stop()
