@@ -9,7 +9,8 @@ Points: `broker_start` (Broker.start with its logs open, before it listens and j
 cluster), `offsets_load` (an offsets partition has read and replayed its log, before it becomes active),
 `cleaner_write` (a cleaned segment is partly written), `swap_<step>` (each step of swapping a
 cleaned segment in: cleaned, swap, deleted, renamed), `lag_report` (the lag report's job has read
-the offsets log).
+the offsets log), `config_write` (a config change in ZooKeeper has read the entity's znode, before
+its versioned write).
 """
 
 from __future__ import annotations

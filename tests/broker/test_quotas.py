@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -14,6 +15,7 @@ from tests.integration.raw import AsyncRawClient
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.quotas.manager import DEFAULT, PRODUCE, REQUEST, ClientQuotas, SampledRate, candidates
 from tidemark.broker.quotas.store import entity_path, parse_entity_path
+from tidemark.broker import server
 from tidemark.broker.server import Broker
 from tidemark.coordinator.runtime.io import SystemClock
 from tidemark.records.batch import build_batch
@@ -286,6 +288,118 @@ def test_a_throttled_pipelining_client_has_one_request_handled_per_throttle(tmp_
             await client.request(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
                                                "include_topic_authorized_operations": False})
             assert not connection.throttled and not connection.muted
+            await client.close()
+
+    run(scenario())
+
+
+# -- what request time covers, on a perf counter the test moves ------------------------------
+
+EMPTY_METADATA = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+
+
+def _frozen_perf_counter(monkeypatch) -> list[float]:
+    """Request time is taken with time.perf_counter: frozen, every step costs nothing but what
+    the test adds."""
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    return now
+
+
+def test_decoding_a_request_counts_as_its_request_time(tmp_path, monkeypatch):
+    """As Kafka counts its network threads' time: a frame's decoding is charged to the client and
+    already counts for that request's own throttle."""
+    now = _frozen_perf_counter(monkeypatch)
+    decode = server.decode_request
+
+    def slow_decode(frame, supported):
+        if frame[:2] == METADATA.to_bytes(2, "big"):
+            now[0] += 5.25  # 525 percent-seconds over the 10 s span: 52.5 %
+        return decode(frame, supported)
+
+    async def scenario():
+        clock = SteppedClock()
+        async with _broker(tmp_path, clock) as broker:
+            client = await AsyncRawClient.connect(broker.port)
+            await client.request(ALTER, 1, _alter_body([("user", "ANONYMOUS")], [("request_percentage", 50.0)]))
+            monkeypatch.setattr(server, "decode_request", slow_decode)
+            answered = await client.request(METADATA, 9, EMPTY_METADATA)
+            assert answered.throttle_time.total_seconds() * 1000 == 500  # (52.5 - 50) / 50 x 10 s
+            await client.close()
+
+    run(scenario())
+
+
+def test_sending_a_response_counts_toward_the_next_throttle(tmp_path, monkeypatch):
+    """Writing a response to the socket is charged to the client once it is written: the answer
+    it was written with is not throttled, the next one is."""
+    now = _frozen_perf_counter(monkeypatch)
+
+    async def scenario():
+        clock = SteppedClock()
+        async with _broker(tmp_path, clock) as broker:
+            client = await AsyncRawClient.connect(broker.port)
+            await client.request(ALTER, 1, _alter_body([("user", "ANONYMOUS")], [("request_percentage", 50.0)]))
+            (connection,) = broker.connections
+            write = connection.transport.write
+
+            def slow_write(data):
+                now[0] += 5.25
+                write(data)
+
+            connection.transport.write = slow_write
+            first = await client.request(METADATA, 9, EMPTY_METADATA)
+            assert first.throttle_time.total_seconds() == 0
+            connection.transport.write = write
+            second = await client.request(METADATA, 9, EMPTY_METADATA)
+            assert second.throttle_time.total_seconds() * 1000 == 500
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_client_under_a_quota_has_its_pipelined_requests_handled_one_at_a_time(tmp_path):
+    """As Kafka handles every connection's requests: the second request a client under a quota
+    pipelined is not started while the first is in its handler (a throttle decided on the first
+    answer must apply before it); a client without a quota pipelines."""
+    async def scenario():
+        async with _broker(tmp_path) as broker:
+            client = await AsyncRawClient.connect(broker.port)
+            await client.request(ALTER, 1, _alter_body([("client-id", "raw-test")], [("request_percentage", 1e9)]))
+            (connection,) = broker.connections
+            entered, release = asyncio.Event(), asyncio.Event()
+            handled = []
+            handler, low = broker.handlers[METADATA]
+
+            async def held(ctx, request):
+                handled.append(request.correlation_id)
+                entered.set()
+                await release.wait()
+                return await handler(ctx, request)
+
+            broker.handlers = {**broker.handlers, METADATA: (held, low)}
+            first = await client.send(METADATA, 9, EMPTY_METADATA)
+            await entered.wait()
+            second = await client.send(METADATA, 9, EMPTY_METADATA)
+            while not connection._waiting and len(connection._pending) < 2:  # until the second is read
+                await asyncio.sleep(0)
+            assert len(connection._waiting) == 1 and len(connection._pending) == 1  # read, not started
+            release.set()
+            await client.receive(METADATA, 9, first)
+            await client.receive(METADATA, 9, second)
+            assert handled == [first, second]
+
+            # Without a quota, the same two run side by side.
+            await client.request(ALTER, 1, _alter_body([("client-id", "raw-test")], [("request_percentage", None)]))
+            entered.clear()
+            release.clear()
+            third = await client.send(METADATA, 9, EMPTY_METADATA)
+            fourth = await client.send(METADATA, 9, EMPTY_METADATA)
+            while len(handled) < 4:
+                await asyncio.sleep(0)
+            release.set()
+            await client.receive(METADATA, 9, third)
+            await client.receive(METADATA, 9, fourth)
             await client.close()
 
     run(scenario())

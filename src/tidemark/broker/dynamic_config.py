@@ -18,7 +18,7 @@ as a topic's unknown-to-tidemark settings are, without effect.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -153,28 +153,39 @@ def current_text(config: BrokerConfig, layer: str) -> dict[str, str]:
 
 
 async def alter(config: BrokerConfig, replicas: PartitionManager, cluster: ClusterLink | None,
-                resource_name: str, configs: Mapping[str, str], validate_only: bool) -> None:
-    """Make `configs` the whole of a broker resource's dynamic settings: validated (as a whole
+                resource_name: str, change: Callable[[dict[str, str]], dict[str, str]], validate_only: bool) -> None:
+    """Make `change(the resource's dynamic settings)` the whole of them: validated (as a whole
     with the layers it goes with), stored (ZooKeeper with its change notice, or the data
-    directory), then applied here; the other brokers apply them at the notice."""
+    directory), then applied here; the other brokers apply them at the notice. In ZooKeeper the
+    change is applied to what the znode holds, with a versioned write: another broker's
+    concurrent change is kept, not overwritten."""
     layer = layer_of(resource_name)
-    parsed = parse(configs)
-    try:
-        resolved = config.check_dynamic(layer, parsed)
-    except ConfigError as exc:
-        raise DynamicConfigRefused(ErrorCode.invalid_config, str(exc)) from None
-    _check_cleaner_threads(resolved["log.cleaner.threads"], config["log.cleaner.threads"])
-    if validate_only:
-        return
     entity = entity_of(resource_name)
+
+    def checked(current: dict[str, str]) -> dict[str, str]:
+        configs = change(current)
+        try:
+            resolved = config.check_dynamic(layer, parse(configs))
+        except ConfigError as exc:
+            raise DynamicConfigRefused(ErrorCode.invalid_config, str(exc)) from None
+        _check_cleaner_threads(resolved["log.cleaner.threads"], config["log.cleaner.threads"])
+        return configs
+
+    if validate_only:
+        checked(current_text(config, layer))
+        return
     if cluster is not None:  # a ZooKeeper write, off the event loop
-        await cluster.session.call(config_changes.set_broker_config, cluster.client, entity, dict(configs))
+        def update(stored: dict[str, str]) -> dict[str, str]:
+            return checked({name: stored[name] for name in usable(stored, entity)})
+
+        configs = await cluster.session.call(config_changes.update_broker_config, cluster.client, entity, update)
         # Read back in turn with the notices being handled, so an older notice's read is never
         # applied after this change.
         await cluster.broker_config_reloads.reload(entity)
     else:
+        configs = checked(current_text(config, layer))
         replicas.metadata.set_broker_configs(entity, dict(configs))
-        config.set_dynamic(layer, parsed)
+        config.set_dynamic(layer, parse(configs))
     log.info("dynamic_broker_configs_altered", entity=entity, configs=dict(configs))
 
 

@@ -51,7 +51,7 @@ from tidemark.broker.config import BrokerConfig, listener_value
 from tidemark.broker.context import Node, RequestContext
 from tidemark.broker.quotas.manager import ClientQuotas
 from tidemark.broker.quotas.store import QuotaStore
-from tidemark.broker.quotas.usage import Timed, charge_encoding, throttle_ms, with_throttle
+from tidemark.broker.quotas.usage import Timed, charge, limited, throttle_ms, with_throttle
 from tidemark.broker.security import listeners as security_listeners
 from tidemark.broker.security import sasl, scram_admin, tls
 from tidemark.broker.security.scram_store import CredentialStore, FileCredentialStore, ScramCredential, ZkCredentialStore
@@ -389,8 +389,8 @@ class Broker:
         else:
             frame = encode_response(request, result)
         if metered:  # counts toward the client's next throttle, as this one is decided
-            charge_encoding(self.quotas, connection_context.principal, request.client_id,
-                            time.perf_counter() - encoding, self.clock.now_ms())
+            charge(self.quotas, connection_context.principal, request.client_id, time.perf_counter() - encoding,
+                   self.clock.now_ms())
         return frame
 
 
@@ -475,6 +475,7 @@ class Connection(asyncio.BufferedProtocol):
         self._muted: Cancellable | None = None  # a throttled client's mute, until it ends
         self._muted_until_ms = 0
         self.throttled = False  # its last answer was throttled: one request at a time, as in Kafka
+        self.client_id: str | None = None  # the last request's: whose decoding and sending time is
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -509,15 +510,21 @@ class Connection(asyncio.BufferedProtocol):
         return self.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
+        metered = self.broker.quotas.any
+        started = time.perf_counter() if metered else 0.0
         try:
             for frame in self.decoder.buffer_updated(nbytes):
                 if self._auth is not None and self._auth.raw_tokens:
                     self._waiting.append(sasl.RawToken(frame))  # after a v0 handshake
                 else:
-                    self._waiting.append(decode_request(frame, self.broker.supported_versions))
+                    request = decode_request(frame, self.broker.supported_versions)
+                    self.client_id = request.client_id
+                    self._waiting.append(request)
         except ProtocolError as exc:
             self._protocol_error(exc)
             return
+        if metered:  # the network time of reading and decoding: request time, as in Kafka
+            self._charge(time.perf_counter() - started)
         self._start_requests()
 
     def eof_received(self) -> bool:
@@ -599,6 +606,8 @@ class Connection(asyncio.BufferedProtocol):
                 if pending:
                     if self.throttled or len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or unsent + cost > MAX_UNSENT_BYTES_PER_CONNECTION:
                         break
+                    if self.broker.quotas.any and limited(self.broker.quotas, self._context.principal, request.client_id):
+                        break  # under a quota: one at a time, its throttle applies before the next
                 elif unsent >= MAX_UNSENT_BYTES_PER_CONNECTION:
                     break  # the transport still holds an earlier large response
                 task = asyncio.get_running_loop().create_task(self.broker.dispatch(self._context, request, self))
@@ -629,6 +638,9 @@ class Connection(asyncio.BufferedProtocol):
             self._start_requests()
 
     # -- quotas -----------------------------------------------------------------------------
+
+    def _charge(self, seconds: float) -> None:
+        charge(self.broker.quotas, self._context.principal, self.client_id, seconds, self.broker.clock.now_ms())
 
     @property
     def muted(self) -> bool:
@@ -727,7 +739,12 @@ class Connection(asyncio.BufferedProtocol):
             pending.popleft()
             if frame is not None:
                 self._held -= len(frame)
-                self.transport.write(frame)
+                if self.broker.quotas.any:  # sending is request time too (Kafka's network thread)
+                    started = time.perf_counter()
+                    self.transport.write(frame)
+                    self._charge(time.perf_counter() - started)
+                else:
+                    self.transport.write(frame)
             if self._auth is not None and self._auth.state is sasl.State.FAILED and not pending:
                 self._close_after_failed_authentication()
                 return

@@ -5,6 +5,7 @@ request_percentage."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from kazoo.exceptions import KazooException
@@ -122,10 +123,10 @@ async def handle_alter(ctx: RequestContext, request: Request) -> dict[str, Any]:
         code, message = ErrorCode.none, None
         try:
             entity = _entity(entry.entity)
-            values = _altered(ctx.quotas.current(entity), entry.ops)
-            if not body.validate_only:
+            _altered(ctx.quotas.current(entity), entry.ops)  # refused before anything is written
+            if not body.validate_only:  # the ops applied again to what is stored (changed meanwhile)
                 metadata = ctx.replicas.metadata if ctx.cluster is None else None
-                await ctx.quotas.alter(metadata, entity, values)
+                await ctx.quotas.alter(metadata, entity, functools.partial(_altered, ops=entry.ops))
         except _Invalid as exc:
             code, message = ErrorCode.invalid_request, str(exc)
         except KazooException as exc:  # ZooKeeper did not take the write (timed out, gone)

@@ -158,9 +158,13 @@ async def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, ne
         _check_broker(ctx, resource.resource_name)
         layer = dynamic_config.layer_of(resource.resource_name)
         current = dynamic_config.current_text(ctx.config, layer)
-        configs = new_overrides(current, resource.configs, lambda n: _broker_value(ctx, n), _broker_list)
+        new_overrides(current, resource.configs, lambda n: _broker_value(ctx, n), _broker_list)  # refused early
+
+        def change(stored: dict[str, str]) -> dict[str, str]:  # on what is stored (changed meanwhile)
+            return new_overrides(stored, resource.configs, lambda n: _broker_value(ctx, n), _broker_list)
+
         try:
-            await dynamic_config.alter(ctx.config, ctx.replicas, ctx.cluster, resource.resource_name, configs,
+            await dynamic_config.alter(ctx.config, ctx.replicas, ctx.cluster, resource.resource_name, change,
                                        validate_only)
         except DynamicConfigRefused as refused:
             raise Refused(refused.code, refused.message) from None

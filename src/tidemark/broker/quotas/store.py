@@ -11,7 +11,7 @@ is answered or applied).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
@@ -123,19 +123,30 @@ class QuotaStore:
             self.quotas.set(entity, from_text(configs, path))
             log.info("client_quotas_reloaded", entity=path, configs=configs)
 
-    async def alter(self, metadata: EmbeddedMetadata | None, entity: Entity, values: Mapping[str, float]) -> None:
-        """Make `values` the whole of an entity's quotas: stored, then applied here (the other
-        brokers apply them at the change notice)."""
+    async def alter(self, metadata: EmbeddedMetadata | None, entity: Entity,
+                    change: Callable[[dict[str, float]], dict[str, float]]) -> dict[str, float]:
+        """Make `change(quotas it has)` the whole of an entity's quotas: stored, then applied here
+        (the other brokers apply them at the change notice). In ZooKeeper the change is applied to
+        what the znode holds, with a versioned write: another broker's concurrent change to the
+        same entity is kept, not overwritten; a user's other keys (its SCRAM credentials) too."""
         path = entity_path(entity)
         if self.cluster is not None:
-            await self.cluster.session.call(config_changes.set_entity_config, self.cluster.client, path,
-                                            to_text(values))
+            def update(stored: dict[str, str]) -> dict[str, str]:
+                kept = {k: v for k, v in stored.items() if k not in QUOTA_KEYS}
+                quotas = from_text({k: v for k, v in stored.items() if k in QUOTA_KEYS}, path)
+                return {**kept, **to_text(change(quotas))}
+
+            written = await self.cluster.session.call(config_changes.update_entity_config, self.cluster.client,
+                                                      path, update)
             await self.reload(path)  # in turn with the notices, so an older read never lands after
+            values = from_text({k: v for k, v in written.items() if k in QUOTA_KEYS}, path)
         else:
             assert metadata is not None
+            values = change(self.current(entity))
             metadata.set_client_quotas(path, to_text(values))
             self.quotas.set(entity, dict(values))
         log.info("client_quotas_altered", entity=path, configs=to_text(values))
+        return values
 
     def current(self, entity: Entity) -> dict[str, float]:
         return dict(self.quotas.configs.get(entity, {}))

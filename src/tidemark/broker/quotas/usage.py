@@ -1,12 +1,18 @@
 """What a request costs a client against its quotas, and the throttle it is answered with.
 
-Request time (request_percentage) is the time the event loop spent on the request: its
-handler's coroutine steps, the coordinator events it submitted (the shard's handler and the
-append; coordinator/runtime's EVENT_METER) and its response's encoding (counted toward the next
-throttle), not the time it waited (for an fsync, a follower, a long poll), as Kafka meters
-request-handler thread time and not purgatory. Decoding the frame is not counted. Produce
-is metered by the record bytes it carries, Fetch by the record bytes it answers; a follower's
-fetch is exempt, as Kafka exempts cluster actions.
+Request time (request_percentage) is the time the event loop spent on the client's requests, as
+Kafka counts request-handler and network-thread time: its frame's decoding, its handler's
+coroutine steps, the coordinator events it submitted (the shard's handler and the append;
+coordinator/runtime's EVENT_METER), its response's encoding and the write of the response to the
+socket; not the time it waited (for an fsync, a follower, a long poll), as Kafka does not count
+purgatory. The handler's part decides the request's own throttle; decoding, encoding and sending
+are recorded as they happen and count toward the next. Produce is metered by the record bytes it
+carries, Fetch by the record bytes it answers; a follower's fetch is exempt, as Kafka exempts
+cluster actions.
+
+A client under any quota has its requests handled one at a time, as Kafka handles every
+connection's: the throttle decided on one answer mutes the connection before the next request
+starts, so a pipelining client cannot have requests it already sent run past its quota.
 """
 
 from __future__ import annotations
@@ -18,7 +24,15 @@ from collections.abc import Coroutine, Generator
 from typing import Any
 
 from tidemark import metrics
-from tidemark.broker.quotas.manager import FETCH, PRODUCE, QUOTA_TYPES, REQUEST, ClientQuotas, request_percentage
+from tidemark.broker.quotas.manager import (
+    FETCH,
+    PRODUCE,
+    QUOTA_KEYS,
+    QUOTA_TYPES,
+    REQUEST,
+    ClientQuotas,
+    request_percentage,
+)
 
 PRODUCE_KEY = 0
 FETCH_KEY = 1
@@ -90,9 +104,16 @@ def throttle_ms(quotas: ClientQuotas, principal: str, client_id: str | None, api
     return max(throttles.values())
 
 
-def charge_encoding(quotas: ClientQuotas, principal: str, client_id: str | None, seconds: float, now_ms: int) -> None:
-    """The response's encoding, timed once its throttle was decided: it counts from the next."""
+def charge(quotas: ClientQuotas, principal: str, client_id: str | None, seconds: float, now_ms: int) -> None:
+    """Time spent on a client's requests outside its handler (decoding its frames, encoding and
+    sending its responses): recorded, it counts toward the client's next throttle."""
     quotas.record(REQUEST, user_of(principal), client_id or "", request_percentage(seconds), now_ms)
+
+
+def limited(quotas: ClientQuotas, principal: str, client_id: str | None) -> bool:
+    """Some quota applies to this client: its requests are handled one at a time."""
+    user, client = user_of(principal), client_id or ""
+    return any(quotas.active(key) and quotas.quota(key, user, client) is not None for key in QUOTA_KEYS)
 
 
 def with_throttle(result: Any, ms: int) -> Any:

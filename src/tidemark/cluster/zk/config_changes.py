@@ -14,14 +14,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 from kazoo.recipe.watchers import ChildrenWatch
 
 from tidemark.cluster.zk import zk_data
+from tidemark.hold import hold
 
 log = logging.getLogger(__name__)
 
 NOTICE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's changeExpirationMs
+
+Update = Callable[[dict[str, str]], dict[str, str]]  # stored config -> the config to store
 
 
 def set_topic_config(client: KazooClient, topic: str, configs: Mapping[str, str]) -> None:
@@ -37,41 +40,60 @@ def set_topic_config(client: KazooClient, topic: str, configs: Mapping[str, str]
 def set_broker_config(client: KazooClient, entity: str, configs: Mapping[str, str]) -> None:
     """Store a broker entity's dynamic settings (a broker id or "<default>") and tell every
     broker, atomically; the entity's znode is created the first time."""
+    update_broker_config(client, entity, lambda _stored: dict(configs))
+
+
+def update_broker_config(client: KazooClient, entity: str, update: Update) -> dict[str, str]:
+    """Change a broker entity's stored settings with `update` (given what ZooKeeper holds) and
+    tell every broker; a concurrent change is read again and kept, never overwritten."""
     client.ensure_path(zk_data.CONFIG_BROKERS)
-    _set_with_notice(client, zk_data.broker_config_path(entity), configs,
-                     zk_data.encode_broker_config_change(entity))
+    return _update_with_notice(client, zk_data.broker_config_path(entity), update,
+                               zk_data.encode_broker_config_change(entity))
 
 
 def read_broker_config(client: KazooClient, entity: str) -> dict[str, str]:
     return _read_config(client, zk_data.broker_config_path(entity))
 
 
-def set_entity_config(client: KazooClient, entity_path: str, configs: Mapping[str, str]) -> None:
-    """Store a client quota entity's config ("users/alice/clients/app" under /config) and tell
-    every broker, atomically; the znode (and its parents) created the first time."""
+def update_entity_config(client: KazooClient, entity_path: str, update: Update) -> dict[str, str]:
+    """Change a client quota entity's config ("users/alice/clients/app" under /config) with
+    `update` (given what ZooKeeper holds) and tell every broker; the znode (and its parents)
+    created the first time. Returns the config written."""
     path = f"{zk_data.CONFIG}/{entity_path}"
     client.ensure_path(path.rsplit("/", 1)[0])
-    _set_with_notice(client, path, configs, zk_data.encode_entity_config_change(entity_path))
+    return _update_with_notice(client, path, update, zk_data.encode_entity_config_change(entity_path))
 
 
 def read_entity_config(client: KazooClient, entity_path: str) -> dict[str, str]:
     return _read_config(client, f"{zk_data.CONFIG}/{entity_path}")
 
 
-def _set_with_notice(client: KazooClient, path: str, configs: Mapping[str, str], notice: bytes) -> None:
-    """Set (or create) an entity's config znode and its /config/changes notice in one multi."""
-    for attempt in range(2):  # another broker may create the znode between our look and our multi
+def _update_with_notice(client: KazooClient, path: str, update: Update, notice: bytes) -> dict[str, str]:
+    """Read an entity's config znode, change it, and write it back with its /config/changes
+    notice in one multi that holds only if the znode is still the version read (or still absent):
+    two brokers changing different keys of one entity at once both land, the loser of the race
+    reading the winner's write and applying its change to it again."""
+    while True:
+        try:
+            data, stat = client.get(path)
+            stored, version = zk_data.decode_topic_config(data), stat.version
+        except NoNodeError:
+            stored, version = {}, None
+        configs = update(dict(stored))
+        hold("config_write")  # a test can hold a writer here, between its read and its write
         transaction = client.transaction()
-        if client.exists(path):
-            transaction.set_data(path, zk_data.encode_topic_config(configs))
-        else:
+        if version is None:
             transaction.create(path, zk_data.encode_topic_config(configs))
+        else:
+            transaction.set_data(path, zk_data.encode_topic_config(configs), version=version)
         transaction.create(zk_data.config_change_path(), notice, sequence=True)
-        failure = next((r for r in transaction.commit() if isinstance(r, Exception)), None)
-        if failure is None:
-            return
-        if not isinstance(failure, (NodeExistsError, NoNodeError)) or attempt:
-            raise failure
+        failures = [r for r in transaction.commit()
+                    if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+        if not failures:
+            return configs
+        if not isinstance(failures[0], (BadVersionError, NodeExistsError, NoNodeError)):
+            raise failures[0]
+        log.info("config write raced another at %s; read again", path)
 
 
 def _read_config(client: KazooClient, path: str) -> dict[str, str]:
