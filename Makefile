@@ -17,12 +17,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $@
 
-# Debian packages the tests drive as real peers: kcat, and ZooKeeper (its server jar, started by
-# the tests themselves on a free port; the package's own service is not needed).
+# Debian packages the tests drive as real peers: kcat, Burrow, and ZooKeeper (its server jar,
+# started by the tests themselves on a free port; the packages' own services are not needed).
 ZOOKEEPER_JAR ?= /usr/share/java/zookeeper.jar
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; }
 	@[ -f $(ZOOKEEPER_JAR) ] || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq zookeeperd >/dev/null; }
+	@command -v Burrow >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq burrow >/dev/null; }
 
 serve: install
 	$(BIN)/tidemark serve --listen $(LISTEN) --data-dir $(DATA_DIR)

@@ -367,3 +367,74 @@ def test_each_principal_gets_what_its_acls_allow(tmp_path):
                 await client.close()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=BOUND_S))
+
+
+def test_txn_offset_commit_and_regex_heartbeat_skip_only_what_the_principal_may_not_see(tmp_path):
+    """TxnOffsetCommit commits the topics the principal may read and answers
+    TOPIC_AUTHORIZATION_FAILED for the others; a KIP-848 regex subscription is assigned only the
+    matching topics the member's principal may DESCRIBE (as Kafka's regex resolution filters)."""
+    import asyncio
+
+    from tests.broker.inprocess import running_broker
+    from tests.integration.raw import AsyncRawClient
+    from tidemark.broker.acl_operations import AclOperation as Op
+    from tidemark.broker.security.authorizer import ResourceType as R
+
+    async def scenario() -> None:
+        async with running_broker(tmp_path / "data", {**AUTHORIZER, "super.users": "User:admin"}) as broker:
+            opened = broker.connection_context
+            principals: list[str] = []
+
+            def context_as(host: str, *args: object):
+                ctx = opened(host, *args)
+                ctx.principal = principals.pop(0)
+                return ctx
+
+            broker.connection_context = context_as
+
+            async def connect(principal: str) -> AsyncRawClient:
+                principals.append(principal)
+                return await AsyncRawClient.connect(broker.port)
+
+            admin, alice = await connect("User:admin"), await connect("User:alice")
+            await broker.acl_store.create([_binding(R.TOPIC, "orders", "User:alice", Op.READ),
+                                           _binding(R.GROUP, "app", "User:alice", Op.READ),
+                                           _binding(R.TRANSACTIONAL_ID, "tx", "User:alice", Op.WRITE)])
+            for topic in ("orders", "orders-secret"):
+                created = await admin.request(19, 7, {"topics": [{"name": topic, "num_partitions": 2,
+                    "replication_factor": 1, "assignments": [], "configs": []}], "timeout": 10000,
+                    "validate_only": False})
+                assert created.topics[0].error_code == 0
+            await admin.request(10, 3, {"key": "app", "key_type": 0})  # creates the offsets topic
+            while (code := (await admin.request(8, 8, _commit_body("app", ["orders"]))).topics[0].partitions[0]
+                   .error_code) == KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
+                await asyncio.sleep(0.01)  # loading an empty partition: the next try finds it loaded
+            assert code == 0
+
+            def txn_topic(name: str) -> dict:
+                return {"name": name, "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                                      "committed_leader_epoch": -1, "committed_metadata": ""}]}
+
+            txn_commit = await alice.request(28, 3, {"transactional_id": "tx", "group_id": "app", "producer_id": 5,
+                "producer_epoch": 0, "generation_id": -1, "member_id": "", "group_instance_id": None,
+                "topics": [txn_topic("orders-secret"), txn_topic("orders")]})
+            assert [(t.name, [p.error_code for p in t.partitions]) for t in txn_commit.topics] == [
+                ("orders-secret", [KafkaError.TOPIC_AUTHORIZATION_FAILED]), ("orders", [0])]
+            # The readable topic's offset is pending in the transaction: a stable fetch says so.
+            stable = await alice.request(9, 8, {"groups": [{"group_id": "app", "topics": [
+                {"name": "orders", "partition_indexes": [0]}]}], "require_stable": True})
+            assert stable.groups[0].topics[0].partitions[0].error_code == KafkaError.UNSTABLE_OFFSET_COMMIT
+
+            meta = await admin.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                               "include_topic_authorized_operations": False})
+            ids = {t.name: t.topic_id for t in meta.topics}
+            joined = await alice.request(68, 1, {"group_id": "app", "member_id": "m-1", "member_epoch": 0,
+                "instance_id": None, "rack_id": None, "rebalance_timeout": 30000, "subscribed_topic_names": None,
+                "subscribed_topic_regex": "orders.*", "server_assignor": None, "topic_partitions": []})
+            assert joined.error_code == 0, joined.error_message
+            assert [(t.topic_id, sorted(t.partitions)) for t in joined.assignment.topic_partitions] == [
+                (ids["orders"], [0, 1])]
+            for client in (admin, alice):
+                await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=BOUND_S))

@@ -45,7 +45,8 @@ def parse_client_config(values: Sequence[str], option: str = "--client-config") 
     return config
 
 
-def _target(bootstrap: str, timeout_ms: int, client_config: Sequence[str], command_config: Any) -> Target:
+def client_settings(client_config: Sequence[str], command_config: Any) -> dict[str, str]:
+    """The client settings of --command-config (an open file or None) and -X, -X winning."""
     config: dict[str, str] = {}
     if command_config is not None:
         try:
@@ -53,7 +54,21 @@ def _target(bootstrap: str, timeout_ms: int, client_config: Sequence[str], comma
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--command-config") from None
     config.update(parse_client_config(client_config))
-    return Target(bootstrap, timeout_ms, config)
+    return config
+
+
+def security_options() -> list[Callable[..., Any]]:
+    """--command-config FILE and -X KEY=VALUE, as click options (parameters command_config, client_config)."""
+    return [
+        click.option("--command-config", "command_config", type=click.File("r"), metavar="FILE",
+                     help="Client properties file (security.protocol, sasl.*, ssl.*), as Kafka's tools take."),
+        click.option("--client-config", "-X", "client_config", multiple=True, metavar="KEY=VALUE",
+                     help="Extra client property; repeatable; wins over --command-config."),
+    ]
+
+
+def _target(bootstrap: str, timeout_ms: int, client_config: Sequence[str], command_config: Any) -> Target:
+    return Target(bootstrap, timeout_ms, client_settings(client_config, command_config))
 
 
 def cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,10 +84,7 @@ def cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Kafka protocol address(es) to bootstrap from, comma separated."),
         click.option("--timeout", "timeout_ms", type=click.IntRange(min=1), default=DEFAULT_TIMEOUT_MS,
                      show_default=True, metavar="MS", help="Bound on every wait for the cluster, in milliseconds."),
-        click.option("--command-config", "command_config", type=click.File("r"), metavar="FILE",
-                     help="Client properties file (security.protocol, sasl.*, ssl.*), as Kafka's tools take."),
-        click.option("--client-config", "-X", "client_config", multiple=True, metavar="KEY=VALUE",
-                     help="Extra client property; repeatable; wins over --command-config."),
+        *security_options(),
     ]
     for option in reversed(options):
         wrapper = option(wrapper)

@@ -4,6 +4,10 @@
     tidemark spark lag-report (--bootstrap-server HOST:PORT | --data-dir DIR) [--output PATH] [--chart lag.png]
     tidemark spark expiry-report (--bootstrap-server HOST:PORT | --data-dir DIR) --at TIME [--retention-minutes N]
 
+With --bootstrap-server, --command-config FILE and -X KEY=VALUE give the client security
+settings as the groups and topics commands take them; the jobs hand them to the source as kafka.*
+options (as Spark's Kafka connector takes client settings).
+
 Each runs on a new local session (`--master`, default local[*]); started by spark-submit
 (`spark-submit .../tidemark/cli/__main__.py spark lag-report ...`) it runs on spark-submit's
 session and master unchanged. Results print as tables on stdout (the first `--show` rows) and,
@@ -24,6 +28,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
+
+from tidemark.cli.options import client_settings, security_options
 
 DEFAULT_SHOW = 50
 REACH_TIMEOUT_S = 10.0
@@ -50,6 +56,7 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Read __consumer_offsets from this cluster (tidemark or Apache Kafka)."),
         click.option("--data-dir", type=click.Path(exists=True, file_okay=False), default=None,
                      help="Read __consumer_offsets from this tidemark data directory's segment files."),
+        *security_options(),
         click.option("--master", default="local[*]", show_default=True,
                      help="Spark master of a new session (ignored under spark-submit)."),
         click.option("--output", default=None, help="Write the result here (a directory, as Spark writes)."),
@@ -65,6 +72,9 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(**kwargs: Any) -> Any:
         if (kwargs["bootstrap"] is None) == (kwargs["data_dir"] is None):
             raise click.UsageError("give one of --bootstrap-server and --data-dir")
+        kwargs["client_config"] = client_settings(kwargs["client_config"], kwargs.pop("command_config"))
+        if kwargs["client_config"] and kwargs["data_dir"] is not None:
+            raise click.UsageError("--command-config and -X are client settings: they go with --bootstrap-server")
         # Everything checkable without Spark is checked before its ~40 s start.
         _check_output(kwargs["output"], kwargs.pop("overwrite"))
         if kwargs["data_dir"] is not None:
@@ -77,23 +87,31 @@ def _source_options(func: Callable[..., Any]) -> Callable[..., Any]:
             why = unreachable(kwargs["bootstrap"], REACH_TIMEOUT_S)
             if why is not None:
                 raise click.ClickException(f"cannot reach bootstrap server {kwargs['bootstrap']}: {why}")
-            _require_offsets_topic(kwargs["bootstrap"])
+            _require_offsets_topic(kwargs["bootstrap"], kwargs["client_config"])
         return func(**kwargs)
 
     return wrapper
 
 
-def _require_offsets_topic(bootstrap: str) -> None:
+def _require_offsets_topic(bootstrap: str, client_config: dict[str, str]) -> None:
     """A cluster no group has committed to has no __consumer_offsets: say so instead of an empty
     report after Spark's start. All topics are listed (naming the offsets topic in a Metadata
-    request could have the cluster create it)."""
+    request could have the cluster create it). Refused credentials are said here too."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     from tidemark.records.offsets_schema import OFFSETS_TOPIC
-    from tidemark.spark.clients import quiet
+    from tidemark.spark.clients import AuthenticationError, check_authentication, quiet
 
-    admin = AdminClient(quiet({"bootstrap.servers": bootstrap}))
+    config = {"bootstrap.servers": bootstrap, **client_config}
+    try:
+        admin = AdminClient(quiet(config))
+    except KafkaException as exc:
+        raise click.ClickException(f"invalid client configuration: {exc.args[0].str()}") from None
+    try:
+        check_authentication(config, REACH_TIMEOUT_S)
+    except AuthenticationError as exc:
+        raise click.ClickException(str(exc)) from None
     try:
         topics = admin.list_topics(timeout=REACH_TIMEOUT_S).topics
     except KafkaException as exc:
@@ -235,8 +253,8 @@ def spark() -> None:
 @spark.command("offsets-snapshot")
 @_source_options
 @_interruptible
-def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None,
-                             fmt: str, show: int) -> None:
+def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, client_config: dict[str, str], master: str,
+                             output: str | None, fmt: str, show: int) -> None:
     """The committed offsets as the coordinator would load them (last record per key, tombstones applied)."""
     from tidemark.spark.jobs import offsets_snapshot
 
@@ -244,7 +262,7 @@ def offsets_snapshot_command(bootstrap: str | None, data_dir: str | None, master
     session = _session(console, "tidemark offsets-snapshot", master)
     with _status(console, "reading the offsets log"):
         snapshot = offsets_snapshot.main(session, bootstrap_servers=bootstrap, data_dir=data_dir, output=output,
-                                         fmt=fmt)
+                                         fmt=fmt, client_config=client_config)
         print_table(console, "committed offsets", snapshot,
                     ("group", "topic", "partition", "committed_offset", "leader_epoch", "metadata",
                      "commit_timestamp", "expire_timestamp"), show)
@@ -272,8 +290,8 @@ def _chart_path(_ctx: click.Context, _param: click.Parameter, value: str | None)
 @click.option("--chart", default=None, callback=_chart_path,
               help="Draw a PNG here: total lag of the groups with most lag, and their lag over time (after each "
                    "commit in the offsets log).")
-def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
-                       show: int, chart: str | None) -> None:
+def lag_report_command(bootstrap: str | None, data_dir: str | None, client_config: dict[str, str], master: str,
+                       output: str | None, fmt: str, show: int, chart: str | None) -> None:
     """Committed offset against log-end offset per group, topic and partition, with the lag in
     seconds and Burrow's status (from the commit history in the offsets log)."""
     from tidemark.spark.jobs import lag_report
@@ -282,7 +300,7 @@ def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str,
     session = _session(console, "tidemark lag-report", master)
     with _status(console, "reading the offsets log and the log-end offsets"):
         report, per_group = lag_report.main(session, bootstrap_servers=bootstrap, data_dir=data_dir, output=output,
-                                            fmt=fmt, chart=chart)
+                                            fmt=fmt, chart=chart, client_config=client_config)
         print_table(console, "lag per partition", report, lag_report.REPORT_COLUMNS, show)
         print_table(console, "lag per group", per_group, lag_report.PER_GROUP_COLUMNS, show)
     if not per_group.take(1):
@@ -300,8 +318,8 @@ def lag_report_command(bootstrap: str | None, data_dir: str | None, master: str,
               help="When: epoch milliseconds or an ISO-8601 date-time (UTC if naive).")
 @click.option("--retention-minutes", type=click.IntRange(min=1), default=10080, show_default=True,
               help="offsets.retention.minutes")
-def expiry_report_command(bootstrap: str | None, data_dir: str | None, master: str, output: str | None, fmt: str,
-                          show: int, at_ms: int, retention_minutes: int) -> None:
+def expiry_report_command(bootstrap: str | None, data_dir: str | None, client_config: dict[str, str], master: str,
+                          output: str | None, fmt: str, show: int, at_ms: int, retention_minutes: int) -> None:
     """Which committed offsets expire at --at under KIP-211, and which the pre-KIP-211 rules would delete."""
     from tidemark.spark.jobs import expiry_report
 
@@ -309,7 +327,8 @@ def expiry_report_command(bootstrap: str | None, data_dir: str | None, master: s
     session = _session(console, "tidemark expiry-report", master)
     with _status(console, "reading the offsets log"):
         report, summary = expiry_report.main(session, at_ms=at_ms, retention_minutes=retention_minutes,
-                                             bootstrap_servers=bootstrap, data_dir=data_dir, output=output, fmt=fmt)
+                                             bootstrap_servers=bootstrap, data_dir=data_dir, output=output, fmt=fmt,
+                                             client_config=client_config)
         moment = _cell(datetime.datetime.fromtimestamp(at_ms / 1000, datetime.UTC))
         print_table(console, f"offsets at {moment}, offsets.retention.minutes={retention_minutes}", report,
                     ("group", "topic", "partition", "committed_offset", "group_state", "expires_at", "expires",

@@ -17,7 +17,7 @@ from typing import TypeVar
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from tidemark.spark.clients import quiet
+from tidemark.spark.clients import check_authentication, quiet
 from tidemark.spark.options import Partition, PartitionOffsets, Subscription
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ class ClusterClient:
         committed = str(config.pop("isolation.level", "")).lower() == "read_committed"  # a consumer setting
         # list_offsets' isolation_level (its default, READ_UNCOMMITTED, unless read_committed)
         self._isolation = {"isolation_level": IsolationLevel.READ_COMMITTED} if committed else {}
+        check_authentication(config)  # refused credentials fail the query now, not after every timeout
         self._admin = AdminClient(quiet(config))
         # fetchOffset.numRetries / fetchOffset.retryIntervalMs: offset lookups retried on failure.
         self.retries = retries

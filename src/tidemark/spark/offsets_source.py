@@ -507,7 +507,10 @@ def _wire_records(options: dict[str, str], topic: str, part: WirePartition
 def _wire_partitions(options: dict[str, str], topic: str) -> list[WirePartition]:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    from tidemark.spark.clients import check_authentication
+
     timeout_s = int(options.get("metadata.timeout.ms", "30000")) / 1000
+    check_authentication(_client_config(options), timeout_s)
     consumer = Consumer({"group.id": "tidemark-offsets-reader", **_client_config(options)})
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from tidemark.spark.clients import quiet
+from tidemark.spark.clients import check_authentication, quiet
 from tidemark.spark.options import OptionError, SinkOptions
 from tidemark.spark.shipping import ShippedToExecutors
 
@@ -62,14 +62,13 @@ def _as_bytes(value) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
+def _producer_config(options: SinkOptions) -> dict:
+    return {"bootstrap.servers": options.bootstrap_servers, "linger.ms": 5, **options.client_config, "acks": "all"}
+
+
 def write_rows(options: SinkOptions, rows: Iterator[Row]) -> WrittenRecords:
     """Produce every row, wait for all acknowledgements, fail loudly on any error."""
-    producer = Producer(quiet({
-        "bootstrap.servers": options.bootstrap_servers,
-        "linger.ms": 5,
-        **options.client_config,
-        "acks": "all",
-    }))
+    producer = Producer(quiet(_producer_config(options)))
     try:
         return _produce_all(producer, options, rows)
     except BaseException:
@@ -120,6 +119,8 @@ def _produce_all(producer: Producer, options: SinkOptions, rows: Iterator[Row]) 
 class TopicWriter(ShippedToExecutors, DataSourceWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_sink_schema(schema, options)
+        # On the driver: refused credentials fail the write now, not each task after its timeouts.
+        check_authentication(_producer_config(options))
         self.options = options
 
     def write(self, iterator: Iterator[Row]) -> WrittenRecords:
@@ -129,6 +130,7 @@ class TopicWriter(ShippedToExecutors, DataSourceWriter):
 class TopicStreamWriter(ShippedToExecutors, DataSourceStreamWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_sink_schema(schema, options)
+        check_authentication(_producer_config(options))
         self.options = options
 
     def write(self, iterator: Iterator[Row]) -> WrittenRecords:

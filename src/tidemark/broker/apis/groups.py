@@ -123,9 +123,13 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request)
         return error_responses.consumer_group_heartbeat(ErrorCode.topic_authorization_failed)
     client_id, client_host = ctx.client_id or "", ctx.client_host
     topics = _topics_image(ctx)
+    # As Kafka's regex resolution: a regex's matches are only the topics this principal may DESCRIBE.
+    describable = None if ctx.authorizer is None else \
+        (lambda name: access.allowed(ctx, access.DESCRIBE, access.TOPIC, name))
     return await ctx.coordinator.call(
         body.group_id,
-        lambda shard, token, now: shard.consumer.heartbeat(body, version, token, now, topics, client_id, client_host),
+        lambda shard, token, now: shard.consumer.heartbeat(body, version, token, now, topics, client_id, client_host,
+                                                           describable),
         error_responses.consumer_group_heartbeat,
     )
 

@@ -17,6 +17,7 @@ COORDINATOR_LOAD_IN_PROGRESS), so the transaction coordinator retries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -103,18 +104,28 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Request) -> dic
 
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Request) -> dict[str, Any]:
-    body = request.body
+    body, version = request.body, ctx.api_version
     # As Kafka: WRITE on the transactional id, READ on the group (each refusal the whole request's),
-    # READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions, nothing committed).
-    refusal = ErrorCode.transactional_id_authorization_failed if not access.allowed(
-        ctx, access.WRITE, access.TRANSACTIONAL_ID, body.transactional_id) else \
-        ErrorCode.group_authorization_failed if not access.allowed(ctx, access.READ, access.GROUP, body.group_id) \
-        else ErrorCode.topic_authorization_failed if access.refused(ctx, access.READ, access.TOPIC,
-                                                                    (t.name for t in body.topics)) else None
-    if refusal is not None:
-        return error_responses.txn_offset_commit(body, ctx.api_version, refusal)
-    return await ctx.coordinator.call(
+    # READ on each topic: a refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED and the
+    # others are committed.
+    if not access.allowed(ctx, access.WRITE, access.TRANSACTIONAL_ID, body.transactional_id):
+        return error_responses.txn_offset_commit(body, version, ErrorCode.transactional_id_authorization_failed)
+    if not access.allowed(ctx, access.READ, access.GROUP, body.group_id):
+        return error_responses.txn_offset_commit(body, version, ErrorCode.group_authorization_failed)
+    refused = access.refused(ctx, access.READ, access.TOPIC, (t.name for t in body.topics))
+    readable = dataclasses.replace(body, topics=tuple(t for t in body.topics if t.name not in refused)) \
+        if refused else body
+    # None readable: the coordinator is not asked (nothing to commit).
+    response = await ctx.coordinator.call(
         body.group_id,
-        lambda shard, token, now: shard.txn_commit_offsets(body, token, now),
-        lambda code: error_responses.txn_offset_commit(body, ctx.api_version, code),
-    )
+        lambda shard, token, now: shard.txn_commit_offsets(readable, token, now),
+        lambda code: error_responses.txn_offset_commit(readable, version, code),
+    ) if readable.topics else {"throttle_time": 0, "topics": []}
+    if not refused:
+        return response
+    answered = iter(response["topics"])  # one per readable topic, in the request's order
+    denied = ErrorCode.topic_authorization_failed
+    return {**response, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": denied}
+                                        for p in t.partitions]}
+        if t.name in refused else next(answered) for t in body.topics]}

@@ -14,7 +14,7 @@ import dataclasses
 import re
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -173,7 +173,10 @@ class ConsumerGroupHeartbeats:
     # -- the heartbeat ----------------------------------------------------------------------
 
     def heartbeat(self, request: Any, version: int, token: int, now_ms: int, topics: TopicsImage,
-                  client_id: str, client_host: str) -> Result:
+                  client_id: str, client_host: str, describable: Callable[[str], bool] | None = None) -> Result:
+        """`describable`: the topics the heartbeating member's principal may DESCRIBE (None: all,
+        no authorizer). As Kafka resolves a group's regexes with the context of the heartbeat that
+        resolves them, every regex of the group matches only those."""
         def error(code: ErrorCode, message: str | None) -> Result:
             return Result().respond(token, {"throttle_time": 0, "error_code": code, "error_message": message,
                                             "member_id": None, "member_epoch": -1, "heartbeat_interval": 0,
@@ -183,7 +186,8 @@ class ConsumerGroupHeartbeats:
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 result = self._leave(request, token, now_ms)
             else:
-                result = self._join_or_heartbeat(request, version, token, now_ms, topics, client_id, client_host)
+                result = self._join_or_heartbeat(request, version, token, now_ms, topics, client_id, client_host,
+                                                 describable)
         except HeartbeatError as exc:
             return error(exc.code, exc.message)
         if result.records:
@@ -209,7 +213,7 @@ class ConsumerGroupHeartbeats:
         return ConsumerGroup(group_id), records
 
     def _join_or_heartbeat(self, request: Any, version: int, token: int, now_ms: int, topics: TopicsImage,
-                           client_id: str, client_host: str) -> Result:
+                           client_id: str, client_host: str, describable: Callable[[str], bool] | None) -> Result:
         group_id, epoch = request.group_id, request.member_epoch
         group, records = self._group_for(group_id, create=epoch == 0)
         member_id = request.member_id or str(uuid.uuid4())
@@ -292,7 +296,7 @@ class ConsumerGroupHeartbeats:
         if removed_static is not None:
             members.pop(removed_static.member_id, None)
         members[member_id] = updated
-        subscriptions = {m.member_id: self._subscribed(m, topics) for m in members.values()}
+        subscriptions = {m.member_id: self._subscribed(m, topics, describable) for m in members.values()}
         metadata = {name: topics[name] for names in subscriptions.values() for name in names}
         if metadata != group.subscription_metadata:
             records.append(_record(ConsumerGroupKey(schema.PARTITION_METADATA, group_id),
@@ -421,13 +425,14 @@ class ConsumerGroupHeartbeats:
                                      f"one known by the group coordinator ({member.member_epoch}). The member "
                                      "must abandon all its partitions and rejoin.")
 
-    def _subscribed(self, member: ConsumerGroupMember, topics: TopicsImage) -> frozenset[str]:
+    def _subscribed(self, member: ConsumerGroupMember, topics: TopicsImage,
+                    describable: Callable[[str], bool] | None = None) -> frozenset[str]:
         names = {n for n in member.subscribed_topic_names if n in topics}
         if member.subscribed_topic_regex:
             pattern = self._regexes.get(member.subscribed_topic_regex)
             if pattern is None:
                 pattern = self._regexes[member.subscribed_topic_regex] = compile_regex(member.subscribed_topic_regex)
-            names |= {n for n in topics if pattern.fullmatch(n)}
+            names |= {n for n in topics if pattern.fullmatch(n) and (describable is None or describable(n))}
         return frozenset(names)
 
     def _assignor(self, members: Mapping[str, ConsumerGroupMember]) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,11 +46,15 @@ def spark_session(app_name: str, master: str | None = "local[*]") -> SparkSessio
 
 
 def read_offsets_log(spark: SparkSession, *, bootstrap_servers: str | None = None, data_dir: str | None = None,
-                     options: dict[str, str] | None = None) -> DataFrame:
-    """The offsets log as rows of OFFSETS_LOG_SCHEMA, from a cluster or from a data directory."""
+                     options: dict[str, str] | None = None,
+                     client_config: Mapping[str, str] | None = None) -> DataFrame:
+    """The offsets log as rows of OFFSETS_LOG_SCHEMA, from a cluster or from a data directory.
+    client_config (security.protocol, sasl.*, ssl.*) goes to the source as kafka.* options, as
+    Spark's Kafka connector takes client settings."""
     if (bootstrap_servers is None) == (data_dir is None):
         raise ValueError("read the offsets log either from a cluster or from a data directory")
     reader = spark.read.format("tidemark-offsets").options(**(options or {}))
+    reader = reader.options(**{f"kafka.{key}": str(value) for key, value in (client_config or {}).items()})
     if bootstrap_servers is not None:
         return reader.option("bootstrap.servers", bootstrap_servers).load()
     return reader.load(str(data_dir))

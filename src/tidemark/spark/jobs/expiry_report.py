@@ -108,11 +108,12 @@ def groups_removed(summary: DataFrame) -> list[str]:
 
 def main(spark: SparkSession, *, at_ms: int, retention_minutes: int = DEFAULT_RETENTION_MINUTES,
          bootstrap_servers: str | None = None, data_dir: str | None = None, output: str | None = None,
-         fmt: str = "parquet") -> tuple[DataFrame, DataFrame]:
+         fmt: str = "parquet", client_config: dict[str, str] | None = None) -> tuple[DataFrame, DataFrame]:
     """`tidemark spark expiry-report`: (report, per-group summary), the report written when asked."""
     from tidemark.spark.jobs.common import read_offsets_log, write
 
-    records = read_offsets_log(spark, bootstrap_servers=bootstrap_servers, data_dir=data_dir).cache()
+    records = read_offsets_log(spark, bootstrap_servers=bootstrap_servers, data_dir=data_dir,
+                               client_config=client_config).cache()
     report = expiry_report(records, at_ms, retention_minutes * 60_000).cache()
     summary = expiry_summary(records, report).cache()
     if output:

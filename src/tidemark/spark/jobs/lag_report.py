@@ -252,7 +252,8 @@ def main(spark: SparkSession, *, bootstrap_servers: str | None = None, data_dir:
     from tidemark.spark.jobs.common import read_offsets_log, write
     from tidemark.spark.jobs.offsets_snapshot import offsets_snapshot
 
-    records = read_offsets_log(spark, bootstrap_servers=bootstrap_servers, data_dir=data_dir).cache()
+    records = read_offsets_log(spark, bootstrap_servers=bootstrap_servers, data_dir=data_dir,
+                               client_config=client_config).cache()
     snapshot = offsets_snapshot(records).cache()
     committed = {(r.group, r.topic, r.partition): r.committed_offset
                  for r in snapshot.select("group", "topic", "partition", "committed_offset").collect()}

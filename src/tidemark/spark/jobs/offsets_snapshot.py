@@ -83,11 +83,12 @@ def group_snapshot(records: DataFrame) -> DataFrame:
 
 
 def main(spark: SparkSession, *, bootstrap_servers: str | None = None, data_dir: str | None = None,
-         output: str | None = None, fmt: str = "parquet") -> DataFrame:
+         output: str | None = None, fmt: str = "parquet", client_config: dict[str, str] | None = None) -> DataFrame:
     """`tidemark spark offsets-snapshot`: read the log, take the snapshot, write it if asked."""
     from tidemark.spark.jobs.common import read_offsets_log, write
 
-    snapshot = offsets_snapshot(read_offsets_log(spark, bootstrap_servers=bootstrap_servers, data_dir=data_dir))
+    snapshot = offsets_snapshot(read_offsets_log(spark, bootstrap_servers=bootstrap_servers, data_dir=data_dir,
+                                                 client_config=client_config))
     if output:
         snapshot = snapshot.cache()
         write(snapshot, output, fmt)
