@@ -3,6 +3,7 @@ one-line ClientErrors, and the answers as plain values (names, (topic, partition
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -38,6 +39,10 @@ def state_name(state: Any) -> str:
 
 
 _GROUP_TYPES = {ConsumerGroupType.CLASSIC: "classic", ConsumerGroupType.CONSUMER: "consumer"}
+
+
+_LOADING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
+_LIST_RETRY_BACKOFF_S = 0.1
 
 
 def _is(exc: KafkaException, code: int) -> bool:
@@ -104,7 +109,15 @@ class Admin:
     def group_listings(self) -> list[tuple[str, str, str | None]]:
         """(group id, state name, group type) of every group, sorted. The type is ListGroups v5's
         ("classic", "consumer"), None from brokers too old to say."""
-        result = self.wait(self.admin.list_consumer_groups(request_timeout=self.timeout_s), "listing groups")
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            result = self.wait(self.admin.list_consumer_groups(request_timeout=self.timeout_s), "listing groups")
+            # A coordinator still loading its partitions answers a retriable error: Kafka's admin
+            # client asks again within its timeout, and librdkafka's does not.
+            loading = bool(result.errors) and all(error.code() in _LOADING for error in result.errors)
+            if not loading or time.monotonic() >= deadline:
+                break
+            time.sleep(_LIST_RETRY_BACKOFF_S)
         if result.errors:
             # Kafka's tool fails when any broker could not be listed; do the same, naming the first.
             raise ClientError(f"Error: listing groups failed against {self.bootstrap}: "
