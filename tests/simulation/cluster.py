@@ -1228,15 +1228,20 @@ class Simulation:
             state["bump"] = True
         leader = self.brokers[state["leader"]]
         if self.faults_on and self.rng.random() < 0.08:
-            # The coordinator moves (its __transaction_state partition has a new leader) with this
-            # marker queued: the old one's copy arrives late, after the new one (coordinator
-            # epoch + 1) wrote it and maybe after the producer's next transaction began.
-            self.log_event("coordinator: moves with marker %s of producer %d queued", (state["marker"], producer))
+            # A copy of this marker arrives late, after the marker was written again and maybe
+            # after the producer's next transaction began: either the coordinator moved (its
+            # __transaction_state partition has a new leader, coordinator epoch + 1) with the
+            # marker queued, or the leader read the request only after a stall, when the
+            # coordinator had timed it out and sent it again. Only the epochs fence it.
+            moved = self.rng.random() < 0.5
+            self.log_event("coordinator: %s with marker %s of producer %d", (
+                "moves" if moved else "times out", state["marker"], producer))
             self.at(self.rng.randint(100, 1500), self.send, CLIENT, leader.id, self._serve_marker, leader, producer,
                     -1, state["marker"])
-            pid, epoch, commit, coordinator_epoch = state["marker"]
-            state["coordinator_epoch"] = coordinator_epoch + 1
-            state["marker"] = (pid, epoch, commit, coordinator_epoch + 1)
+            if moved:
+                pid, epoch, commit, coordinator_epoch = state["marker"]
+                state["coordinator_epoch"] = coordinator_epoch + 1
+                state["marker"] = (pid, epoch, commit, coordinator_epoch + 1)
             state["bump"] = True
         self.send(CLIENT, leader.id, self._serve_marker, leader, producer, attempt, state["marker"])
         self.at(self.settings.produce_timeout_ms + 200, self._marker_timed_out, producer, attempt)
