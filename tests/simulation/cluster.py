@@ -1343,7 +1343,10 @@ class Simulation:
         return int(self.rng.expovariate(1 / self.fault_mean_ms)) + 1
 
     def _calm(self) -> bool:
-        return (not self.blocked and not self.slow and all(b.up and not b.paused for b in self.brokers.values()))
+        # A controlled shutdown still on its way is a failure too: it takes its broker out of
+        # the ISR, which may leave only the one that lost records in it.
+        return (not self.blocked and not self.slow
+                and all(b.up and not b.paused and b.shutdown_request is None for b in self.brokers.values()))
 
     def _power_loss_outstanding(self) -> bool:
         return any(b.power_lost for b in self.brokers.values())
