@@ -13,6 +13,15 @@ disks (simlog.py), ZooKeeper (zookeeper.py), the broker's application of the clu
 (roles.py's ReplicaRoles._apply_partition), the follower's fetcher loop, the leader's side of a follower fetch, the
 produce handler's acks=all answer, the flusher and the controller's event handling.
 
+With `Settings.transactions` (issue 25), one plain producer and two transactional ones write,
+and a transaction coordinator sends each transaction's COMMIT or ABORT marker to the leader
+(lost, retried, sent to a new leader, late copies fenced by the epochs). The leader appends
+their batches with UnifiedLog.append and the markers with UnifiedLog.append_marker (on the
+in-memory log, simlog.py), producer state is a real ProducerStateManager, aborted transactions
+a real TransactionIndex, and the last stable offset and collect_aborted_transactions are
+UnifiedLog's. Modelled: the produce and WriteTxnMarkers handlers (txn_markers._append), the
+coordinator and the read_committed consumer's rule for aborted transactions.
+
 Time is simulated milliseconds; events run in (time, order of scheduling). Asyncio is only
 there because Partition makes futures: the whole run is one coroutine that never awaits, and
 futures are looked at with done().
@@ -228,7 +237,8 @@ class Simulation:
         self.zk.on_change = self._zk_changed
         # Each broker's producer snapshots (real files: ProducerStateManager writes and loads them).
         self.transactions = self.settings.transactions
-        self.snapshot_root = Path(tempfile.mkdtemp(prefix="tidemark-sim-")) if self.transactions else None
+        shm = "/dev/shm" if Path("/dev/shm").is_dir() else None  # memory: thousands of seeds' fsyncs cost nothing
+        self.snapshot_root = Path(tempfile.mkdtemp(prefix="tidemark-sim-", dir=shm)) if self.transactions else None
         self.brokers = {}
         for b in REPLICAS:
             if self.snapshot_root is not None:
