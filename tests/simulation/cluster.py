@@ -79,6 +79,7 @@ ZK = 0  # the network's name for ZooKeeper
 CLIENT = -1  # and for the producers (and the transaction coordinator)
 TXN_PRODUCERS = (3, 4)
 TXN_ABORT_RATE = 0.3
+ROLL_RECORDS = 8  # with transactions: a segment rolls (and producer state is snapshotted) every 8 records
 # What a transactional producer retries (the same batch, the same sequence) before it aborts.
 _RETRIABLE = (ErrorCode.not_leader_or_follower, ErrorCode.not_enough_replicas,
               ErrorCode.not_enough_replicas_after_append, ErrorCode.request_timed_out)
@@ -244,6 +245,8 @@ class Simulation:
             if self.snapshot_root is not None:
                 (self.snapshot_root / str(b)).mkdir()
             self.brokers[b] = Broker(b, self.snapshot_root / str(b) if self.snapshot_root is not None else None)
+            if self.transactions:
+                self.brokers[b].log.roll_records = ROLL_RECORDS
         self.blocked: set[frozenset[int]] = set()
         self._fifo: dict[tuple[int, int], int] = {}  # (from, to) -> time of its last delivery
         self._touched: set[Broker] = set()  # brokers that ran something in this step: to check

@@ -103,6 +103,7 @@ class _Local:
         return [self._log.segment]
 
     def append(self, buf: Any, assigned: list[tuple[int, BatchHeader]], last_offset: int, now_ms: int) -> None:
+        self._log.maybe_roll()  # LocalLog.append rolls first if the active segment is full
         for pos, h in assigned:
             if h.is_control:
                 raw = bytes(buf[pos:pos + h.size])
@@ -120,13 +121,16 @@ class SimLog:
     def __init__(self, name: str, records: list[Record] | None = None, epochs: list[EpochEntry] | None = None,
                  recovery_point: int = 0, high_watermark: int | None = None,
                  snapshot_dir: Path | None = None, aborted: list[AbortedTxn] | None = None,
-                 now_ms: int = 0) -> None:
+                 now_ms: int = 0, roll_records: int | None = None) -> None:
         self.name = name
         self.records: list[Record] = list(records or [])
         self.leader_epoch_cache = LeaderEpochFileCache(None, epochs)
         self.log_start_offset = 0
         self.offline = None
         self.snapshot_dir = snapshot_dir
+        # Segments of this many records: at each roll producer state is snapshotted (UnifiedLog's
+        # _rolling: snapshot_at_roll), written by the next flush (write_snapshots). None: no rolls.
+        self.roll_records = roll_records
         self.segment = _Segment(self, MemoryTxnIndex(aborted))
         self.local = _Local(self)
         # LogLoader: producer state from the newest snapshot and the batches after it.
@@ -174,8 +178,14 @@ class SimLog:
 
     # -- append, read -------------------------------------------------------------------------
 
+    def maybe_roll(self) -> None:
+        end = len(self.records)
+        if self.roll_records and end and end % self.roll_records == 0:
+            self.producer_state.snapshot_at_roll(end, self.log_start_offset)
+
     def append(self, value: str, *, leader_epoch: int) -> int:
         """A leader's append of one record: its offset (the epoch is recorded before the batch)."""
+        self.maybe_roll()
         offset = len(self.records)
         if leader_epoch >= 0:
             self.leader_epoch_cache.assign(leader_epoch, offset)
@@ -200,17 +210,27 @@ class SimLog:
         for i, record in enumerate(records):
             if record.epoch >= 0:
                 self.leader_epoch_cache.assign(record.epoch, base_offset + i)
+        for i, record in enumerate(records):  # each batch a part of UnifiedLog.append_as_follower's write
+            self.maybe_roll()
             self.records.append(record)
-        if self.follower_tracks_transactions:
-            for record in records:  # UnifiedLog.append_as_follower: producer state follows the batches
-                if record.header is not None:
-                    completed = self.producer_state.update(record.header, read_marker(record.marker)
-                                                           if record.is_marker else None)
-                    if completed is not None:
-                        self.producer_state.index_completed(self.segment, completed)
+            # Producer state follows each part before the next is written (and rolls); before
+            # issue 25's fix, only after the last part.
+            if self.follower_state_per_part:
+                self._follow_producer_state(records[i:i + 1])
+        if not self.follower_state_per_part:
+            self._follow_producer_state(records)
+
+    def _follow_producer_state(self, records: list[Record]) -> None:
+        for record in records:
+            if self.follower_tracks_transactions and record.header is not None:
+                completed = self.producer_state.update(record.header, read_marker(record.marker)
+                                                       if record.is_marker else None)
+                if completed is not None:
+                    self.producer_state.index_completed(self.segment, completed)
 
     # The simulator's switch for a follower that ignores transactions (a defect it must find).
     follower_tracks_transactions = True
+    follower_state_per_part = True
 
     def read(self, offset: int, max_records: int, upper_bound: int) -> list[Record]:
         end = self.log_end_offset
@@ -248,7 +268,9 @@ class SimLog:
     # -- durability ---------------------------------------------------------------------------
 
     def begin_flush(self) -> tuple[int, int]:
-        """LocalLog.flush's first half (under its lock): the end to make durable."""
+        """LocalLog.flush's first half (under its lock): the end to make durable; the snapshots
+        taken at rolls are written first (UnifiedLog._sync_metadata)."""
+        self.producer_state.write_snapshots()
         return self.log_end_offset, self._truncations
 
     def finish_flush(self, started: tuple[int, int]) -> int:
@@ -286,7 +308,7 @@ class SimLog:
             aborted = durable + (rest[:rng.randint(0, len(rest))] if rest else [])
         log = SimLog(self.name, self.records[:keep], self.leader_epoch_cache.entries,
                      recovery_point=min(self._recovery_point, keep), snapshot_dir=self.snapshot_dir,
-                     aborted=aborted, now_ms=now_ms)
+                     aborted=aborted, now_ms=now_ms, roll_records=self.roll_records)
         log.leader_epoch_cache.truncate_from_end(keep)
         log._now_ms = now_ms
         return log

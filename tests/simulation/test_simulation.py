@@ -277,12 +277,25 @@ def test_the_simulator_finds_markers_not_fenced_by_producer_epoch(monkeypatch: p
             "a read_committed reader sees every record of a committed transaction"} & set(found), found
 
 
+def test_the_simulator_finds_a_follower_roll_snapshot_missing_the_parts_before_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25's defect of the follower's append (found while mirroring it): producer state
+    updated only after the last part of a fetch response, so the snapshot of a roll between
+    parts misses the batches before it, and a restart loading it rebuilds a different state
+    (or, led from, a different .txnindex) than the replica held."""
+    monkeypatch.setattr(SimLog, "follower_state_per_part", False)
+    found = [v.invariant for seed in FOLLOWER_PARTS_SEEDS for v in simulate(seed, Settings(transactions=True)).findings]
+    assert {"producer state and aborted transactions rebuilt at a restart are what the replica held",
+            "replicas agree on the aborted transactions once caught up"} & set(found), found
+
+
 # Found with each defect put back (`python -m tests.simulation.run --transactions` over seeds
 # 0-100; the first seeds that find it; a change to the simulation changes what a seed does).
 LSO_FROM_LOG_END_SEEDS = [0]
 LSO_IGNORES_OPEN_SEEDS = [0, 3]
 FOLLOWER_UNTRACKED_SEEDS = [0]
 UNFENCED_MARKER_SEEDS = [8]
+FOLLOWER_PARTS_SEEDS = [82, 119]  # 3 of seeds 0-150
 
 
 # -- the in-memory log against UnifiedLog -----------------------------------------------------------
