@@ -192,3 +192,28 @@ def test_producers_with_an_open_transaction_never_expire(open_log):
     log.append(batch(1, producer_id=2, producer_epoch=0, base_sequence=0), now_ms=NOW)
     assert log.producer_state.remove_expired(NOW + 10 * 86_400_000) == 1
     assert set(log.producer_state.producers) == {1}
+
+
+def test_follower_append_split_at_a_roll_snapshots_the_batches_before_it(open_log, tmp_path):
+    """A fetch response larger than segment.bytes is written in parts, rolling a segment between
+    them; the producer snapshot taken at that roll holds the batches of the parts before it (a
+    transaction opened there is still open after a restart that loads that snapshot)."""
+    from tidemark.log import UnifiedLog
+    leader = open_log()
+    txn(leader, 1, 0, 0)  # 0-1: opens the transaction, in the first part
+    plain(leader, 3)  # 2-4
+    data = leader.read(0, 1 << 20)
+    [(_, first), (second_pos, _)] = list(iter_batches(data))
+    config = LogConfig(segment_bytes=second_pos + 10)  # the second batch does not fit beside the first
+    follower = UnifiedLog.open(tmp_path / "follower-0", config, now_ms=NOW)
+    follower.append_as_follower(data, now_ms=NOW)
+    assert [seg.base_offset for seg in follower.segments] == [0, 2]
+    follower.flush()  # writes the snapshot taken at the roll, at offset 2
+    follower.close(flush=False)  # a crash: no snapshot at the log end
+    assert sorted(list_snapshots(tmp_path / "follower-0")) == [2]
+    reopened = UnifiedLog.open(tmp_path / "follower-0", config, recovery_point=5, high_watermark=5, now_ms=NOW)
+    try:
+        assert reopened.producer_state.ongoing_txns == {0: 1}
+        assert reopened.last_stable_offset == 0
+    finally:
+        reopened.close()

@@ -13,6 +13,15 @@ disks (simlog.py), ZooKeeper (zookeeper.py), the broker's application of the clu
 (roles.py's ReplicaRoles._apply_partition), the follower's fetcher loop, the leader's side of a follower fetch, the
 produce handler's acks=all answer, the flusher and the controller's event handling.
 
+With `Settings.transactions` (issue 25), one plain producer and two transactional ones write,
+and a transaction coordinator sends each transaction's COMMIT or ABORT marker to the leader
+(lost, retried, sent to a new leader, late copies fenced by the epochs). The leader appends
+their batches with UnifiedLog.append and the markers with UnifiedLog.append_marker (on the
+in-memory log, simlog.py), producer state is a real ProducerStateManager, aborted transactions
+a real TransactionIndex, and the last stable offset and collect_aborted_transactions are
+UnifiedLog's. Modelled: the produce and WriteTxnMarkers handlers (txn_markers._append), the
+coordinator and the read_committed consumer's rule for aborted transactions.
+
 Time is simulated milliseconds; events run in (time, order of scheduling). Asyncio is only
 there because Partition makes futures: the whole run is one coroutine that never awaits, and
 futures are looked at with done().
@@ -34,7 +43,10 @@ import collections
 import dataclasses
 import heapq
 import random
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -50,6 +62,9 @@ from tidemark.cluster.zk import leader_election, zk_data
 from tidemark.cluster.zk.errors import ClusterError
 from tidemark.log.errors import OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from tidemark.log.leader_epoch import UNDEFINED_EPOCH
+from tidemark.log.producer_state import ProducerStateManager
+from tidemark.records.batch import build_batch
+from tidemark.records.control import read_marker
 from tidemark.replication.partition import Partition
 from tidemark.replication.truncation import follower_truncation
 
@@ -61,7 +76,13 @@ INDEX = 0
 REPLICAS = (1, 2, 3)
 MIN_INSYNC = 2
 ZK = 0  # the network's name for ZooKeeper
-CLIENT = -1  # and for the producers
+CLIENT = -1  # and for the producers (and the transaction coordinator)
+TXN_PRODUCERS = (3, 4)
+TXN_ABORT_RATE = 0.3
+ROLL_RECORDS = 8  # with transactions: a segment rolls (and producer state is snapshotted) every 8 records
+# What a transactional producer retries (the same batch, the same sequence) before it aborts.
+_RETRIABLE = (ErrorCode.not_leader_or_follower, ErrorCode.not_enough_replicas,
+              ErrorCode.not_enough_replicas_after_append, ErrorCode.request_timed_out)
 STATE_PATH = zk_data.partition_state_path(TOPIC, INDEX)
 BROKER_PATHS = {zk_data.broker_path(b): b for b in REPLICAS}
 
@@ -119,6 +140,10 @@ class Settings:
     # Where fetch.py records a follower's fetch position: only after the read succeeded, or
     # before its read (before issue 23's fix of defect 2).
     follower_position_after_read: bool = True
+    # Transactional load (issue 25): one plain producer and two transactional ones, their
+    # coordinator's markers, and the transaction invariants. Off, a seed runs as before
+    # transactions were simulated (two plain producers), so seeds found for other defects stay valid.
+    transactions: bool = False
 
     @property
     def isr_check_interval_ms(self) -> int:  # ClusterLink._maintain_isrs
@@ -140,6 +165,7 @@ class Pending:
     producer: int
     attempt: int
     leadership: int = 0  # the broker's leadership the append was made in
+    kind: str = "produce"  # or "marker": a WriteTxnMarkers append waiting on its replication
     completed_as: tuple[bool, int, int] | None = None  # (leading, its leadership, epoch) at completion
     isr_then: tuple[frozenset[int], tuple[int, ...]] | None = None  # (leader's ISR, ZooKeeper's) then
 
@@ -153,13 +179,13 @@ class ControllerMemory:
 
 
 class Broker:
-    def __init__(self, broker_id: int) -> None:
+    def __init__(self, broker_id: int, snapshot_dir: Path | None = None) -> None:
         self.id = broker_id
         self.up = False
         self.incarnation = 0
         self.paused = False
         self.backlog: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
-        self.log = SimLog(f"{TOPIC}-{INDEX}@{broker_id}")
+        self.log = SimLog(f"{TOPIC}-{INDEX}@{broker_id}", snapshot_dir=snapshot_dir)
         self.hw_checkpoint = 0  # replication-offset-checkpoint on disk
         self.partition: Partition | None = None
         self.session: int | None = None
@@ -210,7 +236,17 @@ class Simulation:
             maxlen=None if trace else 80)
         self.zk = SimZooKeeper(self.settings.session_timeout_ms)
         self.zk.on_change = self._zk_changed
-        self.brokers = {b: Broker(b) for b in REPLICAS}
+        # Each broker's producer snapshots (real files: ProducerStateManager writes and loads them).
+        self.transactions = self.settings.transactions
+        shm = "/dev/shm" if Path("/dev/shm").is_dir() else None  # memory: thousands of seeds' fsyncs cost nothing
+        self.snapshot_root = Path(tempfile.mkdtemp(prefix="tidemark-sim-", dir=shm)) if self.transactions else None
+        self.brokers = {}
+        for b in REPLICAS:
+            if self.snapshot_root is not None:
+                (self.snapshot_root / str(b)).mkdir()
+            self.brokers[b] = Broker(b, self.snapshot_root / str(b) if self.snapshot_root is not None else None)
+            if self.transactions:
+                self.brokers[b].log.roll_records = ROLL_RECORDS
         self.blocked: set[frozenset[int]] = set()
         self._fifo: dict[tuple[int, int], int] = {}  # (from, to) -> time of its last delivery
         self._touched: set[Broker] = set()  # brokers that ran something in this step: to check
@@ -232,6 +268,14 @@ class Simulation:
         self.zk_leader_of_epoch: dict[int, int] = {}
         self.hw_seen: dict[tuple[int, int, int], int] = {}  # (broker, incarnation, epoch) -> leader's hw
         self.verified: dict[int, int] = {}  # broker -> offset below which its log matched `committed`
+        # Transactions: (producer, n) -> its outcome ("commit"/"abort", None until decided), the
+        # offsets of its acknowledged batches and whether its marker was acknowledged; the
+        # read_committed reader's position in the committed log and the offsets it was shown;
+        # each leadership's last stable offset.
+        self.txns: dict[tuple[int, int], dict[str, Any]] = {}
+        self.reader_pos = 0
+        self.visible: set[int] = set()
+        self.lso_seen: dict[tuple[int, int, int], int] = {}
         self.stats = collections.Counter()
         self.suspect: str | None = None  # a known cause seen earlier in this run
         self.findings: list[InvariantViolation] = []  # every violation, the fatal one last
@@ -300,6 +344,8 @@ class Simulation:
                 f"{'LEADER' if p.is_leader else 'follower of ' + str(p.leader_id)} epoch {p.leader_epoch} "
                 f"isr {sorted(p.isr)}" if p is not None else "starting")
             lines.append(f"broker {b.id}: {role} leo {b.log.log_end_offset} hw {b.log.high_watermark} "
+                         f"lso {b.log.last_stable_offset} ongoing {dict(b.log.producer_state.ongoing_txns)} "
+                         f"aborted {[(a.producer_id, a.first_offset, a.last_offset) for a in b.log.aborted][-6:]} "
                          f"rp {b.log.recovery_point} epochs {[tuple(e) for e in b.log.leader_epoch_cache.entries]} "
                          f"log {[f'{r.value}@{r.epoch}' for r in b.log.records][-12:]}")
         lines.append(f"zk state: {self.zk.partition_state(TOPIC, INDEX)}")
@@ -308,9 +354,14 @@ class Simulation:
     def run(self) -> collections.Counter:
         """Run the seed to its end and check convergence; raises InvariantViolation."""
         self._start_cluster()
-        for producer in (1, 2):
+        for producer in (1,) if self.transactions else (1, 2):
             self.producers[producer] = {"n": 0, "value": None, "attempt": 0, "leader": REPLICAS[0]}
             self.at(self.rng.randint(0, 50), self._produce_next, producer)
+        for producer in TXN_PRODUCERS if self.transactions else ():  # each with its producer id
+            self.producers[producer] = {"txn": True, "pid": 1000 + producer, "epoch": 0, "seq": 0, "n": 0,
+                                        "coordinator_epoch": 0, "bump": False, "open": False, "attempt": 0,
+                                        "value": None, "batch": None, "leader": REPLICAS[0]}
+            self.at(self.rng.randint(0, 50), self._txn_begin, producer)
         self.at(self._fault_gap(), self._inject_fault)
         self.at(self.fault_end_ms, self._heal)
         self.at(self.fault_end_ms + 500, self._settled)
@@ -693,14 +744,30 @@ class Simulation:
         broker.partition = None
         broker.controller = None
         if how == "clean":
-            broker.log.flush()
+            broker.log.close()  # flushed, producer state snapshotted
             broker.hw_checkpoint = broker.log.high_watermark
             if broker.session is not None:
                 self.zk.close_session(broker.session)
-        broker.log = broker.log.after_crash(self.rng, power_loss=how == "power")
+        held, held_aborted = producer_summary(broker.log.producer_state), broker.log.aborted
+        broker.log = broker.log.after_crash(self.rng, power_loss=how == "power", now_ms=self.now)
         broker.power_lost = how == "power"
         broker.left_isr = False
         broker.session = None
+        if self.transactions:
+            self._check_reloaded(broker, how, held, held_aborted)
+
+    def _check_reloaded(self, broker: Broker, how: str, held: Any, held_aborted: list[Any]) -> None:
+        """The producer state and .txnindex a restart loads (newest snapshot, then the batches
+        after it) are what the replica held (after a power loss: what a scan of the records it
+        kept finds)."""
+        if how == "power":
+            scanned = SimLog("scan", broker.log.records)
+            held, held_aborted = producer_summary(scanned.producer_state), scanned.aborted
+        found, found_aborted = producer_summary(broker.log.producer_state), broker.log.aborted
+        if found != held or found_aborted != held_aborted:
+            self.violation("producer state and aborted transactions rebuilt at a restart are what the replica held",
+                           f"broker {broker.id} ({how} stop, log end {broker.log.log_end_offset}) held {held}, "
+                           f"aborted {held_aborted}; loaded {found}, aborted {found_aborted}")
 
     def _checkpoint_hw(self, broker: Broker) -> None:
         """LogManager's periodic replication-offset-checkpoint (atomic, durable)."""
@@ -987,12 +1054,12 @@ class Simulation:
 
     def _produce_send(self, producer: int) -> None:
         state = self.producers[producer]
-        if not self.producing:
+        if not self.producing and not state.get("txn"):  # a transaction is finished after the faults
             return
         state["attempt"] += 1
         attempt = state["attempt"]
         leader = self.brokers[state["leader"]]
-        self.send(CLIENT, leader.id, self._serve_produce, leader, producer, attempt, state["value"])
+        self.send(CLIENT, leader.id, self._serve_produce, leader, producer, attempt, state["value"], state.get("batch"))
         self.at(self.settings.produce_timeout_ms + 200, self._produce_timed_out, producer, attempt)
 
     def _produce_timed_out(self, producer: int, attempt: int) -> None:
@@ -1000,8 +1067,10 @@ class Simulation:
         if state["attempt"] == attempt:
             self._produce_answered(producer, attempt, ErrorCode.request_timed_out, -1)
 
-    def _serve_produce(self, broker: Broker, producer: int, attempt: int, value: str) -> None:
-        """produce.handle for one partition, acks=all."""
+    def _serve_produce(self, broker: Broker, producer: int, attempt: int, value: str,
+                       batch: tuple[int, int, int] | None = None) -> None:
+        """produce.handle for one partition, acks=all; `batch` (producer id, epoch, sequence) for
+        a transactional producer's batch, appended by UnifiedLog.append."""
         p = broker.partition
         if not p.is_leader:
             self._reply_produce(broker, producer, attempt, ErrorCode.not_leader_or_follower, -1)
@@ -1009,11 +1078,28 @@ class Simulation:
         if len(p.isr) < MIN_INSYNC:
             self._reply_produce(broker, producer, attempt, ErrorCode.not_enough_replicas, -1)
             return
-        offset = broker.log.append(value, leader_epoch=p.leader_epoch)
-        self._schedule_flush(broker)
-        p.appended()
-        self._wake_fetches(broker)
-        self.log_event("broker %d: appended %s at %d, epoch %d", (broker.id, value, offset, p.leader_epoch))
+        if batch is None:
+            offset = broker.log.append(value, leader_epoch=p.leader_epoch)
+        else:
+            pid, epoch, seq = batch
+            try:
+                info = broker.log.append_batches(build_batch(
+                    [(None, value.encode(), (), self.now)], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                    is_transactional=True), leader_epoch=p.leader_epoch, now_ms=self.now)
+            except Exception as exc:  # noqa: BLE001 - the partition's error code, as produce.py answers it
+                self.log_event("broker %d: %s refused: %r", (broker.id, value, exc))
+                self.stats["txn_refused_" + error_code_for(exc).name] += 1
+                self._reply_produce(broker, producer, attempt, error_code_for(exc), -1)
+                return
+            offset = info.first_offset
+            if info.duplicate:  # answered with the original's offset once that is committed
+                self.log_event("broker %d: %s is a duplicate of offset %d", (broker.id, value, offset))
+                self.stats["txn_duplicates"] += 1
+        if batch is None or not info.duplicate:
+            self._schedule_flush(broker)
+            p.appended()
+            self._wake_fetches(broker)
+            self.log_event("broker %d: appended %s at %d, epoch %d", (broker.id, value, offset, p.leader_epoch))
         # produce.py waits once every partition of the request is appended, under the append's epoch.
         future = p.wait_for_high_watermark(offset + 1, p.leader_epoch)
         broker.pending.append(Pending(future, offset, value, p.leader_epoch,
@@ -1030,24 +1116,33 @@ class Simulation:
                 exc = pending.future.exception()
                 if exc is not None:
                     code = error_code_for(exc)
+                elif pending.kind == "marker":  # txn_markers._committed: replicated is enough
+                    code = ErrorCode.none
+                    self._acknowledged(broker, pending)
                 elif len(broker.partition.isr) < MIN_INSYNC:
                     code = ErrorCode.not_enough_replicas_after_append
                 else:
                     code = ErrorCode.none
                     self._acknowledged(broker, pending)
-                self._reply_produce(broker, pending.producer, pending.attempt, code, pending.offset)
+                self._reply_produce(broker, pending.producer, pending.attempt, code, pending.offset, pending.kind)
             elif self.now >= pending.deadline:
                 pending.future.cancel()
-                self._reply_produce(broker, pending.producer, pending.attempt, ErrorCode.request_timed_out, -1)
+                self._reply_produce(broker, pending.producer, pending.attempt, ErrorCode.request_timed_out, -1,
+                                    pending.kind)
             else:
                 still.append(pending)
         broker.pending = still
 
-    def _reply_produce(self, broker: Broker, producer: int, attempt: int, code: ErrorCode, offset: int) -> None:
-        self.send(broker.id, CLIENT, self._produce_answered, producer, attempt, code, offset)
+    def _reply_produce(self, broker: Broker, producer: int, attempt: int, code: ErrorCode, offset: int,
+                       kind: str = "produce") -> None:
+        answered = self._marker_answered if kind == "marker" else self._produce_answered
+        self.send(broker.id, CLIENT, answered, producer, attempt, code, offset)
 
     def _produce_answered(self, producer: int, attempt: int, code: ErrorCode, offset: int) -> None:
         state = self.producers[producer]
+        if state.get("txn"):
+            self._txn_produce_answered(producer, attempt, code, offset)
+            return
         if state["attempt"] != attempt:
             return
         state["attempt"] += 1  # later answers to this attempt are stale
@@ -1064,13 +1159,207 @@ class Simulation:
         state["attempt"] -= 1
         self.at(self.rng.randint(10, 80), self._produce_send, producer)
 
+    def _refresh_leader(self, state: dict[str, Any]) -> None:
+        up = [b for b in self.brokers.values() if b.up and b.view is not None]
+        if up:  # metadata from some broker's view
+            view = self.rng.choice(up).view
+            if view.leader >= 0:
+                state["leader"] = view.leader
+
+    # -- transactional producers and their coordinator --------------------------------------------
+
+    def _txn_begin(self, producer: int) -> None:
+        """A transaction: 1-3 batches, each acknowledged before the next, then the coordinator's
+        COMMIT (or ABORT) marker. A producer whose previous marker was sent more than once (a
+        copy may still be on its way) starts with a new epoch, which fences that copy."""
+        state = self.producers[producer]
+        if not self.producing:
+            return
+        if state["bump"]:
+            state["epoch"] += 1
+            state["seq"] = 0
+            state["bump"] = False
+        state["n"] += 1
+        state.update(batches=self.rng.randint(1, 3), i=0, failed=False, open=True)
+        self.txns[(producer, state["n"])] = {"outcome": None, "offsets": [], "marker_acked": False}
+        self._txn_next_batch(producer)
+
+    def _txn_next_batch(self, producer: int) -> None:
+        state = self.producers[producer]
+        state["i"] += 1
+        state["value"] = f"t{producer}.{state['n']}.{state['i']}"
+        state["batch"] = (state["pid"], state["epoch"], state["seq"])
+        state["tries"] = 0
+        self._produce_send(producer)
+
+    def _txn_produce_answered(self, producer: int, attempt: int, code: ErrorCode, offset: int) -> None:
+        state = self.producers[producer]
+        if state["attempt"] != attempt:
+            return
+        state["attempt"] += 1
+        if code == ErrorCode.none:
+            self.stats["txn_acked"] += 1
+            self.txns[(producer, state["n"])]["offsets"].append(offset)
+            state["seq"] += 1
+            self.at(self.rng.randint(1, 20), self._txn_next_batch if state["i"] < state["batches"] else self._txn_end,
+                    producer)
+            return
+        self.stats["txn_produce_" + code.name] += 1
+        state["tries"] += 1
+        if code in _RETRIABLE and state["tries"] < 3:
+            self._refresh_leader(state)
+            self.at(self.rng.randint(10, 80), self._produce_send, producer)
+        else:  # the transaction aborts
+            state["failed"] = True
+            self.at(self.rng.randint(1, 30), self._txn_end, producer)
+
+    def _txn_end(self, producer: int) -> None:
+        """EndTxn: the coordinator decides and sends the marker. An abort after a failed batch
+        bumps the producer's epoch (KIP-360), so that batch, if still on its way, is fenced;
+        now and then the coordinator has moved (a new coordinator epoch)."""
+        state = self.producers[producer]
+        commit = not state["failed"] and self.rng.random() >= TXN_ABORT_RATE
+        self.txns[(producer, state["n"])]["outcome"] = "commit" if commit else "abort"
+        if state["failed"]:
+            state["epoch"] += 1
+            state["seq"] = 0
+        if self.rng.random() < 0.1:
+            state["coordinator_epoch"] += 1
+        state["marker"] = (state["pid"], state["epoch"], commit, state["coordinator_epoch"])
+        state["marker_sends"] = 0
+        self.log_event("coordinator: %s transaction %d of producer %d, marker %s", (
+            "commits" if commit else "aborts", state["n"], producer, state["marker"]))
+        self._marker_send(producer)
+
+    def _marker_send(self, producer: int) -> None:
+        """WriteTxnMarkers to the partition's leader as the coordinator knows it."""
+        state = self.producers[producer]
+        state["attempt"] += 1
+        attempt = state["attempt"]
+        state["marker_sends"] += 1
+        if state["marker_sends"] > 1:
+            state["bump"] = True
+        leader = self.brokers[state["leader"]]
+        if self.faults_on and self.rng.random() < 0.08:
+            # A copy of this marker arrives late, after the marker was written again and maybe
+            # after the producer's next transaction began: either the coordinator moved (its
+            # __transaction_state partition has a new leader, coordinator epoch + 1) with the
+            # marker queued, or the leader read the request only after a stall, when the
+            # coordinator had timed it out and sent it again. Only the epochs fence it.
+            moved = self.rng.random() < 0.5
+            self.log_event("coordinator: %s with marker %s of producer %d", (
+                "moves" if moved else "times out", state["marker"], producer))
+            self.at(self.rng.randint(100, 1500), self.send, CLIENT, leader.id, self._serve_marker, leader, producer,
+                    -1, state["marker"])
+            if moved:
+                pid, epoch, commit, coordinator_epoch = state["marker"]
+                state["coordinator_epoch"] = coordinator_epoch + 1
+                state["marker"] = (pid, epoch, commit, coordinator_epoch + 1)
+            state["bump"] = True
+        self.send(CLIENT, leader.id, self._serve_marker, leader, producer, attempt, state["marker"])
+        self.at(self.settings.produce_timeout_ms + 200, self._marker_timed_out, producer, attempt)
+
+    def _marker_timed_out(self, producer: int, attempt: int) -> None:
+        if self.producers[producer]["attempt"] == attempt:
+            self._marker_answered(producer, attempt, ErrorCode.request_timed_out, -1)
+
+    def _serve_marker(self, broker: Broker, producer: int, attempt: int, marker: tuple[int, int, bool, int]) -> None:
+        """txn_markers._append for one partition: the leader appends the control batch with
+        UnifiedLog.append_marker and answers once the high watermark passes it."""
+        p = broker.partition
+        if not p.is_leader:
+            self._reply_produce(broker, producer, attempt, ErrorCode.not_leader_or_follower, -1, "marker")
+            return
+        pid, epoch, commit, coordinator_epoch = marker
+        try:
+            info, completed = broker.log.append_marker(pid, epoch, commit, coordinator_epoch,
+                                                       leader_epoch=p.leader_epoch, now_ms=self.now)
+        except Exception as exc:  # noqa: BLE001 - the partition's error code
+            self.log_event("broker %d: marker %s refused: %r", (broker.id, marker, exc))
+            self.stats["marker_refused_" + error_code_for(exc).name] += 1
+            self._reply_produce(broker, producer, attempt, error_code_for(exc), -1, "marker")
+            return
+        offset = info.last_offset
+        value = broker.log.records[offset].value
+        self.stats["markers_appended" if completed is not None else "markers_completing_nothing"] += 1
+        self._schedule_flush(broker)
+        p.appended()
+        self._wake_fetches(broker)
+        self.log_event("broker %d: appended %s at %d, epoch %d, completing %s", (
+            broker.id, value, offset, p.leader_epoch, completed))
+        future = p.wait_for_high_watermark(offset + 1, p.leader_epoch)
+        broker.pending.append(Pending(future, offset, value, p.leader_epoch,
+                                      self.now + self.settings.produce_timeout_ms, producer, attempt,
+                                      broker.leadership, kind="marker"))
+        self.on_broker(broker, self.settings.produce_timeout_ms, self._answer_waiters, broker)
+
+    def _marker_answered(self, producer: int, attempt: int, code: ErrorCode, offset: int) -> None:
+        state = self.producers[producer]
+        if state["attempt"] != attempt:
+            return
+        state["attempt"] += 1
+        if code == ErrorCode.none:
+            self.stats["markers_acked"] += 1
+            self.txns[(producer, state["n"])]["marker_acked"] = True
+            state["open"] = False
+            self.at(self.rng.randint(5, 60), self._txn_begin, producer)
+            return
+        self.stats["marker_" + code.name] += 1
+        if code in (ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced):
+            self.violation("the coordinator's current marker is never fenced",
+                           f"marker {state['marker']} of producer {producer} refused: {code.name}")
+        self._refresh_leader(state)
+        self.at(self.rng.randint(10, 80), self._marker_send, producer)
+
+    def _read_committed(self, broker: Broker, lso: int) -> None:
+        """A read_committed consumer fetching from the reader's position up to the leader's last
+        stable offset: the batches, and the aborted transactions the fetch returns
+        (collect_aborted_transactions); it drops a producer's batches from an aborted
+        transaction's first offset until its ABORT marker, and every control batch (the
+        consumer's rule). Shown: records of committed transactions only, and all of them."""
+        log = broker.log
+        start = self.reader_pos
+        aborted = sorted(log.collect_aborted_transactions(start, lso), key=lambda a: a.first_offset)
+        i = 0
+        dropping: set[int] = set()
+        for offset in range(start, lso):
+            record = log.records[offset]
+            h = record.header
+            if h is None:
+                continue
+            if record.is_marker:
+                if not read_marker(record.marker).committed:
+                    dropping.discard(h.producer_id)
+                continue
+            while i < len(aborted) and aborted[i].first_offset <= h.last_offset:
+                dropping.add(aborted[i].producer_id)
+                i += 1
+            shown = h.producer_id not in dropping
+            name, n, _ = record.value.split(".")
+            outcome = self.txns.get((int(name[1:]), int(n)), {}).get("outcome")
+            if shown:
+                self.visible.add(offset)
+                if outcome != "commit":
+                    self.violation("a read_committed reader sees no record of an aborted or undecided transaction",
+                                   f"{record.value} at offset {offset} (transaction {outcome or 'undecided'}) is "
+                                   f"shown by leader {broker.id} below its last stable offset {lso}; aborted "
+                                   f"transactions returned: {aborted}")
+            elif outcome == "commit":
+                self.violation("a read_committed reader sees every record of a committed transaction",
+                               f"{record.value} at offset {offset} of a committed transaction is dropped by leader "
+                               f"{broker.id}'s aborted transactions {aborted}")
+        self.reader_pos = lso
+
     # -- faults -----------------------------------------------------------------------------------
 
     def _fault_gap(self) -> int:
         return int(self.rng.expovariate(1 / self.fault_mean_ms)) + 1
 
     def _calm(self) -> bool:
-        return (not self.blocked and not self.slow and all(b.up and not b.paused for b in self.brokers.values()))
+        # A controlled shutdown still on its way is a failure too: it takes its broker out of
+        # the ISR, which may leave only the one that lost records in it.
+        return (not self.blocked and not self.slow
+                and all(b.up and not b.paused and b.shutdown_request is None for b in self.brokers.values()))
 
     def _power_loss_outstanding(self) -> bool:
         return any(b.power_lost for b in self.brokers.values())
@@ -1312,6 +1601,21 @@ class Simulation:
                                    f"{previous} -> {hw} over records fsynced only below {log.recovery_point}",
                                    "defect8", fatal=False)
                 self.hw_seen[key] = hw
+            if not self.transactions:
+                continue
+            lso = log.last_stable_offset
+            if lso > hw:
+                self.violation("the last stable offset is never above the high watermark",
+                               f"broker {broker.id}: last stable offset {lso}, high watermark {hw}")
+            if p.is_leader:
+                key = (broker.id, broker.incarnation, p.leader_epoch)
+                previous = self.lso_seen.get(key)
+                if previous is not None and lso < previous:
+                    self.violation("the last stable offset never goes back on a leader within its epoch",
+                                   f"leader {broker.id} epoch {p.leader_epoch}: {previous} -> {lso}")
+                self.lso_seen[key] = lso
+                if lso > self.reader_pos:
+                    self._read_committed(broker, lso)
 
     def check_converged(self, quiet: bool = False) -> None:
         """After the faults and a quiet time: one leader, every replica in its ISR with the same
@@ -1332,13 +1636,44 @@ class Simulation:
                 fail("the cluster converges after the faults", f"broker {broker.id} does not match leader {leader.id}")
         if sorted(state.isr) != list(REPLICAS):
             fail("the cluster converges after the faults", f"ISR {state.isr}")
-        if quiet and any(b.pending for b in self.brokers.values()):
+        if quiet and (any(b.pending for b in self.brokers.values())
+                      or any(s.get("open") for s in self.producers.values())):
             raise _NotYet()
+        for broker in self.brokers.values():  # markers included in the logs compared above
+            log = broker.log
+            if log.aborted != leader.log.aborted:
+                self.violation("replicas agree on the aborted transactions once caught up",
+                               f"broker {broker.id}: {log.aborted}, leader {leader.id}: {leader.log.aborted}")
+            if log.last_stable_offset != log.high_watermark:
+                fail("every transaction is decided once the producers are done",
+                     f"broker {broker.id}: last stable offset {log.last_stable_offset}, high watermark "
+                     f"{log.high_watermark}, ongoing {log.producer_state.ongoing_txns}")
+            if producer_summary(log.producer_state) != producer_summary(leader.log.producer_state):
+                self.violation("replicas agree on producer state once caught up",
+                               f"broker {broker.id}: {producer_summary(log.producer_state)}, leader {leader.id}: "
+                               f"{producer_summary(leader.log.producer_state)}")
+        if leader.log.last_stable_offset > self.reader_pos:
+            self._read_committed(leader, leader.log.last_stable_offset)
+        for (producer, n), txn in self.txns.items():
+            if txn["outcome"] == "commit" and txn["marker_acked"]:
+                hidden = [o for o in txn["offsets"] if o not in self.visible]
+                if hidden:
+                    self.violation("a read_committed reader sees every record of a committed transaction",
+                                   f"transaction {n} of producer {producer}: offsets {hidden} never shown")
         for offset, (value, *_) in self.acked.items():
             if offset >= len(reference) or reference[offset].value != value:
                 self.violation("acknowledged records are on every later leader",
                                f"{value!r} acknowledged at offset {offset} is not in the final log")
         self.stats["records"] = len(reference)
+        if self.transactions:
+            self.stats["aborted"] = len(leader.log.aborted)
+
+
+def producer_summary(state: ProducerStateManager) -> tuple[dict[int, tuple[int, int, int, int]], dict[int, int]]:
+    """What a replica's producer state says: per producer its epoch, its ongoing transaction's
+    first offset, coordinator epoch and last sequence; and the ongoing transactions."""
+    return ({pid: (e.producer_epoch, e.current_txn_first_offset, e.coordinator_epoch, e.last_seq)
+             for pid, e in state.producers.items()}, dict(state.ongoing_txns))
 
 
 def quiet_logs() -> None:
@@ -1360,4 +1695,6 @@ def simulate(seed: int, settings: Settings | None = None, trace: bool = False) -
         loop.run_until_complete(main())
     finally:
         loop.close()
+        if sim.snapshot_root is not None:
+            shutil.rmtree(sim.snapshot_root, ignore_errors=True)
     return sim

@@ -3,6 +3,7 @@
     python -m tests.simulation.run --seed 1234 --trace      # replay one seed, every step printed
     python -m tests.simulation.run --seeds 0-2000           # a range; prints each failing seed
     python -m tests.simulation.run --seeds 0-500 --truncation legacy   # the pre-issue-23 fetcher rule
+    python -m tests.simulation.run --seeds 0-300 --transactions        # transactional producers and markers
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ def main(argv: list[str] | None = None) -> int:
                         default=kafka.restart_high_watermark)
     parser.add_argument("--follower-position-before-read", action="store_true",
                         help="record a follower's fetch position before its read (before issue 23)")
+    parser.add_argument("--transactions", action="store_true",
+                        help="transactional producers and their coordinator's markers (issue 25)")
     parser.add_argument("--stop-at-first", action="store_true")
     args = parser.parse_args(argv)
     settings = Settings(truncation=args.truncation, restart_high_watermark=args.restart_high_watermark,
-                        follower_position_after_read=not args.follower_position_before_read)
+                        follower_position_after_read=not args.follower_position_before_read,
+                        transactions=args.transactions)
     if args.seed is not None:
         seeds = range(args.seed, args.seed + 1)
     else:

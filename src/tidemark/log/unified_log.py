@@ -333,10 +333,6 @@ class UnifiedLog:
                 group_start, group = pos, []
             group.append((pos, h))
         self._write_group(buf, group_start, len(buf), group, now_ms)
-        for pos, h in batches:
-            completed = self.producer_state.update(h, read_marker(buf, pos) if h.is_control else None)
-            if completed is not None:
-                self.producer_state.index_completed(self._segment_of(h.base_offset), completed)
         return AppendInfo(batches[0][1].base_offset, batches[-1][1].last_offset, max_ts, offset_of_max_ts)
 
     def _segment_of(self, offset: int) -> LogSegment:
@@ -348,6 +344,12 @@ class UnifiedLog:
     def _write_group(self, buf: bytes, start: int, end: int, group: list[tuple[int, BatchHeader]],
                      now_ms: int) -> None:
         self.local.append(buf[start:end], [(pos - start, h) for pos, h in group], group[-1][1].last_offset, now_ms)
+        # Producer state follows each part before the next is written: the next part's roll
+        # snapshots it, and a restart from that snapshot scans only what comes after.
+        for pos, h in group:
+            completed = self.producer_state.update(h, read_marker(buf, pos) if h.is_control else None)
+            if completed is not None:
+                self.producer_state.index_completed(self._segment_of(h.base_offset), completed)
 
     def _check_online(self) -> None:
         if self.offline is not None:
