@@ -138,6 +138,22 @@ def test_marker_errors(tmp_path):
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
 
+def test_markers_are_written_with_acks_all_min_insync_replicas(tmp_path):
+    """Kafka appends markers with acks=-1: with fewer in-sync replicas than min.insync.replicas
+    the marker is refused NOT_ENOUGH_REPLICAS and nothing is written (the transaction coordinator
+    retries it), rather than acknowledged from the leader alone."""
+    async def scenario() -> None:
+        async with running_broker(tmp_path, SETTINGS) as broker:
+            broker.replicas.create_topic("t", 1, {"min.insync.replicas": "2"})
+            client = await AsyncRawClient.connect(broker.port)
+            pid = await _producer_id(client)
+            assert await _markers(client, pid, 0, True) == [ErrorCode.not_enough_replicas]
+            assert broker.replicas.partition("t", 0).log.log_end_offset == 0
+            await client.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
 async def _txn_commit(client: AsyncRawClient, pid: int, offset: int, *, epoch: int = 0, version: int = 3,
                       generation: int = -1, member_id: str = "") -> ErrorCode:
     body = {"transactional_id": "tx", "group_id": "g", "producer_id": pid, "producer_epoch": epoch,

@@ -4,7 +4,8 @@ transactions (the transaction coordinator sends the markers; producers send TxnO
 WriteTxnMarkers: for each marker and each partition named, this broker, as the partition's
 leader, appends one control batch (the COMMIT or ABORT marker, written with the transaction's
 producer id and epoch and the coordinator epoch) and answers once the high watermark passes it
-(Kafka appends markers with acks=-1). A marker whose producer epoch is older than the
+(Kafka appends markers with acks=-1: fewer in-sync replicas than min.insync.replicas
+answer NOT_ENOUGH_REPLICAS before the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND after it). A marker whose producer epoch is older than the
 partition's is refused INVALID_PRODUCER_EPOCH, one from an older coordinator epoch
 TRANSACTION_COORDINATOR_FENCED; a partition this broker does not have is
 UNKNOWN_TOPIC_OR_PARTITION, one it does not lead NOT_LEADER_OR_FOLLOWER. For a
@@ -37,13 +38,15 @@ _RETRIABLE_AT_COORDINATOR = (ErrorCode.not_coordinator, ErrorCode.coordinator_lo
                              ErrorCode.coordinator_not_available)
 
 
-async def _committed(partition: Any, end: int, epoch: int) -> ErrorCode:
+async def _committed(partition: Any, end: int, epoch: int, min_insync: int) -> ErrorCode:
     try:
         await asyncio.wait_for(partition.wait_for_high_watermark(end, epoch), MARKER_TIMEOUT_S)
     except asyncio.TimeoutError:
         return ErrorCode.request_timed_out
     except Exception as exc:  # noqa: BLE001 - a leadership lost meanwhile, a failed log
         return error_code_for(exc)
+    if len(partition.isr) < min_insync:  # in the log, not as durably as acks=-1 asks: retried
+        return ErrorCode.not_enough_replicas_after_append
     return ErrorCode.none
 
 
@@ -62,6 +65,12 @@ def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCo
         return ErrorCode.not_leader_or_follower
     if topic == OFFSETS_TOPIC:
         return asyncio.ensure_future(_offsets_marker(ctx, index, marker))
+    # Kafka appends markers with acks=-1: too few in-sync replicas refuse the marker before it is
+    # written, and the transaction coordinator retries it.
+    resolved, _ = ctx.replicas.resolve_topic(topic, None)
+    min_insync = ctx.config.min_insync_replicas(resolved.configs if resolved is not None else {})
+    if len(partition.isr) < min_insync:
+        return ErrorCode.not_enough_replicas
     try:
         info, _ = partition.log.append_marker(marker.producer_id, marker.producer_epoch, marker.transaction_result,
                                               marker.coordinator_epoch, leader_epoch=partition.leader_epoch,
@@ -70,7 +79,7 @@ def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCo
         return error_code_for(exc)
     ctx.replicas.schedule_flush(partition)
     partition.appended()
-    return asyncio.ensure_future(_committed(partition, info.last_offset + 1, partition.leader_epoch))
+    return asyncio.ensure_future(_committed(partition, info.last_offset + 1, partition.leader_epoch, min_insync))
 
 
 async def handle_write_txn_markers(ctx: RequestContext, request: Request) -> dict[str, Any]:
