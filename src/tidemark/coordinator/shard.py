@@ -463,8 +463,10 @@ class GroupCoordinatorShard:
                     base = None if subscribed else entry.commit_timestamp
                 else:
                     base = self._expiration_base(group, topic, entry.commit_timestamp)
-                if base is None:
-                    continue  # not a candidate at all, whatever retention its commit asked for
+                if base is None or self.txn_offsets.holds(group_id, (topic, partition)):
+                    # not a candidate at all, whatever retention its commit asked for; nor while an
+                    # open transaction holds an offset of the partition (Kafka)
+                    continue
                 if entry.expire_timestamp >= 0:  # an explicit retention (OffsetCommit v2-v4)
                     if now_ms >= entry.expire_timestamp:
                         expired.append((topic, partition))
@@ -563,6 +565,7 @@ class GroupCoordinatorShard:
             appended, packed = self.offsets.committed(log_offset, key.group, tp)
             if value_bytes is None:
                 self.offsets.replay_tombstone(log_offset, key.group, tp)
+                self.txn_offsets.drop_partition(key.group, tp)
             elif packed is not None:  # as the latest view took it when it was appended
                 self.offsets.replay_commit(log_offset, key.group, tp, None, packed)  # type: ignore[arg-type]
             else:

@@ -70,6 +70,15 @@ class PendingTxnOffsets:
             if not appended:
                 del self.appended[producer_id]
 
+    def drop_partition(self, group: str, tp: TopicPartition) -> None:
+        """A tombstone of the group's partition committed: as Kafka, the offsets open transactions
+        wrote for it before the tombstone are dropped (a later commit marker does not bring them
+        back), so a replay gives the same whether compaction kept the older records or not."""
+        for groups in self.committed.values():
+            offsets = groups.get(group)
+            if offsets is not None and offsets.pop(tp, None) is not None and not offsets:
+                del groups[group]
+
     def complete(self, producer_id: int) -> dict[str, dict[TopicPartition, tuple[int, Any]]]:
         """The producer's transaction ended: its pending offsets, removed."""
         self.appended.pop(producer_id, None)
