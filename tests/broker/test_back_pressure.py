@@ -61,7 +61,7 @@ def test_pipelined_fetches_from_a_client_that_does_not_read(tmp_path):
             producer = await _connect(broker.port)
             for i in range(BATCHES):
                 records = build_batch([(None, b"v" * BATCH_VALUE, (), 1)])
-                await _send(producer, PRODUCE, 9, i, {"acks": -1, "timeout": 10000, "topic_data": [
+                await _send(producer, PRODUCE, 9, i, {"acks": -1, "timeout": 60000, "topic_data": [
                     {"name": "big", "partition_data": [{"index": 0, "records": records}]}]})
                 _, produced = await _response(producer, PRODUCE, 9)
                 assert produced.responses[0].partition_responses[0].error_code == 0
