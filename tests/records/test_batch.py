@@ -13,6 +13,7 @@ from tidemark.records import (
     Record,
     UnsupportedMagicError,
     build_batch,
+    build_key_value_batch,
     decode_records,
     iter_batches,
     read_header,
@@ -338,3 +339,26 @@ NULLS = b"\x0c" + b"\x00\x00\x00" + b"\x01\x01" + b"\x00"
 def test_decode_records_is_as_strict_as_kafka(section, count, match):
     with pytest.raises(CorruptRecordError, match=match):
         decode_records(_batch_around(section, count))
+
+
+# Lengths around the one- and two-byte varint limits and past the lookup table (8191).
+SIZED_BYTES = st.none() | st.integers(0, 9000).flatmap(lambda n: st.binary(min_size=n, max_size=n)) \
+    | st.binary(max_size=70)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pairs=st.lists(st.tuples(SIZED_BYTES, SIZED_BYTES), min_size=1, max_size=12),
+       timestamp=st.integers(-(2**63), 2**63 - 1), codec=st.sampled_from([CompressionType.NONE, CompressionType.GZIP]),
+       transactional=st.booleans(), producer_id=st.integers(-1, 2**63 - 1), producer_epoch=st.integers(-1, 2**15 - 1))
+def test_key_value_batch_is_build_batchs_bytes(pairs, timestamp, codec, transactional, producer_id, producer_epoch):
+    assert build_key_value_batch(pairs, timestamp, compression=codec, producer_id=producer_id,
+                                 producer_epoch=producer_epoch, is_transactional=transactional) == \
+        build_batch([(key, value, (), timestamp) for key, value in pairs], compression=codec, producer_id=producer_id,
+                    producer_epoch=producer_epoch, is_transactional=transactional)
+
+
+def test_key_value_batch_of_many_records_is_build_batchs_bytes():
+    pairs = [(b"k%d" % i, None if i % 7 == 0 else b"v" * (i % 300)) for i in range(10_000)]  # deltas past 8191
+    assert build_key_value_batch(pairs, 5) == build_batch([(k, v, (), 5) for k, v in pairs])
+    with pytest.raises(ValueError):
+        build_key_value_batch([], 5)

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from tidemark.broker.errors import NotEnoughReplicasError, NotLeaderOrFollowerError, error_code_for
 from tidemark.coordinator.result import OffsetsRecord
 from tidemark.coordinator.runtime.io import LogRecord, PartitionWriter
-from tidemark.records import build_batch, iter_batches, iter_key_values
+from tidemark.records import build_key_value_batch, iter_batches, iter_key_values
 from tidemark.coordinator.txn_offsets import TxnMarkerKey, TxnRecordKey
 from tidemark.records.compression import CompressionType
 from tidemark.records.control import read_marker
@@ -73,11 +73,11 @@ class LogPartitionWriter:
             end = info.last_offset + 1
         else:
             if isinstance(first, TxnRecordKey):
-                batch = build_batch([(r.key.key, r.value, (), now_ms) for r in records], compression=self.compression,
-                                    producer_id=first.producer_id, producer_epoch=first.producer_epoch,
-                                    is_transactional=True)
+                batch = build_key_value_batch([(r.key.key, r.value) for r in records], now_ms,
+                                              compression=self.compression, producer_id=first.producer_id,
+                                              producer_epoch=first.producer_epoch, is_transactional=True)
             else:
-                batch = build_batch([(r.key, r.value, (), now_ms) for r in records], compression=self.compression)
+                batch = build_key_value_batch([(r.key, r.value) for r in records], now_ms, compression=self.compression)
             end = self.replicas.append(self.partition, batch).last_offset + 1
         self.partition.wait_for_high_watermark(end, epoch).add_done_callback(self._append_committed)
         return end

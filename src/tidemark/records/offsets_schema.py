@@ -47,6 +47,7 @@ __all__ = [
     "encode_group_metadata_value",
     "encode_key",
     "encode_offset_commit_value",
+    "encode_offset_commit_value_v3",
 ]
 
 OFFSETS_TOPIC = "__consumer_offsets"  # the topic these records live in
@@ -405,6 +406,16 @@ def encode_offset_commit_value(value: OffsetCommitValue, *, version: int | None 
         w.int64(value.expire_timestamp)
     w.tagged_fields()
     return bytes(w.out)
+
+
+def encode_offset_commit_value_v3(offset: int, leader_epoch: int, metadata: bytes, commit_timestamp: int) -> bytes:
+    """The v3 value every commit without an explicit retention writes, from the metadata's
+    UTF-8 (at most 32767 bytes: longer goes through encode_offset_commit_value, which refuses
+    it); the same bytes as encode_offset_commit_value, without an OffsetCommitValue."""
+    if not metadata:
+        return _V3_VALUE_EMPTY.pack(OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch, 0, commit_timestamp)
+    return (_V3_VALUE_HEAD.pack(OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch, len(metadata))
+            + metadata + _INT64.pack(commit_timestamp))
 
 
 def decode_offset_commit_value_tuple(data: bytes) -> tuple[int, int, int, str, int, int] | None:

@@ -584,9 +584,11 @@ class ShardRuntime(Generic[S]):
             if write is not None and write.first == self._replayed_to:
                 if write.end > high_watermark:
                     break  # a batch commits whole
+                replay = shard.replay
                 for offset, record in enumerate(write.result.records, start=write.first):
-                    replayed.merge(shard.replay(offset, record.key, record.value, now_ms=now,
-                                                decoded=record.decoded))
+                    done = replay(offset, record.key, record.value, now_ms=now, decoded=record.decoded)
+                    if done.responses or done.records or done.on_failure is not None:  # most complete nothing
+                        replayed.merge(done)
                 self._replayed_to = write.end
                 continue
             upper = high_watermark if write is None else min(high_watermark, write.first)
