@@ -63,8 +63,20 @@ def _unpack(packed: bytes) -> CommittedOffset:
                            expire_timestamp, log_offset)
 
 
+_FETCHED = struct.Struct(">8xqi")  # offset, leader epoch: what OffsetFetch answers, with the metadata
+
+
+def unpack_fetched(packed: bytes) -> tuple[int, int, str]:
+    """(offset, leader epoch, metadata) of a packed offset."""
+    offset, leader_epoch = _FETCHED.unpack_from(packed)
+    return offset, leader_epoch, packed[_PACKED.size :].decode()
+
+
 def _log_offset(packed: bytes) -> int:
     return LOG_OFFSET.unpack_from(packed)[0]
+
+
+_EMPTY: dict[int, bytes] = {}  # what topic_offsets answers for a topic without offsets (never changed)
 
 
 class OffsetStore:
@@ -187,6 +199,12 @@ class OffsetStore:
     def get(self, group: str, tp: TopicPartition) -> CommittedOffset | None:
         packed = self._offsets.get(group, {}).get(tp[0], {}).get(tp[1])
         return None if packed is None else _unpack(packed)
+
+    def topic_offsets(self, group: str, topic: str) -> dict[int, bytes]:
+        """Partition -> packed offset (`unpack_fetched`) of the group's offsets of a topic; not
+        to be changed."""
+        topics = self._offsets.get(group)
+        return topics.get(topic, _EMPTY) if topics else _EMPTY
 
     def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         return {(topic, partition): _unpack(packed)

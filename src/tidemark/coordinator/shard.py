@@ -29,7 +29,7 @@ from tidemark.coordinator.consumer_group.heartbeat import ConsumerGroupConfig, C
 from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
-from tidemark.coordinator.offsets import LOG_OFFSET, OffsetStore, PackedCommit, pack_tail
+from tidemark.coordinator.offsets import LOG_OFFSET, OffsetStore, PackedCommit, pack_tail, unpack_fetched
 from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
 from tidemark.coordinator.txn_offsets import PendingTxnOffsets, TxnMarkerKey, TxnRecordKey
@@ -347,21 +347,26 @@ class GroupCoordinatorShard:
             for topic, partition in sorted(self.offsets.group_offsets(group_id)):
                 wanted.setdefault(topic, []).append(partition)
             topics = list(wanted.items())
+        # Whether any commit of the group is in flight (appended, or in a transaction): else
+        # require_stable costs nothing per partition.
+        unstable = require_stable and (self.offsets.has_pending(group_id) or self.txn_offsets.has_group(group_id))
         result = []
         for topic, partitions in topics:
             partition_responses = []
+            cached = self.offsets.topic_offsets(group_id, topic)
             for partition in partitions:
-                if require_stable and (self.offsets.is_pending(group_id, (topic, partition))
-                                       or self.txn_offsets.holds(group_id, (topic, partition))):
+                if unstable and (self.offsets.is_pending(group_id, (topic, partition))
+                                 or self.txn_offsets.holds(group_id, (topic, partition))):
                     partition_responses.append(_no_offset(partition, ErrorCode.unstable_offset_commit))
                     continue
-                entry = self.offsets.get(group_id, (topic, partition))
-                if entry is None:
+                packed = cached.get(partition)
+                if packed is None:
                     partition_responses.append(_no_offset(partition))
                     continue
-                partition_responses.append({"partition_index": partition, "committed_offset": entry.offset,
-                                            "committed_leader_epoch": entry.leader_epoch,
-                                            "metadata": entry.metadata, "error_code": ErrorCode.none})
+                offset, leader_epoch, metadata = unpack_fetched(packed)
+                partition_responses.append({"partition_index": partition, "committed_offset": offset,
+                                            "committed_leader_epoch": leader_epoch,
+                                            "metadata": metadata, "error_code": ErrorCode.none})
             result.append({"name": topic, "partitions": partition_responses})
         return result
 
