@@ -572,6 +572,62 @@ def iter_key_values(batch, position: int = 0) -> Iterator[tuple[int, bytes | Non
         raise CorruptRecordError(f"malformed record: {e}") from None
 
 
+def collect_latest(batch, position: int, latest: dict) -> int:
+    """Put (offset, value) of each keyed record of the batch at position into `latest` under its
+    key, later records replacing earlier ones; returns how many keyed records there were. The
+    load of a compacted topic such as __consumer_offsets keeps only each key's last record:
+    this is iter_key_values and the dict write in one loop, without a tuple per record read."""
+    header, buf, pos = _lean_section(batch, position)
+    base_offset = header.base_offset
+    size = len(buf)
+    keyed = 0
+    try:
+        for _ in range(header.records_count):
+            b = buf[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif buf[pos + 1] < 0x80:  # two bytes: a record of 64 to 8191 bytes, most of them
+                z = (b & 0x7F) | (buf[pos + 1] << 7)
+                length, pos = (z >> 1) ^ -(z & 1), pos + 2
+            else:
+                length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            if length < 0 or record_end > size:
+                raise CorruptRecordError("record extends past the batch")
+            b = buf[pos + 1]  # after the attributes byte: the timestamp delta
+            at = pos + 2 if b < 0x80 else read_varint(buf, pos + 1)[1]
+            b = buf[at]
+            if b < 0x80:
+                offset_delta, at = (b >> 1) ^ -(b & 1), at + 1
+            elif buf[at + 1] < 0x80:  # two bytes: deltas 64 to 8191
+                z = (b & 0x7F) | (buf[at + 1] << 7)
+                offset_delta, at = (z >> 1) ^ -(z & 1), at + 2
+            else:
+                offset_delta, at = read_varint(buf, at)
+            b = buf[at]
+            if b < 0x80:
+                n, at = (b >> 1) ^ -(b & 1), at + 1
+            else:
+                n, at = read_varint(buf, at)
+            key = buf[at : at + n] if n >= 0 else None
+            if n > 0:
+                at += n
+            b = buf[at]
+            if b < 0x80:
+                n, at = (b >> 1) ^ -(b & 1), at + 1
+            else:
+                n, at = read_varint(buf, at)
+            if at + (n if n > 0 else 0) > record_end:
+                raise CorruptRecordError("record fields extend past its length")
+            if key is not None:  # a record without a key has nothing to keep
+                latest[key] = (base_offset + offset_delta, buf[at : at + n] if n >= 0 else None)
+                keyed += 1
+            pos = record_end
+    except IndexError as e:
+        raise CorruptRecordError(f"malformed record: {e}") from None
+    return keyed
+
+
 def iter_timestamped_key_values(batch, position: int = 0) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
     """(offset, timestamp, key, value) of each record of the batch at position, headers skipped:
     iter_key_values plus each record's timestamp, for tools that decode whole offsets logs.
