@@ -103,6 +103,26 @@ class OffsetStore:
             return  # already have this record or a later one
         partitions[tp[1]] = packed if packed is not None else _pack(value, log_offset)
 
+    def replay_own_commit(self, log_offset: int, commit: PackedCommit) -> bool:
+        """The record at `log_offset`, a commit this store's shard appended, is committed: it
+        leaves the latest view's pending records and the committed view takes the value packed
+        when it was appended (or, if the latest view was rebuilt without it, packed now).
+        Whether it was pending."""
+        group, partition = commit.group, commit.partition
+        was_pending, packed = self.committed(log_offset, group, (commit.topic, partition))
+        if packed is None:
+            packed = LOG_OFFSET.pack(log_offset) + commit.tail
+        topics = self._offsets.get(group)
+        if topics is None:
+            topics = self._offsets[group] = {}
+        partitions = topics.get(commit.topic)
+        if partitions is None:
+            partitions = topics[commit.topic] = {}
+        current = partitions.get(partition)
+        if current is None or _log_offset(current) < log_offset:
+            partitions[partition] = packed
+        return was_pending
+
     def replay_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         topics = self._offsets.get(group)
         partitions = topics.get(tp[0]) if topics else None

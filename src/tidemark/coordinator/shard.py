@@ -207,6 +207,7 @@ class GroupCoordinatorShard:
         per_partition_timestamp = version < 2  # only v1 carries a commit timestamp per partition
         records: list[OffsetsRecord] = []
         append = records.append
+        new_tuple = tuple.__new__
         topics = []
         for topic in request.topics:
             name = topic_names(topic)
@@ -234,8 +235,9 @@ class GroupCoordinatorShard:
                         key = encode_key(OffsetCommitKey(group_id, name, index))
                         value = encode_offset_commit_value(OffsetCommitValue(
                             offset, leader_epoch, metadata or "", commit_timestamp, expire_timestamp))
-                    append(OffsetsRecord(key, value, PackedCommit(
-                        group_id, name, index, pack_tail(offset, leader_epoch, raw, commit_timestamp, expire_timestamp))))
+                    # (tuples made directly: the NamedTuples' own constructors add a call each)
+                    append(new_tuple(OffsetsRecord, (key, value, new_tuple(PackedCommit, (
+                        group_id, name, index, pack_tail(offset, leader_epoch, raw, commit_timestamp, expire_timestamp))))))
                 partitions.append({"partition_index": index, "error_code": code})
             topics.append({"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions})
         response = {"throttle_time": 0, "topics": topics}
@@ -584,13 +586,10 @@ class GroupCoordinatorShard:
         if log_offset >= groups.committed_to:
             groups.committed_to = log_offset + 1
         if type(decoded) is PackedCommit:  # this shard's own offset commit
-            group_id, tp = decoded.group, (decoded.topic, decoded.partition)
-            appended, packed = self.offsets.committed(log_offset, group_id, tp)
-            if packed is None:  # not in the latest view (rebuilt since): as the record says
-                packed = LOG_OFFSET.pack(log_offset) + decoded.tail
-            self.offsets.replay_commit(log_offset, group_id, tp, None, packed)  # type: ignore[arg-type]
-            if not appended and group_id not in groups and group_id not in self.consumer_groups:
-                groups[group_id] = Group(group_id, now_ms)
+            if not self.offsets.replay_own_commit(log_offset, decoded):
+                group_id = decoded.group  # not in the latest view (rebuilt since): as any record
+                if group_id not in groups and group_id not in self.consumer_groups:
+                    groups[group_id] = Group(group_id, now_ms)
             return _NOTHING
         if key_bytes is None:
             return Result()
