@@ -1,6 +1,7 @@
 """The broker's CPU per offset commit, in process: the path a commit takes without sockets or disk.
 
     python -m bench.commit_path [--partitions N] [--commits N] [--repeats R] [--profile FILE]
+    python -m bench.commit_path --load RECORDS [--repeats R]
 
 One OffsetCommit v9 frame (what confluent-kafka 2.16 sends) of --partitions partitions of one
 topic, from a standalone consumer (generation -1), goes through the steps the broker runs:
@@ -10,6 +11,11 @@ frame. The same for OffsetFetch v8 of those partitions (decode, read, response).
 median over --repeats of CPU microseconds (this thread's CPU time, not wall clock: the
 machine is shared) per request and per partition, step by step; with
 --profile, a cProfile of one repeat of the whole path sorted by own time.
+
+--load: the scan that loading an offsets partition makes of its log, over RECORDS offset commit
+records of 1,000 keys in batches of 5,000 (in memory: no log, no replay of the kept records),
+in records per CPU second, median of --repeats. On a tree without `records.collect_latest` it
+runs the loop loading had before it (every record listed, its key moved to the dict's end).
 """
 
 from __future__ import annotations
@@ -131,13 +137,54 @@ def run(partitions: int, commits: int) -> tuple[dict[str, float], dict[str, floa
     return commit_us, fetch_us
 
 
+def load_rate(records: int, repeats: int) -> float:
+    from tidemark.records import build_batch, iter_batches, iter_key_values
+    from tidemark.records.offsets_schema import (
+        OffsetCommitKey, OffsetCommitValue, encode_key, encode_offset_commit_value,
+    )
+    try:
+        from tidemark.records import collect_latest
+    except ImportError:
+        collect_latest = None
+    keys = [encode_key(OffsetCommitKey("bench-load", "loaded", p)) for p in range(1_000)]
+    data = b"".join(build_batch([(keys[i % 1_000], encode_offset_commit_value(OffsetCommitValue(i, commit_timestamp=1)),
+                                  (), 1) for i in range(start, min(records, start + 5_000))], base_offset=start)
+                    for start in range(0, records, 5_000))
+
+    def scan() -> None:
+        latest: dict = {}
+        if collect_latest is not None:
+            for position, _ in iter_batches(data, validate=False):
+                collect_latest(data, position, latest)
+            sorted(latest.items(), key=lambda item: item[1][0])
+        else:
+            listed = []
+            for position, _ in iter_batches(data, validate=False):
+                listed.extend(iter_key_values(data, position))
+            for offset, key, value in listed:
+                if key is not None:
+                    latest.pop(key, None)
+                    latest[key] = (offset, value)
+
+    seconds = []
+    for _ in range(repeats):
+        started = time.thread_time()
+        scan()
+        seconds.append(time.thread_time() - started)
+    return records / statistics.median(seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100)
     parser.add_argument("--commits", type=int, default=2_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", help="write a cProfile of one repeat here (and print its top 25)")
+    parser.add_argument("--load", type=int, metavar="RECORDS", help="time loading's scan instead")
     args = parser.parse_args()
+    if args.load:
+        print(f"load scan: {load_rate(args.load, args.repeats):,.0f} records per CPU second")
+        return
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(run, args.partitions, args.commits)
