@@ -13,8 +13,11 @@ from tidemark.records import (
     Record,
     UnsupportedMagicError,
     build_batch,
+    build_key_value_batch,
+    collect_latest,
     decode_records,
     iter_batches,
+    iter_key_values,
     read_header,
     set_base_offset,
     set_partition_leader_epoch,
@@ -338,3 +341,56 @@ NULLS = b"\x0c" + b"\x00\x00\x00" + b"\x01\x01" + b"\x00"
 def test_decode_records_is_as_strict_as_kafka(section, count, match):
     with pytest.raises(CorruptRecordError, match=match):
         decode_records(_batch_around(section, count))
+
+
+# Lengths around the one- and two-byte varint limits and past the lookup table (8191).
+SIZED_BYTES = st.none() | st.integers(0, 9000).flatmap(lambda n: st.binary(min_size=n, max_size=n)) \
+    | st.binary(max_size=70)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pairs=st.lists(st.tuples(SIZED_BYTES, SIZED_BYTES), min_size=1, max_size=12),
+       timestamp=st.integers(-(2**63), 2**63 - 1), codec=st.sampled_from([CompressionType.NONE, CompressionType.GZIP]),
+       transactional=st.booleans(), producer_id=st.integers(-1, 2**63 - 1), producer_epoch=st.integers(-1, 2**15 - 1))
+def test_key_value_batch_is_build_batchs_bytes(pairs, timestamp, codec, transactional, producer_id, producer_epoch):
+    assert build_key_value_batch(pairs, timestamp, compression=codec, producer_id=producer_id,
+                                 producer_epoch=producer_epoch, is_transactional=transactional) == \
+        build_batch([(key, value, (), timestamp) for key, value in pairs], compression=codec, producer_id=producer_id,
+                    producer_epoch=producer_epoch, is_transactional=transactional)
+
+
+def test_key_value_batch_of_many_records_is_build_batchs_bytes():
+    pairs = [(b"k%d" % i, None if i % 7 == 0 else b"v" * (i % 300)) for i in range(10_000)]  # deltas past 8191
+    assert build_key_value_batch(pairs, 5) == build_batch([(k, v, (), 5) for k, v in pairs])
+    latest: dict = {}
+    assert collect_latest(build_batch([(k, v, (), 5) for k, v in pairs], base_offset=3), 0, latest) == len(pairs)
+    assert latest == {k: (3 + i, v) for i, (k, v) in enumerate(pairs)}  # offset deltas of 1 to 3 bytes
+    with pytest.raises(ValueError):
+        build_key_value_batch([], 5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pairs=st.lists(st.tuples(st.none() | st.sampled_from([b"a", b"b", b"", b"c" * 200]), SIZED_BYTES),
+                      min_size=1, max_size=30),
+       base_offset=st.integers(0, 2**40), codec=st.sampled_from([CompressionType.NONE, CompressionType.GZIP]),
+       known=st.dictionaries(st.sampled_from([b"a", b"z"]), st.tuples(st.integers(0, 9), st.none()), max_size=2))
+def test_collect_latest_keeps_what_iter_key_values_reads_last(pairs, base_offset, codec, known):
+    batch = build_batch([(key, value, [("h", b"x")] if i % 3 == 0 else (), 7) for i, (key, value) in enumerate(pairs)],
+                        base_offset=base_offset, compression=codec)
+    data = b"\x00" * 5 + batch  # at a position, as in a read of the log
+    expected = dict(known)
+    keyed = 0
+    for offset, key, value in iter_key_values(data, 5):
+        if key is not None:
+            expected[key] = (offset, value)
+            keyed += 1
+    latest = dict(known)
+    assert collect_latest(data, 5, latest) == keyed
+    assert latest == expected
+
+
+def test_collect_latest_refuses_a_record_running_past_its_length():
+    batch = bytearray(build_batch([(b"k", b"value", (), 1)]))
+    batch[BATCH_OVERHEAD] -= 4  # the record's length (zigzag): its value runs past it
+    with pytest.raises(CorruptRecordError):
+        collect_latest(bytes(batch), 0, {})

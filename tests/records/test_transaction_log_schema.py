@@ -73,6 +73,15 @@ def test_value_v1_flexible_is_read():
     assert decode_transaction_value(encode_transaction_value(value, version=1)) == value
 
 
+def test_a_v1_value_cut_inside_a_varint_is_a_value_error():
+    # (the tools that decode whole logs report a ValueError as one bad record and go on)
+    head = b"\x00\x01" + struct.pack(">qhib", 9, 2, 30_000, 2)
+    with pytest.raises(ValueError, match="varint"):
+        decode_transaction_value(head + b"\x80")  # the topic count's first byte says more follow
+    with pytest.raises(ValueError, match="varint"):
+        decode_transaction_value(head + b"\x02" + b"\x82")  # the topic name's length
+
+
 @pytest.mark.parametrize("status", list(TransactionStatus))
 def test_status_names_are_kafkas(status):
     names = {0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit",

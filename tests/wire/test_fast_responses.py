@@ -31,6 +31,27 @@ def test_offset_commit_response_matches_kio(version, topics, throttle, correlati
     assert encode_fast(request, response) == expected
 
 
+OFFSETS = st.lists(st.fixed_dictionaries({
+    "partition_index": st.integers(-(2**31), 2**31 - 1), "committed_offset": st.integers(-(2**63), 2**63 - 1),
+    "committed_leader_epoch": st.integers(-(2**31), 2**31 - 1), "metadata": st.none() | st.text(max_size=40),
+    "error_code": ERROR_CODES}), max_size=120)
+OFFSET_TOPICS = st.lists(st.fixed_dictionaries({"name": st.text(max_size=60), "topic_id": st.none() | st.uuids(),
+                                                "partitions": OFFSETS}), max_size=4)
+OFFSET_GROUPS = st.lists(st.fixed_dictionaries({"group_id": st.text(max_size=40), "topics": OFFSET_TOPICS,
+                                                "error_code": ERROR_CODES}), max_size=3)
+
+
+@settings(max_examples=100, deadline=None)
+@given(version=st.sampled_from(list(FAST_ENCODERS[9][0])), topics=OFFSET_TOPICS, groups=OFFSET_GROUPS,
+       error_code=ERROR_CODES, throttle=st.integers(0, 2**31 - 1), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_offset_fetch_response_matches_kio(version, topics, groups, error_code, throttle, correlation_id):
+    request = Request(9, version, correlation_id, "c", None, False)
+    response = {"throttle_time": throttle, "groups": groups} if version >= 8 else \
+        {"throttle_time": throttle, "topics": topics, "error_code": error_code}
+    expected = encode_response(request, build(load_response_schema(9, version), response))
+    assert encode_fast(request, response) == expected
+
+
 FETCHED_PARTITIONS = st.lists(st.fixed_dictionaries({
     "partition_index": st.integers(0, 2**31 - 1), "error_code": ERROR_CODES,
     "high_watermark": st.integers(-1, 2**63 - 1), "last_stable_offset": st.integers(-1, 2**63 - 1),
@@ -54,7 +75,7 @@ def test_fetch_response_matches_kio(version, topics, error_code, session_id, cor
 
 
 def test_apis_without_a_fast_encoder_are_left_to_kio():
-    assert encode_fast(Request(9, 8, 1, "c", None, False), {"groups": []}) is None
+    assert encode_fast(Request(10, 3, 1, "c", None, False), {"coordinators": []}) is None
     assert encode_fast(Request(8, 1, 1, "c", None, False), {"topics": []}) is None
     body = io.BytesIO()
     entity_writer(load_response_schema(8, 10))(body, build(load_response_schema(8, 10), {

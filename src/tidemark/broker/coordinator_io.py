@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker.errors import NotEnoughReplicasError, NotLeaderOrFollowerError, error_code_for
 from tidemark.coordinator.result import OffsetsRecord
 from tidemark.coordinator.runtime.io import LogRecord, PartitionWriter
-from tidemark.records import build_batch, iter_batches, iter_key_values
+from tidemark.records import build_key_value_batch, collect_latest, iter_batches, iter_key_values
 from tidemark.coordinator.txn_offsets import TxnMarkerKey, TxnRecordKey
 from tidemark.records.compression import CompressionType
 from tidemark.records.control import read_marker
@@ -73,11 +73,11 @@ class LogPartitionWriter:
             end = info.last_offset + 1
         else:
             if isinstance(first, TxnRecordKey):
-                batch = build_batch([(r.key.key, r.value, (), now_ms) for r in records], compression=self.compression,
-                                    producer_id=first.producer_id, producer_epoch=first.producer_epoch,
-                                    is_transactional=True)
+                batch = build_key_value_batch([(r.key.key, r.value) for r in records], now_ms,
+                                              compression=self.compression, producer_id=first.producer_id,
+                                              producer_epoch=first.producer_epoch, is_transactional=True)
             else:
-                batch = build_batch([(r.key, r.value, (), now_ms) for r in records], compression=self.compression)
+                batch = build_key_value_batch([(r.key, r.value) for r in records], now_ms, compression=self.compression)
             end = self.replicas.append(self.partition, batch).last_offset + 1
         self.partition.wait_for_high_watermark(end, epoch).add_done_callback(self._append_committed)
         return end
@@ -148,19 +148,43 @@ class LogPartitionWriter:
         data = self.partition.log.read(position, self.load_buffer_size, upper_bound=upper_bound)
         records: list[LogRecord] = []
         for batch_position, header in iter_batches(data, validate=False):
-            if header.is_control:
-                marker = read_marker(data, batch_position)
-                if marker is not None:
-                    records.append((header.base_offset, TxnMarkerKey(header.producer_id, header.producer_epoch,  # type: ignore[arg-type]
-                                                                     marker.committed, marker.coordinator_epoch,
-                                                                     header.base_offset), None))
-            elif header.is_transactional:
-                records.extend((offset, TxnRecordKey(header.producer_id, header.producer_epoch, key, offset), value)
-                               for offset, key, value in iter_key_values(data, batch_position) if key is not None)
+            if header.is_control or header.is_transactional:
+                self._transaction_records(data, batch_position, header, records)
             else:
                 records.extend(iter_key_values(data, batch_position))
             position = header.last_offset + 1
         return records, position
+
+    def read_latest(self, position: int, upper_bound: int, latest: dict[Any, tuple[int, bytes | None]]) -> tuple[int, int]:
+        """What `read` reads, each keyed record put into `latest` (key -> (offset, value), later
+        ones replacing earlier ones) instead of listed: loading keeps only each key's last
+        record. Returns the keyed records read and where reading ended."""
+        data = self.partition.log.read(position, self.load_buffer_size, upper_bound=upper_bound)
+        keyed = 0
+        for batch_position, header in iter_batches(data, validate=False):
+            if header.is_control or header.is_transactional:
+                records: list[LogRecord] = []
+                self._transaction_records(data, batch_position, header, records)
+                for offset, key, value in records:
+                    latest[key] = (offset, value)
+                keyed += len(records)
+            else:
+                keyed += collect_latest(data, batch_position, latest)
+            position = header.last_offset + 1
+        return keyed, position
+
+    @staticmethod
+    def _transaction_records(data: bytes, batch_position: int, header: Any, records: list[LogRecord]) -> None:
+        """A marker (TxnMarkerKey), or a transaction's keyed records (TxnRecordKey)."""
+        if header.is_control:
+            marker = read_marker(data, batch_position)
+            if marker is not None:
+                records.append((header.base_offset, TxnMarkerKey(header.producer_id, header.producer_epoch,  # type: ignore[arg-type]
+                                                                 marker.committed, marker.coordinator_epoch,
+                                                                 header.base_offset), None))
+        else:
+            records.extend((offset, TxnRecordKey(header.producer_id, header.producer_epoch, key, offset), value)  # type: ignore[misc]
+                           for offset, key, value in iter_key_values(data, batch_position) if key is not None)
 
 
 class LogOffsetsTopic:

@@ -28,24 +28,55 @@ class CommittedOffset(NamedTuple):
     log_offset: int  # where in the offsets partition this commit was written
 
 
-# A cached offset is kept packed (offset, log offset, leader epoch, commit and expire timestamps,
-# then the metadata's UTF-8): about 100 bytes per offset instead of ~300 for a tuple of ints.
+# A cached offset is kept packed (log offset, offset, leader epoch, commit and expire timestamps,
+# then the metadata's UTF-8): about 100 bytes per offset instead of ~300 for a tuple of ints. The
+# log offset comes first so that a commit packs the rest once, in its handler, and its append
+# only puts the log offset in front (`PackedCommit.tail`).
 _PACKED = struct.Struct(">qqiqq")
+LOG_OFFSET = struct.Struct(">q")
+_TAIL = struct.Struct(">qiqq")  # offset, leader epoch, commit and expire timestamps
+
+
+class PackedCommit(NamedTuple):
+    """An offset commit record as the shard that wrote it knows it (its `OffsetsRecord.decoded`):
+    the key's fields and the cached value without its log offset, so replaying the record into
+    either view decodes nothing and builds no key or value objects."""
+
+    group: str
+    topic: str
+    partition: int
+    tail: bytes  # _TAIL then the metadata's UTF-8
+
+
+def pack_tail(offset: int, leader_epoch: int, metadata: bytes, commit_timestamp: int, expire_timestamp: int) -> bytes:
+    return _TAIL.pack(offset, leader_epoch, commit_timestamp, expire_timestamp) + metadata
 
 
 def _pack(value: OffsetCommitValue, log_offset: int) -> bytes:
-    return _PACKED.pack(value.offset, log_offset, value.leader_epoch, value.commit_timestamp,
+    return _PACKED.pack(log_offset, value.offset, value.leader_epoch, value.commit_timestamp,
                         value.expire_timestamp) + value.metadata.encode()
 
 
 def _unpack(packed: bytes) -> CommittedOffset:
-    offset, log_offset, leader_epoch, commit_timestamp, expire_timestamp = _PACKED.unpack_from(packed)
+    log_offset, offset, leader_epoch, commit_timestamp, expire_timestamp = _PACKED.unpack_from(packed)
     return CommittedOffset(offset, leader_epoch, packed[_PACKED.size :].decode(), commit_timestamp,
                            expire_timestamp, log_offset)
 
 
+_FETCHED = struct.Struct(">8xqi")  # offset, leader epoch: what OffsetFetch answers, with the metadata
+
+
+def unpack_fetched(packed: bytes) -> tuple[int, int, str]:
+    """(offset, leader epoch, metadata) of a packed offset."""
+    offset, leader_epoch = _FETCHED.unpack_from(packed)
+    return offset, leader_epoch, packed[_PACKED.size :].decode()
+
+
 def _log_offset(packed: bytes) -> int:
-    return _PACKED.unpack_from(packed)[1]
+    return LOG_OFFSET.unpack_from(packed)[0]
+
+
+_EMPTY: dict[int, bytes] = {}  # what topic_offsets answers for a topic without offsets (never changed)
 
 
 class OffsetStore:
@@ -61,11 +92,36 @@ class OffsetStore:
     def replay_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue,
                       packed: bytes | None = None) -> None:
         """`packed`: the value as the latest view packed it at this log offset, if it did."""
-        partitions = self._offsets.setdefault(group, {}).setdefault(tp[0], {})
+        topics = self._offsets.get(group)
+        if topics is None:
+            topics = self._offsets[group] = {}
+        partitions = topics.get(tp[0])
+        if partitions is None:
+            partitions = topics[tp[0]] = {}
         current = partitions.get(tp[1])
         if current is not None and _log_offset(current) >= log_offset:
             return  # already have this record or a later one
         partitions[tp[1]] = packed if packed is not None else _pack(value, log_offset)
+
+    def replay_own_commit(self, log_offset: int, commit: PackedCommit) -> bool:
+        """The record at `log_offset`, a commit this store's shard appended, is committed: it
+        leaves the latest view's pending records and the committed view takes the value packed
+        when it was appended (or, if the latest view was rebuilt without it, packed now).
+        Whether it was pending."""
+        group, partition = commit.group, commit.partition
+        was_pending, packed = self.committed(log_offset, group, (commit.topic, partition))
+        if packed is None:
+            packed = LOG_OFFSET.pack(log_offset) + commit.tail
+        topics = self._offsets.get(group)
+        if topics is None:
+            topics = self._offsets[group] = {}
+        partitions = topics.get(commit.topic)
+        if partitions is None:
+            partitions = topics[commit.topic] = {}
+        current = partitions.get(partition)
+        if current is None or _log_offset(current) < log_offset:
+            partitions[partition] = packed
+        return was_pending
 
     def replay_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         topics = self._offsets.get(group)
@@ -82,7 +138,18 @@ class OffsetStore:
     # -- the latest view: replay of appended records --------------------------------------
 
     def append_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue) -> None:
-        self._pending.setdefault(group, {}).setdefault(tp, []).append((log_offset, _pack(value, log_offset)))
+        self.append_packed(log_offset, group, tp, _pack(value, log_offset))
+
+    def append_packed(self, log_offset: int, group: str, tp: TopicPartition, packed: bytes) -> None:
+        """`packed`: the value packed at this log offset (`LOG_OFFSET` + `PackedCommit.tail`)."""
+        partitions = self._pending.get(group)
+        if partitions is None:
+            partitions = self._pending[group] = {}
+        records = partitions.get(tp)
+        if records is None:
+            partitions[tp] = [(log_offset, packed)]
+        else:
+            records.append((log_offset, packed))
 
     def append_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         self._pending.setdefault(group, {}).setdefault(tp, []).append((log_offset, None))
@@ -95,6 +162,12 @@ class OffsetStore:
         records = partitions.get(tp) if partitions else None
         if not records or records[0][0] > log_offset:
             return False, None
+        if len(records) == 1:  # the common case: this record alone is pending for the partition
+            at, packed = records[0]
+            del partitions[tp]
+            if not partitions:
+                del self._pending[group]
+            return (True, packed) if at == log_offset else (False, None)
         was_pending, packed = False, None
         while records and records[0][0] <= log_offset:
             at, packed = records.pop(0)
@@ -146,6 +219,12 @@ class OffsetStore:
     def get(self, group: str, tp: TopicPartition) -> CommittedOffset | None:
         packed = self._offsets.get(group, {}).get(tp[0], {}).get(tp[1])
         return None if packed is None else _unpack(packed)
+
+    def topic_offsets(self, group: str, topic: str) -> dict[int, bytes]:
+        """Partition -> packed offset (`unpack_fetched`) of the group's offsets of a topic; not
+        to be changed."""
+        topics = self._offsets.get(group)
+        return topics.get(topic, _EMPTY) if topics else _EMPTY
 
     def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         return {(topic, partition): _unpack(packed)

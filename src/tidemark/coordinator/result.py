@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class OffsetsRecord:
-    """One `__consumer_offsets` record: encoded key and value (None is a tombstone)."""
+class OffsetsRecord(NamedTuple):
+    """One `__consumer_offsets` record: encoded key and value (None is a tombstone). A tuple:
+    a commit of hundreds of partitions makes one per partition."""
 
     key: bytes
     value: bytes | None

@@ -16,6 +16,7 @@ group coordinator does.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from tidemark.coordinator.consumer_group.heartbeat import ConsumerGroupConfig, C
 from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
-from tidemark.coordinator.offsets import OffsetStore
+from tidemark.coordinator.offsets import LOG_OFFSET, OffsetStore, PackedCommit, pack_tail, unpack_fetched
 from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
 from tidemark.coordinator.txn_offsets import PendingTxnOffsets, TxnMarkerKey, TxnRecordKey
@@ -44,12 +45,14 @@ from tidemark.records.offsets_schema import (
     decode_offset_commit_value,
     encode_key,
     encode_offset_commit_value,
+    encode_offset_commit_value_v3,
     offset_commit_key_prefix,
 )
 
 log = structlog.get_logger("tidemark.coordinator")
 
 NO_OFFSET = -1
+_PARTITION = struct.Struct(">i")  # the partition that ends an offset commit key
 _NOTHING = Result()  # what replaying most records answers (never changed: callers only read it)
 RETENTION_CHECK_KEY = ("retention",)  # the shard's one periodic offsets retention check
 
@@ -189,43 +192,57 @@ class GroupCoordinatorShard:
 
     def commit_offsets(self, request: Any, version: int, token: int, now_ms: int,
                        topic_names: Callable[[Any], str | None] = lambda t: t.name) -> Result:
-        """OffsetCommit: per-partition checks, then one record per accepted partition."""
+        """OffsetCommit: per-partition checks, then one record per accepted partition.
+
+        The hot path of the offset manager (a batched commit is hundreds of partitions): each
+        accepted partition costs its key (the topic's encoded prefix and the partition), its v3
+        value and its packed cache entry (`PackedCommit`), built straight from the request's
+        fields; no key or value objects."""
         group_error = self._commit_error(request, version, now_ms)
         retention_ms = _retention_ms(request)
         expire_timestamp = now_ms + retention_ms if retention_ms >= 0 else -1
+        group_id = request.group_id
+        max_metadata = self.config.offset_metadata_max_bytes
+        partition_exists = self.partition_exists
+        per_partition_timestamp = version < 2  # only v1 carries a commit timestamp per partition
         records: list[OffsetsRecord] = []
-        committed: list[tuple[str, int]] = []
+        append = records.append
+        new_tuple = tuple.__new__
         topics = []
         for topic in request.topics:
             name = topic_names(topic)
-            key_prefix = offset_commit_key_prefix(request.group_id, name) if name is not None else None
+            key_prefix = offset_commit_key_prefix(group_id, name) if name is not None else None
             partitions = []
             for p in topic.partitions:
+                index = p.partition_index
                 code = ErrorCode.none
-                if name is None or not self.partition_exists(name, p.partition_index):
+                metadata = p.committed_metadata
+                if name is None or not partition_exists(name, index):
                     code = ErrorCode.unknown_topic_or_partition
                 elif group_error is not None:
                     code = group_error
-                elif p.committed_metadata is not None and len(p.committed_metadata) > self.config.offset_metadata_max_bytes:
+                elif metadata is not None and len(metadata) > max_metadata:
                     code = ErrorCode.offset_metadata_too_large
                 else:
-                    value = OffsetCommitValue(
-                        offset=p.committed_offset,
-                        leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                        metadata=p.committed_metadata or "",
-                        commit_timestamp=_commit_timestamp(p, now_ms),
-                        expire_timestamp=expire_timestamp,
-                    )
-                    key = OffsetCommitKey(request.group_id, name, p.partition_index)
-                    key_bytes = (key_prefix + p.partition_index.to_bytes(4, "big", signed=True)
-                                 if key_prefix is not None else encode_key(key))
-                    records.append(OffsetsRecord(key_bytes, encode_offset_commit_value(value), (key, value)))
-                    committed.append((name, p.partition_index))
-                partitions.append({"partition_index": p.partition_index, "error_code": code})
+                    offset = p.committed_offset
+                    leader_epoch = getattr(p, "committed_leader_epoch", -1)
+                    commit_timestamp = _commit_timestamp(p, now_ms) if per_partition_timestamp else now_ms
+                    raw = metadata.encode() if metadata else b""
+                    if key_prefix is not None and expire_timestamp < 0 and len(raw) <= 0x7FFF:
+                        key = key_prefix + _PARTITION.pack(index)
+                        value = encode_offset_commit_value_v3(offset, leader_epoch, raw, commit_timestamp)
+                    else:  # long names or metadata (refused by the checked encoders), or v1 values
+                        key = encode_key(OffsetCommitKey(group_id, name, index))
+                        value = encode_offset_commit_value(OffsetCommitValue(
+                            offset, leader_epoch, metadata or "", commit_timestamp, expire_timestamp))
+                    # (tuples made directly: the NamedTuples' own constructors add a call each)
+                    append(new_tuple(OffsetsRecord, (key, value, new_tuple(PackedCommit, (
+                        group_id, name, index, pack_tail(offset, leader_epoch, raw, commit_timestamp, expire_timestamp))))))
+                partitions.append({"partition_index": index, "error_code": code})
             topics.append({"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions})
         response = {"throttle_time": 0, "topics": topics}
         result = Result(records=records).respond(token, response)
-        if committed:
+        if records:
             # The committed view has no trace of the commit (if it commits after all, replay
             # applies it then); the latest view keeps it while it may still commit.
             result.on_failure = _fail_accepted_partitions(token, response, offset_commit_append_error)
@@ -332,21 +349,26 @@ class GroupCoordinatorShard:
             for topic, partition in sorted(self.offsets.group_offsets(group_id)):
                 wanted.setdefault(topic, []).append(partition)
             topics = list(wanted.items())
+        # Whether any commit of the group is in flight (appended, or in a transaction): else
+        # require_stable costs nothing per partition.
+        unstable = require_stable and (self.offsets.has_pending(group_id) or self.txn_offsets.has_group(group_id))
         result = []
         for topic, partitions in topics:
             partition_responses = []
+            cached = self.offsets.topic_offsets(group_id, topic)
             for partition in partitions:
-                if require_stable and (self.offsets.is_pending(group_id, (topic, partition))
-                                       or self.txn_offsets.holds(group_id, (topic, partition))):
+                if unstable and (self.offsets.is_pending(group_id, (topic, partition))
+                                 or self.txn_offsets.holds(group_id, (topic, partition))):
                     partition_responses.append(_no_offset(partition, ErrorCode.unstable_offset_commit))
                     continue
-                entry = self.offsets.get(group_id, (topic, partition))
-                if entry is None:
+                packed = cached.get(partition)
+                if packed is None:
                     partition_responses.append(_no_offset(partition))
                     continue
-                partition_responses.append({"partition_index": partition, "committed_offset": entry.offset,
-                                            "committed_leader_epoch": entry.leader_epoch,
-                                            "metadata": entry.metadata, "error_code": ErrorCode.none})
+                offset, leader_epoch, metadata = unpack_fetched(packed)
+                partition_responses.append({"partition_index": partition, "committed_offset": offset,
+                                            "committed_leader_epoch": leader_epoch,
+                                            "metadata": metadata, "error_code": ErrorCode.none})
             result.append({"name": topic, "partitions": partition_responses})
         return result
 
@@ -493,6 +515,16 @@ class GroupCoordinatorShard:
     def replay_appended(self, log_offset: int, record: OffsetsRecord, *, now_ms: int) -> Result:
         """Apply one record this shard just appended to the latest view; returns the responses
         it completes (held requests of a static member's replaced incarnation)."""
+        decoded = record.decoded
+        if type(decoded) is PackedCommit:  # an OffsetCommit's record: nothing to decode
+            group_id = decoded.group
+            self.offsets.append_packed(log_offset, group_id, (decoded.topic, decoded.partition),
+                                       LOG_OFFSET.pack(log_offset) + decoded.tail)
+            if group_id not in self.groups and group_id not in self.consumer_groups:
+                # a standalone consumer's group starts here
+                group = self.groups[group_id] = Group(group_id, now_ms)
+                group.created_at = log_offset  # not in the committed view until this commits
+            return _NOTHING
         if isinstance(record.key, TxnRecordKey):
             key = record.decoded[0] if record.decoded else decode_key(record.key.key)
             if isinstance(key, OffsetCommitKey) and record.value is not None:
@@ -552,8 +584,15 @@ class GroupCoordinatorShard:
         latest view too unless it was appended here); returns the responses it completes
         (SyncGroup requests held for the group's assignment). `decoded` is the record's (key,
         value) already decoded, when the caller has it."""
-        if log_offset >= self.groups.committed_to:
-            self.groups.committed_to = log_offset + 1
+        groups = self.groups
+        if log_offset >= groups.committed_to:
+            groups.committed_to = log_offset + 1
+        if type(decoded) is PackedCommit:  # this shard's own offset commit
+            if not self.offsets.replay_own_commit(log_offset, decoded):
+                group_id = decoded.group  # not in the latest view (rebuilt since): as any record
+                if group_id not in groups and group_id not in self.consumer_groups:
+                    groups[group_id] = Group(group_id, now_ms)
+            return _NOTHING
         if key_bytes is None:
             return Result()
         if isinstance(key_bytes, (TxnRecordKey, TxnMarkerKey)):

@@ -20,6 +20,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from tidemark.wire.primitives import read_uvarint, skip_tagged_fields, uvarint
+
 _V3_VALUE_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
 _INT64 = struct.Struct(">q")
 _V3_VALUE_EMPTY = struct.Struct(">hqihq")  # a v3 value without metadata: the whole 24 bytes
@@ -47,6 +49,7 @@ __all__ = [
     "encode_group_metadata_value",
     "encode_key",
     "encode_offset_commit_value",
+    "encode_offset_commit_value_v3",
 ]
 
 OFFSETS_TOPIC = "__consumer_offsets"  # the topic these records live in
@@ -146,10 +149,7 @@ class _Writer:
     def uvarint(self, n: int) -> None:
         if n < 0:
             raise ValueError(f"unsigned varint {n} is negative")
-        while n >= 0x80:
-            self.out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        self.out.append(n)
+        self.out += uvarint(n)
 
     def string(self, s: str | None, *, nullable: bool = False) -> None:
         if s is None:
@@ -223,19 +223,11 @@ class _Reader:
         return self._unpack(">q", 8)
 
     def uvarint(self) -> int:
-        n = 0
-        shift = 0
-        while True:
-            if self.pos >= len(self.data):
-                raise self._fail("truncated varint")
-            b = self.data[self.pos]
-            self.pos += 1
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return n
-            shift += 7
-            if shift > 28:
-                raise self._fail("varint longer than 5 bytes")
+        try:
+            n, self.pos = read_uvarint(self.data, self.pos)
+        except ValueError as exc:
+            raise self._fail(str(exc)) from None
+        return n
 
     def _take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
@@ -274,9 +266,10 @@ class _Reader:
         """Skip a struct's tagged-field section: none of these records defines a tagged field."""
         if not self.flexible:
             return
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
+        try:
+            self.pos = skip_tagged_fields(self.data, self.pos)
+        except ValueError as exc:
+            raise self._fail(str(exc)) from None
 
     def end(self) -> None:
         if self.pos != len(self.data):
@@ -405,6 +398,16 @@ def encode_offset_commit_value(value: OffsetCommitValue, *, version: int | None 
         w.int64(value.expire_timestamp)
     w.tagged_fields()
     return bytes(w.out)
+
+
+def encode_offset_commit_value_v3(offset: int, leader_epoch: int, metadata: bytes, commit_timestamp: int) -> bytes:
+    """The v3 value every commit without an explicit retention writes, from the metadata's
+    UTF-8 (at most 32767 bytes: longer goes through encode_offset_commit_value, which refuses
+    it); the same bytes as encode_offset_commit_value, without an OffsetCommitValue."""
+    if not metadata:
+        return _V3_VALUE_EMPTY.pack(OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch, 0, commit_timestamp)
+    return (_V3_VALUE_HEAD.pack(OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch, len(metadata))
+            + metadata + _INT64.pack(commit_timestamp))
 
 
 def decode_offset_commit_value_tuple(data: bytes) -> tuple[int, int, int, str, int, int] | None:

@@ -17,6 +17,8 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from tidemark.wire.primitives import read_uvarint, skip_tagged_fields, uvarint
+
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "TRANSACTION_LOG_KEY_VERSION",
@@ -111,16 +113,16 @@ def encode_transaction_value(value: TransactionLogValue, *, version: int = TRANS
         out += _HEAD_FLEX.pack(value.producer_id, value.producer_epoch, value.transaction_timeout_ms,
                                int(value.status))
         if value.partitions is None:
-            out += _uvarint(0)
+            out += uvarint(0)
         else:
-            out += _uvarint(len(value.partitions) + 1)
+            out += uvarint(len(value.partitions) + 1)
             for topic, ids in value.partitions:
                 name = topic.encode()
-                out += _uvarint(len(name) + 1) + name + _uvarint(len(ids) + 1)
+                out += uvarint(len(name) + 1) + name + uvarint(len(ids) + 1)
                 out += b"".join(_I32.pack(p) for p in ids)
-                out += _uvarint(0)  # the struct's tagged fields: none
+                out += uvarint(0)  # the struct's tagged fields: none
         out += _TIMES.pack(value.last_update_timestamp_ms, value.start_timestamp_ms)
-        out += _uvarint(0)
+        out += uvarint(0)
         return bytes(out)
     raise ValueError(f"transaction log value version {version} is not supported")
 
@@ -146,16 +148,16 @@ def decode_transaction_value(data: bytes) -> TransactionLogValue:
     elif version == _FLEXIBLE_VERSION:
         producer_id, epoch, timeout, status = _HEAD_FLEX.unpack_from(data, 2)
         pos = 2 + _HEAD_FLEX.size
-        count, pos = _read_uvarint(data, pos)
+        count, pos = read_uvarint(data, pos)
         partitions = None if count == 0 else []
         for _ in range(max(count - 1, 0)):
-            length, pos = _read_uvarint(data, pos)
+            length, pos = read_uvarint(data, pos)
             topic = data[pos:pos + length - 1].decode()
             pos += length - 1
-            n, pos = _read_uvarint(data, pos)
+            n, pos = read_uvarint(data, pos)
             ids = struct.unpack_from(f">{n - 1}i", data, pos)
             pos += 4 * (n - 1)
-            pos = _skip_tagged(data, pos)
+            pos = skip_tagged_fields(data, pos)
             partitions.append((topic, tuple(ids)))
         last_update, start = _TIMES.unpack_from(data, pos)
         # the top-level tagged fields (previous/next producer id, client transaction version)
@@ -164,32 +166,3 @@ def decode_transaction_value(data: bytes) -> TransactionLogValue:
         raise ValueError(f"unknown transaction log value version {version}")
     return TransactionLogValue(producer_id, epoch, timeout, TransactionStatus(status),
                                None if partitions is None else tuple(partitions), last_update, start)
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _skip_tagged(data: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(data, pos)
-    for _ in range(count):
-        _, pos = _read_uvarint(data, pos)
-        size, pos = _read_uvarint(data, pos)
-        pos += size
-    return pos

@@ -2,7 +2,7 @@
 
 kio's writer is pure Python and walks every nested entity: a 100-partition OffsetCommit response
 took ~490 us to build and encode, about a fifth of a batched commit's broker CPU; these take
-~20 us. Fetch is the other half of a replicated commit: every commit is one fetch answer to each
+~20 us; an OffsetFetch of 100 partitions took ~1.3 ms with kio. Fetch is the other half of a replicated commit: every commit is one fetch answer to each
 follower, and building and encoding them with kio was a tenth of a leader's CPU. Each takes the
 handler's response dict (Kafka field names, as `wire.build` does) and returns exactly the bytes
 kio would write; tests/wire/test_fast_responses.py holds them to that for every version.
@@ -21,6 +21,8 @@ from .primitives import I16, I32, I64, uvarint
 
 _PARTITION_COMMIT = struct.Struct(">ih")  # partition_index, error_code
 _PARTITION_FETCHED = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
+_PARTITION_OFFSET = struct.Struct(">iq")  # partition_index, committed_offset
+_PARTITION_OFFSET_EPOCH = struct.Struct(">iqi")  # partition_index, committed_offset, committed_leader_epoch
 _ABORTED_TRANSACTION = struct.Struct(">qq")  # producer_id, first_offset
 _ZERO_UUID = uuid.UUID(int=0)  # kio reads it as None
 
@@ -80,6 +82,50 @@ def encode_offset_commit_response(version: int, response: dict[str, Any]) -> byt
     return bytes(w.out)
 
 
+def _offset_fetch_topics(w: Writer, version: int, topics: list[dict[str, Any]]) -> None:
+    out = w.out
+    w.array_length(len(topics))
+    for topic in topics:
+        if version >= 10:
+            out += (topic["topic_id"] or _ZERO_UUID).bytes
+        else:
+            w.string(topic["name"])
+        partitions = topic["partitions"]
+        w.array_length(len(partitions))
+        for p in partitions:
+            if version >= 5:
+                out += _PARTITION_OFFSET_EPOCH.pack(p["partition_index"], p["committed_offset"],
+                                                    p.get("committed_leader_epoch", -1))
+            else:
+                out += _PARTITION_OFFSET.pack(p["partition_index"], p["committed_offset"])
+            w.string(p["metadata"])
+            out += I16.pack(p["error_code"])
+            w.tagged_fields()
+        w.tagged_fields()
+
+
+def encode_offset_fetch_response(version: int, response: dict[str, Any]) -> bytes:
+    """OffsetFetch v1-v10: one group's topics (v1-v7, with its error code from v2), or several
+    groups (v8 on); v10 names topics by id."""
+    w = Writer(flexible=version >= 6)
+    if version >= 3:
+        w.out += I32.pack(response.get("throttle_time", 0))
+    if version >= 8:
+        groups = response["groups"]
+        w.array_length(len(groups))
+        for group in groups:
+            w.string(group["group_id"])
+            _offset_fetch_topics(w, version, group["topics"])
+            w.out += I16.pack(group.get("error_code", 0))
+            w.tagged_fields()
+    else:
+        _offset_fetch_topics(w, version, response["topics"])
+        if version >= 2:
+            w.out += I16.pack(response["error_code"])
+    w.tagged_fields()
+    return bytes(w.out)
+
+
 def encode_fetch_response(version: int, response: dict[str, Any]) -> bytes:
     """The Fetch handler's answers (v4 on): no partition carries the tagged fields
     (diverging_epoch, current_leader, snapshot_id), nor the response node_endpoints."""
@@ -121,6 +167,7 @@ def encode_fetch_response(version: int, response: dict[str, Any]) -> bytes:
 FAST_ENCODERS: dict[int, tuple[range, int, Callable[[int, dict[str, Any]], bytes]]] = {
     ApiKey.OFFSET_COMMIT: (range(2, 11), 8, encode_offset_commit_response),
     ApiKey.FETCH: (range(4, 19), 12, encode_fetch_response),
+    ApiKey.OFFSET_FETCH: (range(1, 11), 6, encode_offset_fetch_response),
 }
 
 

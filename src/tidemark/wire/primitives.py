@@ -1,5 +1,6 @@
 """Kafka's primitive encodings, shared by the hand-written codecs (wire/*_v0.py, the fast
-encoders): big-endian integers, int16-length strings, int32-counted arrays, unsigned varints."""
+encoders) and the records' key and value schemas (records/*_schema.py): big-endian integers,
+int16-length strings, int32-counted arrays, unsigned varints and tagged-field sections."""
 
 from __future__ import annotations
 
@@ -19,6 +20,36 @@ def uvarint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
+    """The unsigned varint at `pos` (at most 5 bytes, as Kafka's readUnsignedVarint): its value
+    and the position after it. ValueError when it runs past `buf` or is longer."""
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("varint runs past the end of the data")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("varint longer than 5 bytes")
+
+
+def skip_tagged_fields(buf: Any, pos: int) -> int:
+    """The position after the tagged-field section at `pos` (a count, then tag, size and data
+    of each); ValueError when it runs past `buf`."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = read_uvarint(buf, pos)  # the tag
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise ValueError("tagged fields run past the end of the data")
+    return pos
 
 
 def write_string(out: bytearray, value: str | None) -> None:
@@ -92,18 +123,8 @@ class Reader:
     # unsigned varint (0 is null), and every struct ends in tagged fields.
 
     def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise ValueError("varint runs past the end of the frame")
-            byte = self.buf[self.pos]
-            self.pos += 1
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise ValueError("varint longer than 5 bytes")
+        value, self.pos = read_uvarint(self.buf, self.pos)
+        return value
 
     def compact_string(self) -> str:
         return self._string(self.uvarint() - 1)  # type: ignore[return-value]
@@ -112,8 +133,4 @@ class Reader:
         return self._count(self.uvarint() - 1, min_item_size)
 
     def skip_tagged_fields(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()  # the tag
-            self.pos += self.uvarint()
-        if self.pos > len(self.buf):
-            raise ValueError("tagged fields run past the end of the frame")
+        self.pos = skip_tagged_fields(self.buf, self.pos)

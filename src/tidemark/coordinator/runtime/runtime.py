@@ -366,8 +366,8 @@ class ShardRuntime(Generic[S]):
         replay), reading on while the high watermark moves; returns where replay ended.
 
         Only the last record of each key matters, so the scan keeps the latest record per key
-        (moved to the end on every rewrite, so the order stays that of the log) and decodes and
-        replays just those: the cost of a long, not yet compacted log is a dict write per record.
+        and decodes and replays just those, in the order of the log (sorted by offset): the
+        cost of a long, not yet compacted log is a dict write per record.
         """
         writer, shard = self.writer, self.shard
         if writer is None or shard is None:
@@ -378,18 +378,23 @@ class ShardRuntime(Generic[S]):
         next_progress = started + PROGRESS_INTERVAL_S
         next_yield = started + LOAD_SLICE_S
         stuck = False
+        read_latest = getattr(writer, "read_latest", None)  # a writer's scan straight into `latest`
         while position < writer.high_watermark and not stuck:
             latest: dict[bytes, tuple[int, bytes | None]] = {}
             while position < (end := writer.high_watermark):
-                chunk, after = writer.read(position, end)
+                if read_latest is not None:
+                    keyed, after = read_latest(position, end, latest)
+                else:
+                    chunk, after = writer.read(position, end)
+                    keyed = 0
+                    for offset, key, value in chunk:
+                        if key is not None:
+                            latest[key] = (offset, value)
+                            keyed += 1
                 if after <= position:
                     stuck = True  # nothing readable below the high watermark
                     break
-                for offset, key, value in chunk:
-                    if key is not None:
-                        latest.pop(key, None)
-                        latest[key] = (offset, value)
-                        records += 1
+                records += keyed
                 position = self._replayed_to = after
                 if time.perf_counter() >= next_yield:  # loaded partitions keep serving meanwhile
                     await asyncio.sleep(0)
@@ -399,7 +404,8 @@ class ShardRuntime(Generic[S]):
                     log.info("offsets_partition_loading", partition=self.index, records=records,
                              position=position, end=end)
             now = self.clock.now_ms()
-            for replayed, (key, (offset, value)) in enumerate(latest.items(), start=1):
+            # In log order: the order of each key's last record.
+            for replayed, (key, (offset, value)) in enumerate(sorted(latest.items(), key=_by_offset), start=1):
                 shard.replay(offset, key, value, now_ms=now)  # nothing waits on a loading shard
                 if replayed % 10_000 == 0:
                     await asyncio.sleep(0)
@@ -584,9 +590,11 @@ class ShardRuntime(Generic[S]):
             if write is not None and write.first == self._replayed_to:
                 if write.end > high_watermark:
                     break  # a batch commits whole
+                replay = shard.replay
                 for offset, record in enumerate(write.result.records, start=write.first):
-                    replayed.merge(shard.replay(offset, record.key, record.value, now_ms=now,
-                                                decoded=record.decoded))
+                    done = replay(offset, record.key, record.value, now_ms=now, decoded=record.decoded)
+                    if done.responses or done.records or done.on_failure is not None:  # most complete nothing
+                        replayed.merge(done)
                 self._replayed_to = write.end
                 continue
             upper = high_watermark if write is None else min(high_watermark, write.first)
@@ -635,6 +643,10 @@ class _PendingWrite:
     future: asyncio.Future[Result]
     timeout: Cancellable | None = None
     answered: bool = False
+
+
+def _by_offset(item: tuple[Any, tuple[int, Any]]) -> int:
+    return item[1][0]
 
 
 def _consume_result(future: asyncio.Future[Result]) -> None:

@@ -1,0 +1,204 @@
+"""The broker's CPU per offset commit, in process: the path a commit takes without sockets or disk.
+
+    python -m bench.commit_path [--partitions N] [--commits N] [--repeats R] [--profile FILE]
+    python -m bench.commit_path --load RECORDS [--repeats R]
+
+One OffsetCommit v9 frame (what confluent-kafka 2.16 sends) of --partitions partitions of one
+topic, from a standalone consumer (generation -1), goes through the steps the broker runs:
+decoding the frame, the shard's handler (checks, records), building the offsets batch, the
+latest view's replay at append, the committed view's replay once committed, and the response
+frame. The same for OffsetFetch v8 of those partitions (decode, read, response). Prints the
+median over --repeats of CPU microseconds (this thread's CPU time, not wall clock: the
+machine is shared) per request and per partition, step by step; with
+--profile, a cProfile of one repeat of the whole path sorted by own time.
+
+--load: the scan that loading an offsets partition makes of its log, over RECORDS offset commit
+records of 1,000 keys in batches of 5,000 (in memory: no log, no replay of the kept records),
+in records per CPU second, median of --repeats. On a tree without `records.collect_latest` it
+runs the loop loading had before it (every record listed, its key moved to the dict's end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import time
+
+from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
+try:
+    from tidemark.records import build_key_value_batch
+except ImportError:  # a tree from before it: the broker built the batch with build_batch
+    from tidemark.records import build_batch
+
+    def build_key_value_batch(pairs, timestamp):
+        return build_batch([(key, value, (), timestamp) for key, value in pairs])
+from tidemark.wire.api_keys import ApiKey
+from tidemark.wire.build import build
+from tidemark.wire.client import encode_request
+from tidemark.wire.codec import decode_request, encode_response, response_schema
+from tidemark.wire.fast_responses import encode_fast
+
+GROUP, TOPIC = "bench-commit-path", "bench-commit-path-topic"
+SUPPORTED = {ApiKey.OFFSET_COMMIT: (0, 9), ApiKey.OFFSET_FETCH: (0, 9)}
+
+
+def _frame(api_key: int, version: int, body: dict) -> bytes:
+    return encode_request(api_key, version, 7, body, client_id="rdkafka")
+
+
+def commit_frame(partitions: int, offset: int) -> bytes:
+    return _frame(ApiKey.OFFSET_COMMIT, 9, {
+        "group_id": GROUP, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+        "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": p, "committed_offset": offset + p, "committed_leader_epoch": -1,
+             "committed_metadata": ""} for p in range(partitions)]}]})
+
+
+def fetch_frame(partitions: int) -> bytes:
+    return _frame(ApiKey.OFFSET_FETCH, 8, {"groups": [
+        {"group_id": GROUP, "topics": [{"name": TOPIC, "partition_indexes": list(range(partitions))}]}],
+        "require_stable": True})
+
+
+def encode(request, response: dict) -> bytes:
+    frame = encode_fast(request, response)
+    if frame is None:
+        frame = encode_response(request, build(response_schema(request.api_key, request.api_version), response))
+    return frame
+
+
+class Path:
+    """One shard and its log's next offset: commits go through every step, timed per step."""
+
+    def __init__(self) -> None:
+        self.shard = GroupCoordinatorShard(0, CoordinatorConfig(), lambda _t, _p: True)
+        self.log_end = 0
+        self.seconds = dict.fromkeys(("decode", "handler", "batch", "replay_appended", "replay", "response"), 0.0)
+
+    def commit(self, frame: bytes, now: int) -> bytes:
+        s, clock = self.seconds, time.thread_time
+        t0 = clock()
+        request = decode_request(frame, SUPPORTED)
+        t1 = clock()
+        result = self.shard.commit_offsets(request.body, request.api_version, 1, now)
+        t2 = clock()
+        build_key_value_batch([(r.key, r.value) for r in result.records], now)
+        t3 = clock()
+        first = self.log_end
+        for offset, record in enumerate(result.records, start=first):
+            self.shard.replay_appended(offset, record, now_ms=now)
+        t4 = clock()
+        for offset, record in enumerate(result.records, start=first):
+            self.shard.replay(offset, record.key, record.value, now_ms=now, decoded=record.decoded)
+        self.log_end = first + len(result.records)
+        t5 = clock()
+        frame = encode(request, result.responses[1])
+        t6 = clock()
+        s["decode"] += t1 - t0
+        s["handler"] += t2 - t1
+        s["batch"] += t3 - t2
+        s["replay_appended"] += t4 - t3
+        s["replay"] += t5 - t4
+        s["response"] += t6 - t5
+        return frame
+
+    def fetch(self, frame: bytes) -> tuple[float, float, float]:
+        clock = time.thread_time
+        t0 = clock()
+        request = decode_request(frame, SUPPORTED)
+        t1 = clock()
+        group = request.body.groups[0]
+        wanted = [(t.name, list(t.partition_indexes)) for t in group.topics]
+        response = {"throttle_time": 0, "groups": [
+            {"group_id": group.group_id, "error_code": 0,
+             "topics": self.shard.fetch_offsets(group.group_id, wanted, request.body.require_stable)}]}
+        t2 = clock()
+        encode(request, response)
+        t3 = clock()
+        return t1 - t0, t2 - t1, t3 - t2
+
+
+def run(partitions: int, commits: int) -> tuple[dict[str, float], dict[str, float]]:
+    path = Path()
+    frames = [commit_frame(partitions, i * partitions) for i in range(min(commits, 50))]
+    for i in range(commits):
+        path.commit(frames[i % len(frames)], 1_700_000_000_000 + i)
+    commit_us = {step: seconds / commits * 1e6 for step, seconds in path.seconds.items()}
+    commit_us["total"] = sum(commit_us.values())
+    frame = fetch_frame(partitions)
+    totals = [0.0, 0.0, 0.0]
+    for _ in range(commits):
+        for i, seconds in enumerate(path.fetch(frame)):
+            totals[i] += seconds
+    fetch_us = {step: seconds / commits * 1e6 for step, seconds in zip(("decode", "read", "response"), totals)}
+    fetch_us["total"] = sum(fetch_us.values())
+    return commit_us, fetch_us
+
+
+def load_rate(records: int, repeats: int) -> float:
+    from tidemark.records import build_batch, iter_batches, iter_key_values
+    from tidemark.records.offsets_schema import (
+        OffsetCommitKey, OffsetCommitValue, encode_key, encode_offset_commit_value,
+    )
+    try:
+        from tidemark.records import collect_latest
+    except ImportError:
+        collect_latest = None
+    keys = [encode_key(OffsetCommitKey("bench-load", "loaded", p)) for p in range(1_000)]
+    data = b"".join(build_batch([(keys[i % 1_000], encode_offset_commit_value(OffsetCommitValue(i, commit_timestamp=1)),
+                                  (), 1) for i in range(start, min(records, start + 5_000))], base_offset=start)
+                    for start in range(0, records, 5_000))
+
+    def scan() -> None:
+        latest: dict = {}
+        if collect_latest is not None:
+            for position, _ in iter_batches(data, validate=False):
+                collect_latest(data, position, latest)
+            sorted(latest.items(), key=lambda item: item[1][0])
+        else:
+            listed = []
+            for position, _ in iter_batches(data, validate=False):
+                listed.extend(iter_key_values(data, position))
+            for offset, key, value in listed:
+                if key is not None:
+                    latest.pop(key, None)
+                    latest[key] = (offset, value)
+
+    seconds = []
+    for _ in range(repeats):
+        started = time.thread_time()
+        scan()
+        seconds.append(time.thread_time() - started)
+    return records / statistics.median(seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--commits", type=int, default=2_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", help="write a cProfile of one repeat here (and print its top 25)")
+    parser.add_argument("--load", type=int, metavar="RECORDS", help="time loading's scan instead")
+    args = parser.parse_args()
+    if args.load:
+        print(f"load scan: {load_rate(args.load, args.repeats):,.0f} records per CPU second")
+        return
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(run, args.partitions, args.commits)
+        profiler.dump_stats(args.profile)
+        pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
+    runs = [run(args.partitions, args.commits) for _ in range(args.repeats)]
+    for name, index in (("OffsetCommit", 0), ("OffsetFetch", 1)):
+        print(f"{name} of {args.partitions} partitions, median of {args.repeats} x {args.commits} requests:")
+        for step in runs[0][index]:
+            us = statistics.median(r[index][step] for r in runs)
+            print(f"  {step:16} {us:9.1f} us/request {us / args.partitions:7.2f} us/partition")
+    total = statistics.median(r[0]["total"] for r in runs)
+    print(f"OffsetCommit CPU bound: {args.partitions / total * 1e6:,.0f} partition offsets/s on one core")
+
+
+if __name__ == "__main__":
+    main()
