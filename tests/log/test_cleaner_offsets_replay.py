@@ -38,15 +38,13 @@ def _value(offset: int) -> bytes:
 def replay(log: UnifiedLog) -> tuple:
     """A fresh shard loaded as the coordinator runtime loads (the last record per key, in log
     order, read by the broker's reader of offsets partitions), and what it holds."""
-    reader = SimpleNamespace(partition=SimpleNamespace(log=log), load_buffer_size=1 << 20)
+    reader = object.__new__(LogPartitionWriter)  # only its reading half: the log and the buffer size
+    reader.partition, reader.load_buffer_size = SimpleNamespace(log=log), 1 << 20
     latest: dict = {}
     position = log.log_start_offset
     while position < log.high_watermark:
-        chunk, position = LogPartitionWriter.read(reader, position, log.high_watermark)  # type: ignore[arg-type]
-        for offset, key, value in chunk:
-            if key is not None:
-                latest.pop(key, None)
-                latest[key] = (offset, value)
+        _, position = reader.read_latest(position, log.high_watermark, latest)
+    latest = dict(sorted(latest.items(), key=lambda item: item[1][0]))  # in log order, as loading replays
     shard = GroupCoordinatorShard(0, CoordinatorConfig(), lambda topic, partition: True)
     for key, (offset, value) in latest.items():
         shard.replay(offset, key, value, now_ms=NOW)
