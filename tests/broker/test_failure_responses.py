@@ -28,6 +28,7 @@ from tidemark.broker.context import RequestContext
 from tidemark.broker.server import HANDLERS, Broker, supported_versions
 from tidemark.wire import list_offsets_v0, produce_v0
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 OTHER_ID = uuid.UUID("6ba7b811-9dad-11d1-80b4-00c04fd430c8")
@@ -333,18 +334,18 @@ def test_crashed_handler_answers_unknown_server_error_where_kafka_puts_it(tmp_pa
 
 def test_crashed_produce_with_acks_0_closes_the_connection(tmp_path):
     """acks=0 gets no response, so the connection closes: the client's only way to learn of it."""
-    schema = load_request_schema(0, 9)
+    schema = load_request_schema(ApiKey.PRODUCE, 9)
     buffer = io.BytesIO()
     entity_writer(schema.__header_schema__)(buffer, build(schema.__header_schema__, {
         "request_api_key": 0, "request_api_version": 9, "correlation_id": 1, "client_id": "t"}))
     entity_writer(schema)(buffer, build(schema, dict(REQUESTS[0], acks=0)))
-    heartbeat, _ = _request_frame(12, 4, correlation_id=2)
+    heartbeat, _ = _request_frame(ApiKey.HEARTBEAT, 4, correlation_id=2)
     assert asyncio.run(exchange(tmp_path, [buffer.getvalue(), heartbeat], handlers=CRASHING)) == [None, None]
 
 
 def test_unserved_api_without_a_top_level_error_code_closes_the_connection(tmp_path):
     """DescribeProducers answers only per partition: an empty answer would read as a success."""
-    schema = load_request_schema(61, 0)
+    schema = load_request_schema(ApiKey.DESCRIBE_PRODUCERS, 0)
     buffer = io.BytesIO()
     entity_writer(schema.__header_schema__)(buffer, build(schema.__header_schema__, {
         "request_api_key": 61, "request_api_version": 0, "correlation_id": 1, "client_id": "t"}))
@@ -357,8 +358,8 @@ def test_join_group_while_the_offsets_partition_loads(tmp_path, version):
     """The first JoinGroup creates the offsets topic, whose partition is still loading: the
     answer is COORDINATOR_LOAD_IN_PROGRESS at every version (v0-6 cannot encode a null protocol
     name), and the connection goes on serving."""
-    join, _ = _request_frame(11, version, correlation_id=1)
-    heartbeat, _ = _request_frame(12, 4, correlation_id=2)
+    join, _ = _request_frame(ApiKey.JOIN_GROUP, version, correlation_id=1)
+    heartbeat, _ = _request_frame(ApiKey.HEARTBEAT, 4, correlation_id=2)
     join_answer, heartbeat_answer = asyncio.run(
         exchange(tmp_path, [join, heartbeat], settings={"offsets.topic.num.partitions": "1"}))
     assert join_answer is not None, "the broker closed the connection"

@@ -22,6 +22,7 @@ from tests.conftest import BrokerProcess
 from tests.integration.clients import create_topic, produce_all
 from tests.integration.raw import RawClient
 from tidemark.wire import offsets_v0
+from tidemark.wire.api_keys import ApiKey
 
 # With zookeeper.connect a broker is a cluster member: alone, it holds the offsets topic's only
 # replica (Kafka too needs offsets.topic.replication.factor=1 on a one-broker cluster).
@@ -145,10 +146,10 @@ def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(chroot, z
         versions = {k.api_key: (k.min_version, k.max_version) for k in raw.request(18, 3, {
             "client_software_name": "raw", "client_software_version": "1"}).api_keys}
         assert versions[8][0] == 0 and versions[9][0] == 0
-        raw.send_frame(_v0_frame(8, 0, 1, offsets_v0.write_offset_commit(commit, 0)))
+        raw.send_frame(_v0_frame(ApiKey.OFFSET_COMMIT, 0, 1, offsets_v0.write_offset_commit(commit, 0)))
         frame = raw.recv_frame()
         committed, _ = offsets_v0.read_offset_commit_response(frame, 4)
-        raw.send_frame(_v0_frame(9, 0, 2, offsets_v0.write_offset_fetch(fetch)))
+        raw.send_frame(_v0_frame(ApiKey.OFFSET_FETCH, 0, 2, offsets_v0.write_offset_fetch(fetch)))
         fetched, _ = offsets_v0.read_offset_fetch_response(raw.recv_frame(), 4)
     assert int.from_bytes(frame[:4], "big") == 1
     assert [(p.partition_index, p.error_code) for p in committed.topics[0].partitions] == [
@@ -165,7 +166,7 @@ def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(chroot, z
         # As a client does: find the coordinator first (it creates the offsets topic).
         assert raw.request(10, 1, {"key": "v1-group", "key_type": 0}).error_code == ErrorCode.none
         for attempt in range(50):  # the offsets topic loads on first use (COORDINATOR_LOAD_IN_PROGRESS)
-            raw.send_frame(_v0_frame(8, 1, attempt, offsets_v0.write_offset_commit(v1, 1)))
+            raw.send_frame(_v0_frame(ApiKey.OFFSET_COMMIT, 1, attempt, offsets_v0.write_offset_commit(v1, 1)))
             answer, _ = offsets_v0.read_offset_commit_response(raw.recv_frame(), 4)
             if answer.topics[0].partitions[0].error_code != ErrorCode.coordinator_load_in_progress:
                 break
