@@ -61,7 +61,7 @@ def test_offsets_topic_created_on_first_use(broker):
                                                  "include_topic_authorized_operations": False})
         (topic,) = metadata.topics
         assert topic.is_internal and len(topic.partitions) == 50
-        # "testGroup" lives on partition 49 (facts §2): its commit lands in that partition's log.
+        # "testGroup" lives on partition 49 (abs(hashCode) % 50): its commit lands in that partition's log.
         client.create_topic("tg-topic")
         assert _commit(client, "testGroup", "tg-topic", [(0, 5)]) == {0: ErrorCode.none}
     segment = broker.data_dir / "__consumer_offsets-49" / "00000000000000000000.log"

@@ -19,7 +19,7 @@ from tests.integration.clients import create_topic, produce_all
 from tests.integration.raw import RawClient
 from tidemark.cli.groups import groups as groups_cli
 from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
-from tidemark.log.offline import iter_log_records, topic_partition_dirs
+from tidemark.log.direct_read import iter_log_records, topic_partition_dirs
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,

@@ -124,7 +124,7 @@ async def handle_alter(ctx: RequestContext, request: Request) -> dict[str, Any]:
             entity = _entity(entry.entity)
             values = _altered(ctx.quotas.current(entity), entry.ops)
             if not body.validate_only:
-                metadata = ctx.replicas.metadata if ctx.cluster is None else None
+                metadata = ctx.partitions.metadata if ctx.cluster is None else None
                 await ctx.quotas.alter(metadata, entity, values)
         except _Invalid as exc:
             code, message = ErrorCode.invalid_request, str(exc)

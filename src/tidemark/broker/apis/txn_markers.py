@@ -54,7 +54,7 @@ async def _offsets_marker(ctx: RequestContext, index: int, marker: Any) -> Error
 
 def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCode | asyncio.Future:
     """Write one partition's marker: its error, or the wait for its replication."""
-    partition = ctx.replicas.partition(topic, index)
+    partition = ctx.partitions.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     if not partition.is_leader:
@@ -67,7 +67,7 @@ def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCo
                                               now_ms=ctx.clock.now_ms())
     except Exception as exc:  # noqa: BLE001 - becomes that partition's error code
         return error_code_for(exc)
-    ctx.replicas.schedule_flush(partition)
+    ctx.partitions.schedule_flush(partition)
     partition.appended()
     return asyncio.ensure_future(_committed(partition, info.last_offset + 1, partition.leader_epoch))
 
