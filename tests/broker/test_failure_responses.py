@@ -43,19 +43,21 @@ REQUESTS: dict[int, dict[str, Any]] = {
         "topics": [{"topic": "a", "topic_id": TOPIC_ID, "partitions": [
             {"partition": 0, "fetch_offset": 5, "partition_max_bytes": 1024},
             {"partition": 2, "fetch_offset": 0, "partition_max_bytes": 1024}]},
-            {"topic": "b", "topic_id": OTHER_ID, "partitions": [{"partition": 1, "partition_max_bytes": 1}]}]},
-    2: {"replica_id": -1, "topics": [
+            {"topic": "b", "topic_id": OTHER_ID, "partitions": [{"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1}]}]},
+    2: {"replica_id": -1, "isolation_level": 0, "timeout": 1000, "topics": [
         {"name": "a", "partitions": [{"partition_index": 0, "timestamp": -1}, {"partition_index": 4, "timestamp": -2}]},
         {"name": "b", "partitions": [{"partition_index": 1, "timestamp": -3}]}]},
     3: {"topics": [{"name": "a", "topic_id": None}, {"name": "b", "topic_id": None}],
-        "allow_auto_topic_creation": True},
+        "allow_auto_topic_creation": True, "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False},
     8: {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "topics": [
-        {"name": "a", "topic_id": TOPIC_ID, "partitions": [{"partition_index": 0, "committed_offset": 5},
-                                                           {"partition_index": 2, "committed_offset": 7}]},
-        {"name": "b", "topic_id": OTHER_ID, "partitions": [{"partition_index": 1, "committed_offset": 1}]}]},
+        {"name": "a", "topic_id": TOPIC_ID, "partitions": [
+            {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""},
+            {"partition_index": 2, "committed_offset": 7, "committed_metadata": ""}]},
+        {"name": "b", "topic_id": OTHER_ID, "partitions": [
+            {"partition_index": 1, "committed_offset": 1, "committed_metadata": ""}]}]},
     9: {"group_id": "g", "topics": [
-        {"name": "a", "topic_id": TOPIC_ID, "partition_indexes": [0, 2]},
-        {"name": "b", "topic_id": OTHER_ID, "partition_indexes": [1]}],
+        {"name": "a", "partition_indexes": [0, 2]}, {"name": "b", "partition_indexes": [1]}],
         "groups": [{"group_id": "g1", "member_epoch": -1, "topics": [
             {"name": "a", "topic_id": TOPIC_ID, "partition_indexes": [0]}]},
             {"group_id": "g2", "member_epoch": -1, "topics": None}]},

@@ -123,7 +123,7 @@ def test_deleting_a_topic_tombstones_its_offsets_so_recreating_it_starts_without
         assert committed == {0: ErrorCode.none, 1: ErrorCode.none}
         assert _commit(client, group, "kept", [(0, 3)]) == {0: ErrorCode.none}
         deleted = client.request(DELETE_TOPICS, 6, {"topics": [{"name": "doomed", "topic_id": None}],
-                                                    "timeout_ms": 10000})
+                                                    "timeout": 10000})
         assert deleted.responses[0].error_code == ErrorCode.none
         assert client.create_topic("doomed", partitions=2).error_code == ErrorCode.none
         assert _fetch(client, group, "doomed", [0, 1]) == (ErrorCode.none, {0: (-1, "", 0), 1: (-1, "", 0)})

@@ -109,6 +109,6 @@ def test_refusals_answer_and_keep_the_connection(broker):
 
 def test_api_versions_advertise_produce_from_v0(broker):
     with RawClient(broker.bootstrap) as client:
-        response = client.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        response = client.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
     produce = next(k for k in response.api_keys if k.api_key == ApiKey.PRODUCE)
     assert (produce.min_version, produce.max_version) == (0, 13)

@@ -55,8 +55,9 @@ def test_a_flexible_hot_path_request_is_walked_too():
     """Fetch, OffsetFetch and ConsumerGroupHeartbeat skip the walk only in non-flexible versions:
     a compact count is a varint, so any garbage byte there claims a huge array."""
     script = ("import sys; from tidemark.wire.codec import decode_request\n"
+              "from tidemark.wire.api_keys import ApiKey\n"
               "from tidemark.wire.errors import MalformedRequest\n"
-              f"try:\n    decode_request({HUGE_FETCH_TOPICS!r}, {{1: (4, 17)}})\n"
+              f"try:\n    decode_request({HUGE_FETCH_TOPICS!r}, {{ApiKey.FETCH: (4, 17)}})\n"
               "except MalformedRequest as e:\n    print(e); sys.exit(3)\n")
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     assert child.returncode == 3, child.stderr.decode()[-2000:]
