@@ -92,7 +92,7 @@ def spark_rate(root: Path, master: str, runs: int) -> tuple[int, list[float], fl
 
 def dump_rate(root: Path) -> tuple[int, float]:
     from tidemark.cli.offsets import dump_segment, partition_dirs
-    from tidemark.log.offline import segment_files
+    from tidemark.log.direct_read import segment_files
 
     began = time.perf_counter()
     count = 0
@@ -104,7 +104,7 @@ def dump_rate(root: Path) -> tuple[int, float]:
 
 
 def builder_rate(root: Path) -> tuple[int, float]:
-    from tidemark.log.offline import iter_log_records, topic_partition_dirs
+    from tidemark.log.direct_read import iter_log_records, topic_partition_dirs
     from tidemark.spark.offsets_source import decode_records
 
     began = time.perf_counter()

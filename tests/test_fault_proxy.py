@@ -11,13 +11,14 @@ import time
 import pytest
 
 from tests.fault_proxy import BLACKHOLE, CLIENTS, DROP, REQUESTS, RESPONSES, Delay, FaultProxy, source_of_first_request
+from tidemark.wire.api_keys import ApiKey
 
 WAIT_S = 30.0
 
 
 def _frame(client_id: str, body: bytes = b"payload") -> bytes:
     name = client_id.encode()
-    payload = struct.pack(">hhih", 1, 12, 7, len(name)) + name + body
+    payload = struct.pack(">hhih", ApiKey.FETCH, 12, 7, len(name)) + name + body
     return struct.pack(">i", len(payload)) + payload
 
 

@@ -28,6 +28,7 @@ from tidemark.broker.context import RequestContext
 from tidemark.broker.server import HANDLERS, Broker, supported_versions
 from tidemark.wire import list_offsets_v0, produce_v0
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 OTHER_ID = uuid.UUID("6ba7b811-9dad-11d1-80b4-00c04fd430c8")
@@ -39,22 +40,25 @@ REQUESTS: dict[int, dict[str, Any]] = {
                                                                  {"index": 3, "records": None}]},
         {"name": "b", "topic_id": OTHER_ID, "partition_data": [{"index": 1, "records": None}]}]},
     1: {"replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": 1 << 20, "session_epoch": -1,
+        "forgotten_topics_data": [],
         "topics": [{"topic": "a", "topic_id": TOPIC_ID, "partitions": [
             {"partition": 0, "fetch_offset": 5, "partition_max_bytes": 1024},
             {"partition": 2, "fetch_offset": 0, "partition_max_bytes": 1024}]},
-            {"topic": "b", "topic_id": OTHER_ID, "partitions": [{"partition": 1, "partition_max_bytes": 1}]}]},
-    2: {"replica_id": -1, "topics": [
+            {"topic": "b", "topic_id": OTHER_ID, "partitions": [{"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1}]}]},
+    2: {"replica_id": -1, "isolation_level": 0, "timeout": 1000, "topics": [
         {"name": "a", "partitions": [{"partition_index": 0, "timestamp": -1}, {"partition_index": 4, "timestamp": -2}]},
         {"name": "b", "partitions": [{"partition_index": 1, "timestamp": -3}]}]},
     3: {"topics": [{"name": "a", "topic_id": None}, {"name": "b", "topic_id": None}],
-        "allow_auto_topic_creation": True},
+        "allow_auto_topic_creation": True, "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False},
     8: {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "topics": [
-        {"name": "a", "topic_id": TOPIC_ID, "partitions": [{"partition_index": 0, "committed_offset": 5},
-                                                           {"partition_index": 2, "committed_offset": 7}]},
-        {"name": "b", "topic_id": OTHER_ID, "partitions": [{"partition_index": 1, "committed_offset": 1}]}]},
+        {"name": "a", "topic_id": TOPIC_ID, "partitions": [
+            {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""},
+            {"partition_index": 2, "committed_offset": 7, "committed_metadata": ""}]},
+        {"name": "b", "topic_id": OTHER_ID, "partitions": [
+            {"partition_index": 1, "committed_offset": 1, "committed_metadata": ""}]}]},
     9: {"group_id": "g", "topics": [
-        {"name": "a", "topic_id": TOPIC_ID, "partition_indexes": [0, 2]},
-        {"name": "b", "topic_id": OTHER_ID, "partition_indexes": [1]}],
+        {"name": "a", "partition_indexes": [0, 2]}, {"name": "b", "partition_indexes": [1]}],
         "groups": [{"group_id": "g1", "member_epoch": -1, "topics": [
             {"name": "a", "topic_id": TOPIC_ID, "partition_indexes": [0]}]},
             {"group_id": "g2", "member_epoch": -1, "topics": None}]},
@@ -64,11 +68,12 @@ REQUESTS: dict[int, dict[str, Any]] = {
     12: {"group_id": "g", "generation_id": 1, "member_id": "m-1"},
     13: {"group_id": "g", "member_id": "m-1", "members": [{"member_id": "m-1"}]},
     14: {"group_id": "g", "generation_id": 1, "member_id": "m-1", "assignments": []},
-    15: {"groups": ["g1", "g2"]},
+    15: {"groups": ["g1", "g2"], "include_authorized_operations": False},
     16: {},
     18: {"client_software_name": "test", "client_software_version": "1"},
-    19: {"topics": [{"name": "a", "num_partitions": 1, "replication_factor": 1},
-                    {"name": "b", "num_partitions": 2, "replication_factor": 1}], "timeout": 1000},
+    19: {"topics": [{"name": "a", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []},
+                    {"name": "b", "num_partitions": 2, "replication_factor": 1, "assignments": [], "configs": []}],
+         "timeout": 1000},
     20: {"topic_names": ["a", "b"], "topics": [{"name": "a", "topic_id": None}, {"name": None, "topic_id": OTHER_ID}],
          "timeout": 1000},
     22: {"transactional_id": None, "transaction_timeout": 1000, "producer_id": -1, "producer_epoch": -1},
@@ -77,7 +82,7 @@ REQUESTS: dict[int, dict[str, Any]] = {
                                       {"partition": 2, "current_leader_epoch": -1, "leader_epoch": 3}]},
         {"topic": "b", "partitions": [{"partition": 1, "current_leader_epoch": 0, "leader_epoch": 0}]}]},
     37: {"topics": [{"name": "a", "count": 3, "assignments": None}, {"name": "b", "count": 2, "assignments": None}],
-         "timeout": 1000},
+         "timeout": 1000, "validate_only": False},
     42: {"groups_names": ["g1", "g2"]},
     47: {"group_id": "g", "topics": [{"name": "a", "partitions": [{"partition_index": 0}]}]},
     21: {"topics": [{"name": "a", "partitions": [{"partition_index": 0, "offset": 5}, {"partition_index": 2, "offset": -1}]},
@@ -89,7 +94,7 @@ REQUESTS: dict[int, dict[str, Any]] = {
     44: {"resources": [{"resource_type": 2, "resource_name": "a", "configs": [
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]},
         {"resource_type": 2, "resource_name": "b", "configs": []}], "validate_only": False},
-    60: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    60: {"include_cluster_authorized_operations": True, "endpoint_type": 1, "include_fenced_brokers": False},
     24: {"v3_and_below_transactional_id": "t", "v3_and_below_producer_id": 1, "v3_and_below_producer_epoch": 0,
          "v3_and_below_topics": [{"name": "a", "partitions": [0, 2]}, {"name": "b", "partitions": [1]}],
          "transactions": [{"transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "verify_only": False,
@@ -333,18 +338,18 @@ def test_crashed_handler_answers_unknown_server_error_where_kafka_puts_it(tmp_pa
 
 def test_crashed_produce_with_acks_0_closes_the_connection(tmp_path):
     """acks=0 gets no response, so the connection closes: the client's only way to learn of it."""
-    schema = load_request_schema(0, 9)
+    schema = load_request_schema(ApiKey.PRODUCE, 9)
     buffer = io.BytesIO()
     entity_writer(schema.__header_schema__)(buffer, build(schema.__header_schema__, {
         "request_api_key": 0, "request_api_version": 9, "correlation_id": 1, "client_id": "t"}))
     entity_writer(schema)(buffer, build(schema, dict(REQUESTS[0], acks=0)))
-    heartbeat, _ = _request_frame(12, 4, correlation_id=2)
+    heartbeat, _ = _request_frame(ApiKey.HEARTBEAT, 4, correlation_id=2)
     assert asyncio.run(exchange(tmp_path, [buffer.getvalue(), heartbeat], handlers=CRASHING)) == [None, None]
 
 
 def test_unserved_api_without_a_top_level_error_code_closes_the_connection(tmp_path):
     """DescribeProducers answers only per partition: an empty answer would read as a success."""
-    schema = load_request_schema(61, 0)
+    schema = load_request_schema(ApiKey.DESCRIBE_PRODUCERS, 0)
     buffer = io.BytesIO()
     entity_writer(schema.__header_schema__)(buffer, build(schema.__header_schema__, {
         "request_api_key": 61, "request_api_version": 0, "correlation_id": 1, "client_id": "t"}))
@@ -357,8 +362,8 @@ def test_join_group_while_the_offsets_partition_loads(tmp_path, version):
     """The first JoinGroup creates the offsets topic, whose partition is still loading: the
     answer is COORDINATOR_LOAD_IN_PROGRESS at every version (v0-6 cannot encode a null protocol
     name), and the connection goes on serving."""
-    join, _ = _request_frame(11, version, correlation_id=1)
-    heartbeat, _ = _request_frame(12, 4, correlation_id=2)
+    join, _ = _request_frame(ApiKey.JOIN_GROUP, version, correlation_id=1)
+    heartbeat, _ = _request_frame(ApiKey.HEARTBEAT, 4, correlation_id=2)
     join_answer, heartbeat_answer = asyncio.run(
         exchange(tmp_path, [join, heartbeat], settings={"offsets.topic.num.partitions": "1"}))
     assert join_answer is not None, "the broker closed the connection"

@@ -115,7 +115,7 @@ def test_delete_records_answers_once_its_checkpoint_is_written_off_the_event_loo
             monkeypatch.setattr(manager, "write_checkpoint", write_checkpoint)
             client = await AsyncRawClient.connect(broker.port)
             response = await client.request(DELETE_RECORDS, 2, {"topics": [{"name": "t", "partitions": [
-                {"partition_index": 0, "offset": 2}]}], "timeout_ms": 30_000})
+                {"partition_index": 0, "offset": 2}]}], "timeout": 30_000})
             answer = response.topics[0].partitions[0]
             assert (answer.error_code, answer.low_watermark) == (ErrorCode.none, 2)
             assert held.served == [True]

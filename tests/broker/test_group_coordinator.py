@@ -27,12 +27,13 @@ from tidemark.replication.partition_manager import PartitionManager
 from tidemark.log.errors import LogOfflineError
 from tidemark.records.errors import RecordListTooLargeError, RecordTooLargeError
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 SETTINGS = {"offsets.topic.num.partitions": "1"}
 
 
 def _commit_request(offset: int):
-    return build(load_request_schema(8, 8), {
+    return build(load_request_schema(ApiKey.OFFSET_COMMIT, 8), {
         "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
         "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": offset,
                                                  "committed_leader_epoch": -1, "committed_metadata": ""}]}]})

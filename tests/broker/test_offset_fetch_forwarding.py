@@ -14,12 +14,13 @@ from kio.serial import entity_reader, entity_writer
 
 from tidemark.broker.offset_fetch_forwarding import ForwardFailed, OffsetFetchForwarder
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 WAIT_S = 60.0  # a hang guard
 
 
 def _body():
-    return build(load_request_schema(9, 8), {"groups": [{"group_id": "g", "topics": None}], "require_stable": False})
+    return build(load_request_schema(ApiKey.OFFSET_FETCH, 8), {"groups": [{"group_id": "g", "topics": None}], "require_stable": False})
 
 
 def test_a_dropped_connection_fails_the_forward_and_the_next_one_reconnects() -> None:
@@ -67,7 +68,7 @@ class _StalledPeer:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
                 frame = await reader.readexactly(size)
-                request_cls = load_request_schema(9, 8)
+                request_cls = load_request_schema(ApiKey.OFFSET_FETCH, 8)
                 header, offset = entity_reader(request_cls.__header_schema__)(frame, 0)
                 body, _ = entity_reader(request_cls)(frame, offset)
                 group_id = body.groups[0].group_id
@@ -87,7 +88,7 @@ class _StalledPeer:
 
 
 def _answer(correlation_id: int, group_id: str, offset: int) -> bytes:
-    response_cls = load_response_schema(9, 8)
+    response_cls = load_response_schema(ApiKey.OFFSET_FETCH, 8)
     buffer = io.BytesIO()
     entity_writer(response_cls.__header_schema__)(buffer, build(response_cls.__header_schema__,
                                                                  {"correlation_id": correlation_id}))
@@ -100,7 +101,7 @@ def _answer(correlation_id: int, group_id: str, offset: int) -> bytes:
 
 
 def _group_body(group_id: str):
-    return build(load_request_schema(9, 8), {"groups": [{"group_id": group_id, "topics": None}],
+    return build(load_request_schema(ApiKey.OFFSET_FETCH, 8), {"groups": [{"group_id": group_id, "topics": None}],
                                              "require_stable": False})
 
 

@@ -16,6 +16,7 @@ from tidemark.broker.config import BrokerConfig
 from tidemark.replication.replica_fetcher import ReplicaFetcher
 from tidemark.broker.server import Broker
 from tidemark.records import build_batch, iter_batches
+from tidemark.wire.api_keys import ApiKey
 
 NOW = 1_700_000_000_000
 PRODUCE = 0
@@ -154,7 +155,7 @@ def test_a_forged_replica_id_gets_not_leader_or_follower(tmp_path):
         async with two_brokers(tmp_path) as (leader, _):
             client = await AsyncRawClient.connect(leader.port)
             assert await _produce(client, b"x") == (ErrorCode.none, 0)
-            response = await client.request(1, 12, {
+            response = await client.request(ApiKey.FETCH, 12, {
                 "replica_id": 7, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
                 "session_id": 0, "session_epoch": -1, "topics": [{"topic": "t", "partitions": [
                     {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "log_start_offset": -1,

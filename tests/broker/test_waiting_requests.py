@@ -30,7 +30,7 @@ async def _create(client: AsyncRawClient, name: str) -> uuid.UUID:
 
 async def _delete(client: AsyncRawClient, *topics: tuple[str | None, uuid.UUID | None]) -> list:
     response = await client.request(DELETE_TOPICS, 6, {"topics": [{"name": n, "topic_id": i} for n, i in topics],
-                                                       "timeout_ms": 10000})
+                                                       "timeout": 10000})
     return [(r.name, r.topic_id, r.error_code) for r in response.responses]
 
 

@@ -18,6 +18,7 @@ from tests.integration.clients import create_topic
 from tests.integration.raw import RawClient
 from tests.integration.test_consumer_protocol import CONSUMER_SETTINGS
 from tidemark.cli.groups import groups
+from tidemark.wire.api_keys import ApiKey
 
 TOPIC = "moves"
 PARTITIONS = 4
@@ -59,7 +60,7 @@ def poll_until(consumers: list[Consumer], condition, what: str) -> None:
 
 def described(broker: BrokerProcess, group: str):
     with RawClient(broker.bootstrap) as client:
-        return client.request(69, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
+        return client.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
 
 
 def partitions(assignment) -> list[int]:

@@ -191,7 +191,7 @@ def test_help_lists_dump():
 def test_dump_beside_a_cleaner_swapping_segments(tmp_path, monkeypatch):
     """A running broker's cleaner replaces segments between the dump's listing and its reads:
     every record of the log is printed once, none missed."""
-    from tidemark.log import LogConfig, UnifiedLog, offline
+    from tidemark.log import LogConfig, UnifiedLog, direct_read
     from tidemark.log.cleaner import Cleaner
     from tidemark.records import decode_records, iter_batches
 
@@ -209,7 +209,7 @@ def test_dump_beside_a_cleaner_swapping_segments(tmp_path, monkeypatch):
             log.config = LogConfig(cleanup_policy="compact", segment_bytes=1 << 20)
             Cleaner().clean(log, 0)
 
-    monkeypatch.setattr(offline, "listing_hook", listed)
+    monkeypatch.setattr(direct_read, "listing_hook", listed)
     result = run("--data-dir", tmp_path)
     assert result.exit_code == 0 and result.stderr.strip() == "", result.output  # no warning
     printed = [int(line.split()[3]) for line in result.stdout.splitlines()]

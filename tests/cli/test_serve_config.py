@@ -18,6 +18,7 @@ from tests.conftest import free_port
 from tests.integration.raw import RawClient
 from tidemark.broker.config import BROKER_SETTINGS
 from tidemark.records.batch import build_batch
+from tidemark.wire.api_keys import ApiKey
 
 PROPERTIES = """\
 # server.properties, as Kafka's own example file writes them
@@ -30,7 +31,7 @@ message.max.bytes=2000
 
 
 def _partition_counts(client: RawClient, *topics: str, create: bool = False) -> dict[str, int]:
-    response = client.request(3, 12, {"topics": [{"name": t, "topic_id": None} for t in topics],
+    response = client.request(ApiKey.METADATA, 12, {"topics": [{"name": t, "topic_id": None} for t in topics],
                                       "allow_auto_topic_creation": create,
                                       "include_topic_authorized_operations": False})
     return {t.name: len(t.partitions) for t in response.topics}
@@ -42,7 +43,7 @@ def test_settings_from_a_properties_file_apply(make_broker, tmp_path: Path) -> N
     broker = make_broker(extra_args=("--config", str(config))).start()
     with RawClient(broker.bootstrap) as client:
         assert _partition_counts(client, "auto-made", create=True) == {"auto-made": 3}  # num.partitions
-        client.request(10, 4, {"key_type": 0, "coordinator_keys": ["g"]})  # creates the offsets topic
+        client.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["g"]})  # creates the offsets topic
         assert _partition_counts(client, "__consumer_offsets") == {"__consumer_offsets": 7}
         small = client.produce("auto-made", build_batch([(None, b"x" * 100, (), 1)]))
         large = client.produce("auto-made", build_batch([(None, b"x" * 3000, (), 1)]))

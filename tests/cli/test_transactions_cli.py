@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 from tests.integration.raw import RawClient
 from tests.integration.test_transactions_clients import _init
 from tidemark.cli.main import main
+from tidemark.wire.api_keys import ApiKey
 
 
 def test_list_and_describe_transactional_ids(make_broker) -> None:
@@ -17,7 +18,7 @@ def test_list_and_describe_transactional_ids(make_broker) -> None:
         assert client.create_topic("orders", 2).error_code == 0
         idle = _init(client, "idle-app")
         busy = _init(client, "busy-app")
-        added = client.request(24, 3, {
+        added = client.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
             "v3_and_below_transactional_id": "busy-app", "v3_and_below_producer_id": busy.producer_id,
             "v3_and_below_producer_epoch": busy.producer_epoch,
             "v3_and_below_topics": [{"name": "orders", "partitions": [1, 0]}]})

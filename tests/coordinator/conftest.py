@@ -22,6 +22,7 @@ from tidemark.broker.errors import error_code_for
 from tidemark.coordinator.group_coordinator import GroupCoordinator
 from tidemark.coordinator.result import OffsetsRecord
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 START_MS = 1_700_000_000_000
 
@@ -170,7 +171,7 @@ def offset_commit(coordinator: GroupCoordinator, offset: int, group: str = "g", 
                   generation: int = -1, member: str = "") -> Awaitable[Any]:
     """An OffsetCommit of orders-`partition` as the API handler makes it (a coroutine: awaiting
     it submits at once, before other tasks run)."""
-    request = build(load_request_schema(8, 8), {
+    request = build(load_request_schema(ApiKey.OFFSET_COMMIT, 8), {
         "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
         "group_instance_id": None, "topics": [{"name": "orders", "partitions": [
             {"partition_index": partition, "committed_offset": offset, "committed_leader_epoch": -1,
@@ -230,7 +231,7 @@ class Harness:
 
     def join(self, member: str = "", group: str = "g", session_ms: int = 10_000,
              rebalance_ms: int = 10_000) -> asyncio.Task[Any]:
-        request = build(load_request_schema(11, 5), {
+        request = build(load_request_schema(ApiKey.JOIN_GROUP, 5), {
             "group_id": group, "session_timeout": session_ms, "rebalance_timeout": rebalance_ms,
             "member_id": member, "group_instance_id": None, "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": b""}]})

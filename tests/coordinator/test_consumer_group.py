@@ -19,6 +19,7 @@ from tidemark.coordinator.result import Result
 from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
 from tidemark.records.consumer_group_schema import TopicMetadata
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 T0 = 1_700_000_000_000
 FOO = TopicMetadata(uuid.UUID(int=1), "foo", 6)
@@ -59,7 +60,7 @@ class Log:
                                                            [{"topic_id": t, "partitions": ps} for t, ps in owned])}
         if version == 0:
             del body["subscribed_topic_regex"]
-        request = build(load_request_schema(68, version), body)
+        request = build(load_request_schema(ApiKey.CONSUMER_GROUP_HEARTBEAT, version), body)
         token = next(self.tokens)
         return self.run(self.shard.consumer.heartbeat(request, version, token, self.now, self.topics, "c", "/h"), token)
 
@@ -68,7 +69,7 @@ class Log:
         self.run(self.shard.poll(self.now), -1)
 
     def commit_offset(self, member_id: str, epoch: int, version: int = 9) -> ErrorCode:
-        request = build(load_request_schema(8, version), {
+        request = build(load_request_schema(ApiKey.OFFSET_COMMIT, version), {
             "group_id": "g", "generation_id_or_member_epoch": epoch, "member_id": member_id, "group_instance_id": None,
             "topics": [{"name": "foo", "partitions": [{"partition_index": 0, "committed_offset": 5,
                                                        "committed_leader_epoch": -1, "committed_metadata": ""}]}]})

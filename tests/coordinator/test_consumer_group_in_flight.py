@@ -15,12 +15,13 @@ from kio.schema.errors import ErrorCode
 from tidemark.coordinator.consumer_group import views
 from tidemark.records.consumer_group_schema import TopicMetadata
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 TOPICS = {"orders": TopicMetadata(uuid.UUID(int=7), "orders", 2)}
 
 
 def heartbeat(h, member: str, epoch: int) -> asyncio.Future[Any]:
-    request = build(load_request_schema(68, 1), {
+    request = build(load_request_schema(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1), {
         "group_id": "g", "member_id": member, "member_epoch": epoch, "instance_id": None, "rack_id": None,
         "rebalance_timeout": 30000 if epoch == 0 else -1,
         "subscribed_topic_names": ["orders"] if epoch == 0 else None, "subscribed_topic_regex": None,

@@ -25,6 +25,7 @@ from tidemark.records.offsets_schema import (
     decode_group_metadata_value,
     decode_key,
 )
+from tidemark.wire.api_keys import ApiKey
 
 LEAVE_TOKEN = 1
 NONE, ILLEGAL_GENERATION, INVALID_GROUP_ID, UNKNOWN_MEMBER_ID = 0, 22, 24, 25
@@ -66,7 +67,7 @@ def build_request(api_key: int, version: int, **fields: Any) -> Any:
 def join_req(version: int = 5, group: str = "g", member_id: str = "", instance: str | None = None,
              protocols: tuple[tuple[str, bytes], ...] = (("range", subscription("t")),),
              session: int = SESSION, rebalance: int = REBALANCE, protocol_type: str = "consumer") -> Any:
-    return build_request(11, version, group_id=group, member_id=member_id, group_instance_id=instance,
+    return build_request(ApiKey.JOIN_GROUP, version, group_id=group, member_id=member_id, group_instance_id=instance,
                          session_timeout=session, rebalance_timeout=rebalance, protocol_type=protocol_type,
                          protocols=[{"name": n, "metadata": m} for n, m in protocols], reason=None)
 
@@ -74,20 +75,20 @@ def join_req(version: int = 5, group: str = "g", member_id: str = "", instance: 
 def sync_req(generation: int, member_id: str, assignments: dict[str, bytes] | None = None, version: int = 3,
              group: str = "g", instance: str | None = None, protocol_type: str | None = None,
              protocol_name: str | None = None) -> Any:
-    return build_request(14, version, group_id=group, generation_id=generation, member_id=member_id,
+    return build_request(ApiKey.SYNC_GROUP, version, group_id=group, generation_id=generation, member_id=member_id,
                          group_instance_id=instance, protocol_type=protocol_type, protocol_name=protocol_name,
                          assignments=[{"member_id": k, "assignment": v} for k, v in (assignments or {}).items()])
 
 
 def hb_req(generation: int, member_id: str, group: str = "g", instance: str | None = None, version: int = 3) -> Any:
-    return build_request(12, version, group_id=group, generation_id=generation, member_id=member_id,
+    return build_request(ApiKey.HEARTBEAT, version, group_id=group, generation_id=generation, member_id=member_id,
                          group_instance_id=instance)
 
 
 def leave_req(members: list[tuple[str, str | None]], version: int = 3, group: str = "g") -> Any:
     if version < 3:
-        return build_request(13, version, group_id=group, member_id=members[0][0])
-    return build_request(13, version, group_id=group,
+        return build_request(ApiKey.LEAVE_GROUP, version, group_id=group, member_id=members[0][0])
+    return build_request(ApiKey.LEAVE_GROUP, version, group_id=group,
                          members=[{"member_id": m, "group_instance_id": i, "reason": None} for m, i in members])
 
 
@@ -679,7 +680,7 @@ def test_describe_groups() -> None:
     h = Harness()
     ids = stable_group(h, "a")
     h.groups["simple"] = Group("simple", 0)
-    request = build_request(15, 5, groups=("g", "simple", "missing"), include_authorized_operations=False)
+    request = build_request(ApiKey.DESCRIBE_GROUPS, 5, groups=("g", "simple", "missing"), include_authorized_operations=False)
     response = describe_groups(h.groups, request, 5)
     g, simple, missing = response["groups"]
     assert g["group_state"] == "Stable" and g["protocol_type"] == "consumer" and g["protocol_data"] == "range"
@@ -700,14 +701,14 @@ def test_list_groups_with_filters() -> None:
     h = Harness()
     stable_group(h, "a")
     h.groups["simple"] = Group("simple", 0)
-    listed = list_groups(h.groups, build_request(16, 3), 3)["groups"]
+    listed = list_groups(h.groups, build_request(ApiKey.LIST_GROUPS, 3), 3)["groups"]
     assert {(g["group_id"], g["group_state"], g["protocol_type"]) for g in listed} == {
         ("g", "Stable", "consumer"), ("simple", "Empty", "")}
-    only_stable = list_groups(h.groups, build_request(16, 4, states_filter=("stable",)), 4)["groups"]
+    only_stable = list_groups(h.groups, build_request(ApiKey.LIST_GROUPS, 4, states_filter=("stable",)), 4)["groups"]
     assert [g["group_id"] for g in only_stable] == ["g"]
-    classic = list_groups(h.groups, build_request(16, 5, states_filter=(), types_filter=("classic",)), 5)
+    classic = list_groups(h.groups, build_request(ApiKey.LIST_GROUPS, 5, states_filter=(), types_filter=("classic",)), 5)
     assert len(classic["groups"]) == 2 and classic["groups"][0]["group_type"] == "classic"
-    consumer = list_groups(h.groups, build_request(16, 5, states_filter=(), types_filter=("consumer",)), 5)
+    consumer = list_groups(h.groups, build_request(ApiKey.LIST_GROUPS, 5, states_filter=(), types_filter=("consumer",)), 5)
     assert consumer["groups"] == []
 
 
@@ -757,34 +758,34 @@ def test_join_and_sync_responses_encode_for_every_version(version: int) -> None:
     if version < 4:  # held until the join phase completes
         (member_id,) = h.groups["g"].members
     else:
-        required = _wire(11, version, result.responses[token])
+        required = _wire(ApiKey.JOIN_GROUP, version, result.responses[token])
         member_id = result.responses[token]["member_id"]
         assert (required.error_code, required.member_id) == (MEMBER_ID_REQUIRED, member_id) and member_id
         token, result = h.join(join_req(version, member_id=member_id), version)
     responses = complete_join(h)
-    joined = _wire(11, version, responses[token])
+    joined = _wire(ApiKey.JOIN_GROUP, version, responses[token])
     assert (joined.error_code, joined.generation_id, joined.member_id, joined.leader) == (NONE, 1, member_id, member_id)
     assert joined.protocol_name == "range"
     assert [(m.member_id, m.metadata) for m in joined.members] == [(member_id, subscription("t"))]
     sync_version = min(version, 5)
     t, r = h.sync(sync_req(1, member_id, {member_id: b"x"}, version=sync_version), sync_version)
-    synced = _wire(14, sync_version, r.responses[t])
+    synced = _wire(ApiKey.SYNC_GROUP, sync_version, r.responses[t])
     assert (synced.error_code, synced.assignment) == (NONE, b"x")
     t, r = h.sync(sync_req(9, member_id, version=sync_version), sync_version)
-    assert _wire(14, sync_version, r.responses[t]).error_code == ILLEGAL_GENERATION
+    assert _wire(ApiKey.SYNC_GROUP, sync_version, r.responses[t]).error_code == ILLEGAL_GENERATION
     hb_version = min(version, 4)
     beat = h.membership.heartbeat(hb_req(1, member_id, version=min(hb_version, 4)), hb_version, 0)
-    assert _wire(12, hb_version, beat).error_code == NONE
+    assert _wire(ApiKey.HEARTBEAT, hb_version, beat).error_code == NONE
     leave_version = min(version, 5)
     r = h.membership.leave_group(leave_req([(member_id, None)], version=leave_version), leave_version, 1, h.now)
-    left = _wire(13, leave_version, r.responses[1])
+    left = _wire(ApiKey.LEAVE_GROUP, leave_version, r.responses[1])
     assert left.error_code == NONE
     if leave_version >= 3:  # batch leave: one answer per member
         assert [(m.member_id, m.error_code) for m in left.members] == [(member_id, NONE)]
-    describe = build_request(15, min(version, 5), groups=("g", "x"), include_authorized_operations=False)
-    described = _wire(15, min(version, 5), describe_groups(h.groups, describe, min(version, 5)))
+    describe = build_request(ApiKey.DESCRIBE_GROUPS, min(version, 5), groups=("g", "x"), include_authorized_operations=False)
+    described = _wire(ApiKey.DESCRIBE_GROUPS, min(version, 5), describe_groups(h.groups, describe, min(version, 5)))
     assert [(g.group_id, g.error_code, g.group_state) for g in described.groups] == [
         ("g", NONE, "Empty"), ("x", NONE, "Dead")]  # its only member left
     list_version = min(version, 5)
-    listed = _wire(16, list_version, list_groups(h.groups, build_request(16, list_version), list_version))
+    listed = _wire(ApiKey.LIST_GROUPS, list_version, list_groups(h.groups, build_request(ApiKey.LIST_GROUPS, list_version), list_version))
     assert listed.error_code == NONE and [(g.group_id, g.protocol_type) for g in listed.groups] == [("g", "consumer")]

@@ -47,7 +47,7 @@ def test_wraps_around_int32():
     assert INT32_MIN <= h < 0
 
 
-def test_facts_check_test_group_with_50_partitions():
+def test_test_group_lands_on_partition_49_of_50():
     assert partition_for("testGroup", 50) == 49
 
 

@@ -12,6 +12,7 @@ from tidemark.wire.build import build
 
 from .memory_log import NOW, InMemoryLog
 from .test_group import member, subscription
+from tidemark.wire.api_keys import ApiKey
 
 TOPICS = {("orders", 0), ("orders", 1), ("orders", 2)}
 
@@ -21,7 +22,7 @@ def new_shard() -> GroupCoordinatorShard:
 
 
 def commit_request(group, offsets, version=8, generation=-1, member="", metadata=None, retention=-1):
-    cls = load_request_schema(8, version)
+    cls = load_request_schema(ApiKey.OFFSET_COMMIT, version)
     return build(cls, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
                        "group_instance_id": None, "retention_time": retention,
                        "topics": [{"name": topic, "partitions": [
@@ -107,7 +108,7 @@ def test_replay_is_idempotent_and_loading_rebuilds_the_same_state():
     for token, offset in enumerate((5, 6, 7), start=1):
         log.append_and_replay(shard, shard.commit_offsets(commit_request("g", {"orders": [(0, offset)]}), 8, token, NOW))
     log.append_and_replay(shard, shard.delete_offsets(
-        build(load_request_schema(47, 0), {"group_id": "g", "topics": [{"name": "orders", "partitions": [
+        build(load_request_schema(ApiKey.OFFSET_DELETE, 0), {"group_id": "g", "topics": [{"name": "orders", "partitions": [
             {"partition_index": 1}]}]}), 9, NOW))
     # Replaying an earlier record again (a reload racing a write) does not move the offset back.
     key, value = log.records[0]
@@ -149,7 +150,7 @@ def test_offset_delete_counts_unknown_subscriptions_of_a_live_consumer_group_as_
     group.transition_to(GroupState.COMPLETING_REBALANCE, NOW)
     group.protocol = "range"
     group.transition_to(GroupState.STABLE, NOW)
-    request = build(load_request_schema(47, 0), {"group_id": "g", "topics": [
+    request = build(load_request_schema(ApiKey.OFFSET_DELETE, 0), {"group_id": "g", "topics": [
         {"name": "orders", "partitions": [{"partition_index": 0}]}]})
     refused = shard.delete_offsets(request, 2, NOW)
     assert codes(refused, 2) == {("orders", 0): ErrorCode.group_subscribed_to_topic} and not refused.records

@@ -18,6 +18,7 @@ from tidemark.coordinator.group_coordinator import OFFSETS_TOPIC, GroupCoordinat
 from tidemark.coordinator.group import GroupState
 from tidemark.coordinator.result import Result
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 SESSION_MS = 10_000
 
@@ -69,7 +70,7 @@ def _run(scenario, **settings: str) -> None:
 
 
 def _join(coordinator: GroupCoordinator, member: str = "") -> asyncio.Future:
-    request = build(load_request_schema(11, 5), {
+    request = build(load_request_schema(ApiKey.JOIN_GROUP, 5), {
         "group_id": "g", "session_timeout": SESSION_MS, "rebalance_timeout": SESSION_MS, "member_id": member,
         "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]})
     return asyncio.ensure_future(coordinator.call(
@@ -78,7 +79,7 @@ def _join(coordinator: GroupCoordinator, member: str = "") -> asyncio.Future:
 
 
 def _sync(coordinator: GroupCoordinator, member: str, generation: int) -> asyncio.Future:
-    request = build(load_request_schema(14, 3), {
+    request = build(load_request_schema(ApiKey.SYNC_GROUP, 3), {
         "group_id": "g", "generation_id": generation, "member_id": member, "group_instance_id": None,
         "assignments": [{"member_id": member, "assignment": b"orders-0"}]})
     return asyncio.ensure_future(coordinator.call(
@@ -87,7 +88,7 @@ def _sync(coordinator: GroupCoordinator, member: str, generation: int) -> asynci
 
 
 def _heartbeat(coordinator: GroupCoordinator, member: str, generation: int) -> asyncio.Future:
-    request = build(load_request_schema(12, 3), {"group_id": "g", "generation_id": generation,
+    request = build(load_request_schema(ApiKey.HEARTBEAT, 3), {"group_id": "g", "generation_id": generation,
                                                  "member_id": member, "group_instance_id": None})
     return asyncio.ensure_future(coordinator.call(
         "g", lambda shard, token, now: Result().respond(token, shard.membership.heartbeat(request, 3, now)),

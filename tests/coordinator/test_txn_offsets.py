@@ -16,6 +16,7 @@ from tidemark.records.offsets_schema import (
     encode_offset_commit_value,
 )
 from tidemark.wire.build import build
+from tidemark.wire.api_keys import ApiKey
 
 NOW = 1_700_000_000_000
 TP = ("t", 0)
@@ -26,7 +27,7 @@ def _shard() -> GroupCoordinatorShard:
 
 
 def _txn_request(pid: int, offset: int, *, generation: int = -1, member_id: str = "", instance_id=None):
-    return build(load_request_schema(28, 3), {
+    return build(load_request_schema(ApiKey.TXN_OFFSET_COMMIT, 3), {
         "transactional_id": "tx", "group_id": "g", "producer_id": pid, "producer_epoch": 0,
         "generation_id": generation, "member_id": member_id, "group_instance_id": instance_id,
         "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": offset,
@@ -150,7 +151,7 @@ def test_kip_447_group_checks():
     assert code(_txn_request(7, 2, generation=0, member_id="m")) == ErrorCode.unknown_member_id
     assert code(_txn_request(7, 2, generation=0, member_id="m", instance_id="i")) == ErrorCode.unknown_member_id
     assert code(_txn_request(7, 2)) == ErrorCode.none  # no member, no generation: accepted
-    unknown_topic = build(load_request_schema(28, 0), {
+    unknown_topic = build(load_request_schema(ApiKey.TXN_OFFSET_COMMIT, 0), {
         "transactional_id": "tx", "group_id": "g", "producer_id": 7, "producer_epoch": 0,
         "topics": [{"name": "nope", "partitions": [{"partition_index": 0, "committed_offset": 1,
                                                     "committed_metadata": ""}]}]})

@@ -19,6 +19,7 @@ from tests.fuzz.reference import Invalid, Rec, read_batch
 from tests.fuzz.wire import Conn
 from tidemark.records.batch import build_batch
 from tidemark.records.compression import CompressionType
+from tidemark.wire.api_keys import ApiKey
 
 TOPIC, GARBAGE_TOPIC, COMPACTED_TOPIC = "fuzz-batches", "fuzz-garbage", "fuzz-compacted"
 PRODUCE = 0
@@ -162,7 +163,7 @@ def ledger() -> Ledger:
 def client(fuzz_broker):
     with Conn(fuzz_broker.bootstrap) as conn:
         for topic, configs in ((TOPIC, {}), (GARBAGE_TOPIC, {}), (COMPACTED_TOPIC, {"cleanup.policy": "compact"})):
-            response = conn.request(19, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+            response = conn.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
                                     "assignments": [], "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
                                     "timeout": 10000, "validate_only": False})
             assert response.topics[0].error_code == ErrorCode.none
@@ -248,7 +249,7 @@ def test_decompression_bomb(client, fuzz_broker):
 
 
 def test_produce_to_the_offsets_topic(client):
-    found = client.request(10, 3, {"key": "fuzz-group", "key_type": 0})  # FindCoordinator creates the topic
+    found = client.request(ApiKey.FIND_COORDINATOR, 3, {"key": "fuzz-group", "key_type": 0})  # FindCoordinator creates the topic
     assert found.error_code == ErrorCode.none
     result = produce(client, "__consumer_offsets", build_batch([(b"k", b"v", (), BASE_TIMESTAMP)]))
     assert result.error_code == ErrorCode.invalid_topic_exception

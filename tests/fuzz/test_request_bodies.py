@@ -18,6 +18,7 @@ from tests.fuzz.conftest import EXAMPLES, FUZZ, assert_broker_survived
 from tests.fuzz.wire import API_VERSIONS, Conn, canary_ok, decode_response
 from tests.wire.strategies import entities
 from tidemark.records.batch import build_batch
+from tidemark.wire.api_keys import ApiKey
 
 PRODUCE, LIST_OFFSETS, JOIN_GROUP = 0, 2, 11
 EXISTING_TOPIC = "fuzz-existing"
@@ -68,7 +69,7 @@ def served_versions() -> list[tuple[int, int]]:
 @pytest.fixture(scope="module")
 def setup_topic(fuzz_broker):
     with Conn(fuzz_broker.bootstrap) as conn:
-        response = conn.request(19, 7, {"topics": [{"name": EXISTING_TOPIC, "num_partitions": 2,
+        response = conn.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": EXISTING_TOPIC, "num_partitions": 2,
                                                     "replication_factor": 1, "assignments": [], "configs": []}],
                                         "timeout": 10000, "validate_only": False})
         assert response.topics[0].error_code == 0
@@ -114,9 +115,10 @@ def test_request_is_answered(fuzz_broker, setup_topic, api_key, data):
 @pytest.mark.parametrize("version", [10, 11])
 def test_metadata_topic_without_name_or_id(fuzz_broker, version):
     with Conn(fuzz_broker.bootstrap) as conn:
-        response = conn.request(3, version, {"topics": [{"topic_id": None, "name": None}],
-                                             "allow_auto_topic_creation": False,
-                                             "include_topic_authorized_operations": False})
+        response = conn.request(ApiKey.METADATA, version, {"topics": [{"topic_id": None, "name": None}],
+                                                           "allow_auto_topic_creation": False,
+                                                           "include_cluster_authorized_operations": False,
+                                                           "include_topic_authorized_operations": False})
         assert [t.error_code for t in response.topics] == [ErrorCode.invalid_request]
 
 

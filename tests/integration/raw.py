@@ -9,6 +9,7 @@ from typing import Any
 
 from tidemark.wire import client as wire_client
 from tidemark.wire.client import decode_response  # noqa: F401 - tests import it from here
+from tidemark.wire.api_keys import ApiKey
 
 RECV_TIMEOUT_S = 15.0
 
@@ -120,7 +121,7 @@ class RawClient:
     def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
                      replication_factor: int = 1) -> Any:
         """CreateTopics v7; returns the topic's result (error_code, ...)."""
-        response = self.request(19, 7, {"topics": [{"name": name, "num_partitions": partitions,
+        response = self.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": name, "num_partitions": partitions,
             "replication_factor": replication_factor, "assignments": [],
             "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
             "timeout": 10000, "validate_only": False})
@@ -128,13 +129,13 @@ class RawClient:
 
     def produce(self, topic: str, records: bytes, acks: int = -1, partition: int = 0) -> Any:
         """Produce v9 of one partition's records; returns its partition response."""
-        response = self.request(0, 9, {"acks": acks, "timeout": 10000, "topic_data": [
+        response = self.request(ApiKey.PRODUCE, 9, {"acks": acks, "timeout": 10000, "topic_data": [
             {"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
         return response.responses[0].partition_responses[0]
 
     def list_offset(self, topic: str, timestamp: int, partition: int = 0) -> Any:
         """ListOffsets v7 for one partition (-1 latest, -2 earliest, -3 max timestamp)."""
-        response = self.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+        response = self.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
                                             "current_leader_epoch": -1}]}]})
         return response.topics[0].partitions[0]
@@ -142,12 +143,12 @@ class RawClient:
     def fetch(self, wanted: list[tuple[str, int, int, int]], max_wait_ms: int = 0, min_bytes: int = 0,
               max_bytes: int = 1 << 20) -> list[Any]:
         """Fetch v11 of (topic, partition, offset, partition_max_bytes); returns partition responses."""
-        response = self.request(1, 11, fetch_body(wanted, max_wait_ms, min_bytes, max_bytes))
+        response = self.request(ApiKey.FETCH, 11, fetch_body(wanted, max_wait_ms, min_bytes, max_bytes))
         return [p for t in response.responses for p in t.partitions]
 
     def init_producer_id(self) -> int:
         """InitProducerId v4 for an idempotent (non-transactional) producer; returns its id."""
-        response = self.request(22, 4, {"transactional_id": None, "transaction_timeout": 60000,
+        response = self.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
                                         "producer_id": -1, "producer_epoch": -1})
         assert response.error_code == 0, response
         return int(response.producer_id)

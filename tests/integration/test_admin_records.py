@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.integration.raw import RawClient
 from tidemark.records.batch import build_batch
+from tidemark.wire.api_keys import ApiKey
 
 DELETE_RECORDS, ELECT_LEADERS, API_VERSIONS = 21, 43, 18
 
@@ -99,7 +100,7 @@ def test_delete_records_errors_on_the_wire(broker):
         assert client.create_topic("wire-deleted").error_code == 0
         assert client.create_topic("wire-compacted", configs={"cleanup.policy": "compact"}).error_code == 0
         _produce(client, "wire-deleted", 3)
-        client.request(10, 3, {"key": "g", "key_type": 0})  # FindCoordinator creates the offsets topic
+        client.request(ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})  # FindCoordinator creates the offsets topic
         assert _delete_raw(client, [("wire-deleted", 0, 4), ("wire-deleted", 0, -2), ("wire-deleted", 1, 0),
                                     ("absent", 0, 0), ("wire-compacted", 0, 0), ("__consumer_offsets", 0, 0),
                                     ("wire-deleted", 0, 2)], version=0) == [

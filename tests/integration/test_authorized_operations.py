@@ -10,6 +10,7 @@ from confluent_kafka.admin import AclOperation, AdminClient
 
 from .clients import create_topic
 from .raw import RawClient
+from tidemark.wire.api_keys import ApiKey
 
 OMITTED = -(2 ** 31)
 TOPIC_BITS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))  # READ..DESCRIBE, DESCRIBE/ALTER_CONFIGS
@@ -49,8 +50,8 @@ def _metadata_body(version: int, topics: list[str] | None, topic_ops: bool, clus
 def test_metadata_v8_to_v10_cluster_and_topics(broker, version):
     with RawClient(broker.bootstrap) as client:
         assert client.create_topic(f"ops-v{version}").error_code == 0
-        asked = client.request(3, version, _metadata_body(version, [f"ops-v{version}", "ops-missing"], True, True))
-        not_asked = client.request(3, version, _metadata_body(version, [f"ops-v{version}"], False, False))
+        asked = client.request(ApiKey.METADATA, version, _metadata_body(version, [f"ops-v{version}", "ops-missing"], True, True))
+        not_asked = client.request(ApiKey.METADATA, version, _metadata_body(version, [f"ops-v{version}"], False, False))
     assert asked.cluster_authorized_operations == CLUSTER_BITS
     # Known or not, every topic named gets the bits (Kafka sets them on its whole answer).
     assert [(t.name, t.error_code, t.topic_authorized_operations) for t in asked.topics] == \
@@ -62,7 +63,7 @@ def test_metadata_v8_to_v10_cluster_and_topics(broker, version):
 def test_metadata_v12_topics(broker):
     with RawClient(broker.bootstrap) as client:
         assert client.create_topic("ops-v12").error_code == 0
-        asked = client.request(3, 12, _metadata_body(12, ["ops-v12"], True, False))
+        asked = client.request(ApiKey.METADATA, 12, _metadata_body(12, ["ops-v12"], True, False))
     assert asked.topics[0].topic_authorized_operations == TOPIC_BITS
 
 
@@ -72,8 +73,8 @@ def test_describe_cluster_on_the_wire(broker, version):
     if version >= 1:
         body["endpoint_type"] = 1
     with RawClient(broker.bootstrap) as client:
-        asked = client.request(60, version, body)
-        not_asked = client.request(60, version, {**body, "include_cluster_authorized_operations": False})
+        asked = client.request(ApiKey.DESCRIBE_CLUSTER, version, body)
+        not_asked = client.request(ApiKey.DESCRIBE_CLUSTER, version, {**body, "include_cluster_authorized_operations": False})
     assert asked.error_code == 0
     assert [b.port for b in asked.brokers] == [broker.port]
     assert asked.controller_id == asked.brokers[0].broker_id
@@ -83,5 +84,5 @@ def test_describe_cluster_on_the_wire(broker, version):
 
 def test_describe_cluster_of_controllers_is_refused(broker):
     with RawClient(broker.bootstrap) as client:
-        answer = client.request(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+        answer = client.request(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
     assert answer.error_code == 114  # MISMATCHED_ENDPOINT_TYPE: a broker is not a controller endpoint

@@ -13,6 +13,7 @@ from tidemark.hold import HOLD_AT
 from tidemark.log import LogConfig, UnifiedLog
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_key, encode_offset_commit_value
+from tidemark.wire.api_keys import ApiKey
 
 GROUP, TOPIC, KEYS, RECORDS = "crashy", "t", 1000, 200_000
 BASE = {"offsets.topic.num.partitions": "5"}
@@ -22,7 +23,7 @@ def _fetch_all(bootstrap: str) -> dict[int, int]:
     with RawClient(bootstrap) as client:
         deadline = time.monotonic() + 60
         while True:
-            response = client.request(9, 7, {"group_id": GROUP, "require_stable": False, "topics": None})
+            response = client.request(ApiKey.OFFSET_FETCH, 7, {"group_id": GROUP, "require_stable": False, "topics": None})
             if response.error_code != ErrorCode.coordinator_load_in_progress or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -33,7 +34,7 @@ def _fetch_all(bootstrap: str) -> dict[int, int]:
 def test_sigkill_at_every_cleaning_step_never_changes_the_latest_offsets(make_broker):
     broker = make_broker(BASE).start()
     with RawClient(broker.bootstrap) as client:  # creates the offsets topic
-        client.request(10, 4, {"key_type": 0, "coordinator_keys": [GROUP]})
+        client.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [GROUP]})
     assert broker.stop() == 0
 
     # A dirty offsets partition: 200,000 commits in 1 MB segments, all 1,000 keys in the first

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from tests.conftest import GROUP_SETTINGS
 from tests.integration.clients import create_topic
 from tests.integration.raw import RawClient
+from tidemark.wire.api_keys import ApiKey
 
 PARTITIONS = 6
 RECORDS = 3000
@@ -119,7 +120,7 @@ def _produce(bootstrap: str, topic: str, done: threading.Event) -> None:
 
 def _commit_v9(bootstrap: str, group: str, topic: str, member_id: str, epoch: int) -> int:
     with RawClient(bootstrap) as client:
-        response = client.request(8, 9, {
+        response = client.request(ApiKey.OFFSET_COMMIT, 9, {
             "group_id": group, "generation_id_or_member_epoch": epoch, "member_id": member_id,
             "group_instance_id": None, "topics": [{"name": topic, "partitions": [
                 {"partition_index": 0, "committed_offset": RECORDS // PARTITIONS, "committed_leader_epoch": -1,
@@ -129,7 +130,7 @@ def _commit_v9(bootstrap: str, group: str, topic: str, member_id: str, epoch: in
 
 def _describe(bootstrap: str, group: str):
     with RawClient(bootstrap) as client:
-        return client.request(69, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
+        return client.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
 
 
 @pytest.mark.parametrize("protocol", ["consumer", "classic"])
@@ -231,13 +232,13 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(make_broker):
         assert sorted(tp.topic_name for tp in member.assignment.topic_partitions) == ["orders-eu", "orders-us"]
         with RawClient(broker.bootstrap) as client:
             # DescribeGroups (up to v5 here) describes a consumer group as Kafka 4.x: Dead, no members.
-            classic = client.request(15, 5, {"groups": ["regex"], "include_authorized_operations": False}).groups[0]
+            classic = client.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["regex"], "include_authorized_operations": False}).groups[0]
             assert (classic.error_code, classic.group_state, classic.members) == (0, "Dead", ())
-            listed = client.request(16, 5, {"states_filter": [], "types_filter": ["consumer"]}).groups
+            listed = client.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["consumer"]}).groups
             assert [(g.group_id, g.group_type, g.protocol_type) for g in listed] == [("regex", "consumer", "consumer")]
-            assert client.request(16, 5, {"states_filter": [], "types_filter": ["classic"]}).groups == ()
+            assert client.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["classic"]}).groups == ()
             # A classic member cannot join a consumer group of the same id.
-            joined = client.request(11, 5, {
+            joined = client.request(ApiKey.JOIN_GROUP, 5, {
                 "group_id": "regex", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
                 "group_instance_id": None, "protocol_type": "consumer",
                 "protocols": [{"name": "range", "metadata": b""}]})

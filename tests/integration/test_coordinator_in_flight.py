@@ -25,6 +25,7 @@ from tidemark.coordinator.group_coordinator import GroupCoordinator
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
+from tidemark.wire.api_keys import ApiKey
 
 SETTINGS = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
 TOPIC = "orders"
@@ -227,7 +228,7 @@ def test_pipelined_commit_and_delete_groups_on_one_connection(tmp_path):
     async def scenario(broker) -> None:
         client = await AsyncRawClient.connect(broker.port)
         try:
-            await client.request(10, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+            await client.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["g"]})
             await until(lambda: all(s.state.value == "active" for s in broker.coordinator.shards.values()))
             broker.replicas.flusher.holding = True
             commit = await client.send(OFFSET_COMMIT, 8, {

@@ -178,7 +178,7 @@ def test_deleting_the_offsets_topic_unloads_its_groups(make_broker):
         assert _commit(client, "deleted", 41) == ErrorCode.none
         assert _fetch(client, "deleted") == (ErrorCode.none, [41])
         deleted = client.request(DELETE_TOPICS, 6, {"topics": [{"name": "__consumer_offsets", "topic_id": None}],
-                                                    "timeout_ms": 10000})
+                                                    "timeout": 10000})
         assert deleted.responses[0].error_code == ErrorCode.none
         # Both get NOT_COORDINATOR: the cache went with the topic.
         assert _fetch(client, "deleted") == (ErrorCode.not_coordinator, [])

@@ -61,7 +61,7 @@ def test_offsets_topic_created_on_first_use(broker):
                                                  "include_topic_authorized_operations": False})
         (topic,) = metadata.topics
         assert topic.is_internal and len(topic.partitions) == 50
-        # "testGroup" lives on partition 49 (facts §2): its commit lands in that partition's log.
+        # "testGroup" lives on partition 49 (abs(hashCode) % 50): its commit lands in that partition's log.
         client.create_topic("tg-topic")
         assert _commit(client, "testGroup", "tg-topic", [(0, 5)]) == {0: ErrorCode.none}
     segment = broker.data_dir / "__consumer_offsets-49" / "00000000000000000000.log"
@@ -123,7 +123,7 @@ def test_deleting_a_topic_tombstones_its_offsets_so_recreating_it_starts_without
         assert committed == {0: ErrorCode.none, 1: ErrorCode.none}
         assert _commit(client, group, "kept", [(0, 3)]) == {0: ErrorCode.none}
         deleted = client.request(DELETE_TOPICS, 6, {"topics": [{"name": "doomed", "topic_id": None}],
-                                                    "timeout_ms": 10000})
+                                                    "timeout": 10000})
         assert deleted.responses[0].error_code == ErrorCode.none
         assert client.create_topic("doomed", partitions=2).error_code == ErrorCode.none
         assert _fetch(client, group, "doomed", [0, 1]) == (ErrorCode.none, {0: (-1, "", 0), 1: (-1, "", 0)})

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.records import iter_batches, iter_key_values
+from tidemark.wire.api_keys import ApiKey
 
 SETTINGS = {"offsets.topic.num.partitions": "5", "offsets.topic.segment.bytes": "65536",
             "log.cleaner.backoff.ms": "200"}
@@ -28,7 +29,7 @@ def _records_below_active(partition_dir) -> int:
 def _commit_round(client: RawClient, value: int) -> None:
     deadline = time.monotonic() + 30
     while True:
-        response = client.request(8, 8, {"group_id": GROUP, "generation_id_or_member_epoch": -1, "member_id": "",
+        response = client.request(ApiKey.OFFSET_COMMIT, 8, {"group_id": GROUP, "generation_id_or_member_epoch": -1, "member_id": "",
             "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
                 {"partition_index": p, "committed_offset": value * 1000 + p, "committed_leader_epoch": -1,
                  "committed_metadata": None} for p in range(KEYS)]}]})
@@ -42,7 +43,7 @@ def _commit_round(client: RawClient, value: int) -> None:
 def _fetch_all(client: RawClient) -> dict[int, int]:
     deadline = time.monotonic() + 30
     while True:
-        response = client.request(9, 7, {"group_id": GROUP, "require_stable": False, "topics": None})
+        response = client.request(ApiKey.OFFSET_FETCH, 7, {"group_id": GROUP, "require_stable": False, "topics": None})
         if response.error_code == ErrorCode.none or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # the offsets partition is loading

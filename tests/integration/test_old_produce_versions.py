@@ -15,6 +15,7 @@ from tidemark.wire import produce_v0
 from ..records.legacy_messages import message, message_set
 from .clients import create_topic
 from .raw import RawClient
+from tidemark.wire.api_keys import ApiKey
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
@@ -56,7 +57,7 @@ class OldProducer:
         self.client.correlation_id += 1
         body = produce_v0.ProduceV0Request(acks=acks, timeout=datetime.timedelta(seconds=10), topic_data=(
             produce_v0.ProduceV0TopicData(topic, (produce_v0.ProduceV0PartitionData(partition, records),)),))
-        header = struct.pack(">hhih", 0, version, self.client.correlation_id, 3) + b"old"
+        header = struct.pack(">hhih", ApiKey.PRODUCE, version, self.client.correlation_id, 3) + b"old"
         self.client.send_frame(header + produce_v0.write_request(body))
 
     def receive(self, version: int) -> produce_v0.ProduceV0PartitionResponse:
@@ -108,6 +109,6 @@ def test_refusals_answer_and_keep_the_connection(broker):
 
 def test_api_versions_advertise_produce_from_v0(broker):
     with RawClient(broker.bootstrap) as client:
-        response = client.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
-    produce = next(k for k in response.api_keys if k.api_key == 0)
+        response = client.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    produce = next(k for k in response.api_keys if k.api_key == ApiKey.PRODUCE)
     assert (produce.min_version, produce.max_version) == (0, 13)

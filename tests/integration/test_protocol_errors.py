@@ -23,6 +23,7 @@ from tidemark.records.offsets_schema import (
     encode_offset_commit_value,
 )
 from tidemark.wire.list_offsets_v0 import ListOffsetsV0Request, read_response, write_request
+from tidemark.wire.api_keys import ApiKey
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS = 0, 1, 2, 3, 18
 
@@ -66,7 +67,7 @@ def test_api_versions_unknown_version_falls_back_to_v0(broker):
 def test_api_not_served_gets_unsupported_version(broker):
     with RawClient(broker.bootstrap) as client:
         # RenewDelegationToken (39) is a Kafka API this broker does not serve (no delegation tokens).
-        response = client.request(39, 1, {"hmac": b"token", "renew_period_ms": 60000})
+        response = client.request(39, 1, {"hmac": b"token", "renew_period": 60000})
         assert response.error_code == ErrorCode.unsupported_version
     assert _metadata_ok(broker.bootstrap)
 
@@ -187,7 +188,7 @@ def test_internal_and_duplicate_topic_names(broker):
     with RawClient(broker.bootstrap) as client:
         assert client.create_topic("__consumer_offsets").error_code == ErrorCode.invalid_request
         twice = {"name": "dup", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
-        response = client.request(19, 7, {"topics": [twice, twice], "timeout": 10000, "validate_only": False})
+        response = client.request(ApiKey.CREATE_TOPICS, 7, {"topics": [twice, twice], "timeout": 10000, "validate_only": False})
         assert [t.error_code for t in response.topics] == [ErrorCode.invalid_request] * 2
 
 
@@ -199,7 +200,7 @@ def _end_offset(client: RawClient, topic: str, partition: int = 0) -> int:
 
 def test_clients_cannot_produce_to_the_offsets_topic(broker):
     with RawClient(broker.bootstrap) as client:
-        assert client.request(10, 4, {"key_type": 0, "coordinator_keys": ["forged"]}).coordinators[0].error_code == 0
+        assert client.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["forged"]}).coordinators[0].error_code == 0
         assert client.create_topic("forged-topic").error_code == ErrorCode.none
         assert _commit(client, "forged", "forged-topic", 5) == ErrorCode.none
         partition = partition_for("forged", 50)
@@ -216,13 +217,13 @@ def test_clients_cannot_produce_to_the_offsets_topic(broker):
         assert _end_offset(client, "__consumer_offsets", partition) == end
         # The coordinator's own appends still go through.
         assert _commit(client, "forged", "forged-topic", 7) == ErrorCode.none
-        response = client.request(9, 7, {"group_id": "forged", "require_stable": False,
+        response = client.request(ApiKey.OFFSET_FETCH, 7, {"group_id": "forged", "require_stable": False,
                                          "topics": [{"name": "forged-topic", "partition_indexes": [0]}]})
         assert response.topics[0].partitions[0].committed_offset == 7
 
 
 def _commit(client: RawClient, group: str, topic: str, offset: int) -> ErrorCode:
-    response = client.request(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+    response = client.request(ApiKey.OFFSET_COMMIT, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
                                      "group_instance_id": None, "retention_time": -1,
                                      "topics": [{"name": topic, "partitions": [
                                          {"partition_index": 0, "committed_offset": offset,
@@ -233,7 +234,7 @@ def _commit(client: RawClient, group: str, topic: str, offset: int) -> ErrorCode
 def test_one_batch_per_partition_so_a_retry_cannot_hide_a_new_batch(broker):
     with RawClient(broker.bootstrap) as client:
         assert client.create_topic("one-batch").error_code == ErrorCode.none
-        ids = client.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+        ids = client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
                                      "producer_id": -1, "producer_epoch": -1})
         first, second = (build_batch([(b"k", b"%d" % seq, (), 1000)], producer_id=ids.producer_id,
                                      producer_epoch=ids.producer_epoch, base_sequence=seq) for seq in (0, 1))

@@ -10,6 +10,7 @@ import pytest
 
 from tests.integration.clients import create_topic
 from tests.integration.raw import RawClient
+from tidemark.wire.api_keys import ApiKey
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -19,7 +20,7 @@ TIMEOUT_S = 60.0  # a hang guard, not a margin
 
 def _serves_transactions(bootstrap: str) -> bool:
     with RawClient(bootstrap) as client:
-        served = {k.api_key for k in client.request(18, 3, {"client_software_name": "t",
+        served = {k.api_key for k in client.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
                                                              "client_software_version": "1"}).api_keys}
     return {ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT} <= served
 

@@ -1,7 +1,7 @@
 """__consumer_offsets keys and values: exact bytes per version, old versions, round trips.
 
-The expected bytes are built by hand from the layout in the facts page (section 1), not with
-the module under test: int16 version first, big-endian fields, non-flexible strings as int16
+The expected bytes are built by hand from Kafka's record layout (GroupMetadataManager's key and value
+schemas), not with the module under test: int16 version first, big-endian fields, non-flexible strings as int16
 length + UTF-8, bytes as int32 length, arrays as int32 count; flexible (v4) lengths as unsigned
 varint N+1 and a tagged-field section at the end of every struct.
 """

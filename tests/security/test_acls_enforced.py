@@ -18,6 +18,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from tests.conftest import BrokerProcess
 from tests.integration.clients import create_topic, produce_all
 from tests.integration.raw import RawClient
+from tidemark.wire.api_keys import ApiKey
 
 AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
               "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3"}
@@ -89,7 +90,7 @@ def test_acls_survive_the_restart_and_are_described(secured):
     # DescribeAcls needs DESCRIBE on the cluster, which User:ANONYMOUS no longer has (asked raw:
     # confluent-kafka's describe_acls reports a refused DescribeAcls as an empty list).
     with RawClient(secured.bootstrap) as raw:
-        answer = raw.request(29, 2, {"resource_type_filter": 1, "resource_name_filter": None,
+        answer = raw.request(ApiKey.DESCRIBE_ACLS, 2, {"resource_type_filter": 1, "resource_name_filter": None,
                                      "pattern_type_filter": 1, "principal_filter": None, "host_filter": None,
                                      "operation": 1, "permission_type": 1})
     assert answer.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED and answer.resources == ()
@@ -168,7 +169,7 @@ def test_allowed_and_refused_operations(secured):
     assert _code(delete.value) == KafkaError.GROUP_AUTHORIZATION_FAILED
 
     with RawClient(bootstrap) as raw:  # delete offsets (OffsetDelete v0): DELETE on the group
-        answer = raw.request(47, 0, {"group_id": "readers", "topics": [
+        answer = raw.request(ApiKey.OFFSET_DELETE, 0, {"group_id": "readers", "topics": [
             {"name": "open-a", "partitions": [{"partition_index": 0}]}]})
     assert answer.error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
 
@@ -244,96 +245,96 @@ def test_each_principal_gets_what_its_acls_allow(tmp_path):
             await broker.acl_store.create([_binding(R.TOPIC, "orders", "User:alice", Op.READ),
                                            _binding(R.GROUP, "app", "User:alice", Op.READ)])
             for topic in ("orders", "secret"):
-                created = await admin.request(19, 7, {"topics": [{"name": topic, "num_partitions": 1,
+                created = await admin.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": topic, "num_partitions": 1,
                     "replication_factor": 1, "assignments": [], "configs": []}], "timeout": 10000,
                     "validate_only": False})
                 assert created.topics[0].error_code == 0
-            refused = await bob.request(19, 7, {"topics": [{"name": "mine", "num_partitions": 1,
+            refused = await bob.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": "mine", "num_partitions": 1,
                 "replication_factor": 1, "assignments": [], "configs": []}], "timeout": 10000, "validate_only": False})
             assert refused.topics[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
             # The offsets topic is created at the first FindCoordinator; commit once it has loaded.
-            await admin.request(10, 3, {"key": "app", "key_type": 0})
-            while (code := (await admin.request(8, 8, _commit_body("app", ["secret"]))).topics[0].partitions[0]
+            await admin.request(ApiKey.FIND_COORDINATOR, 3, {"key": "app", "key_type": 0})
+            while (code := (await admin.request(ApiKey.OFFSET_COMMIT, 8, _commit_body("app", ["secret"]))).topics[0].partitions[0]
                    .error_code) == KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
                 await asyncio.sleep(0.01)  # loading an empty partition: the next try finds it loaded
             assert code == 0
 
             # OffsetCommit: READ on the group, then per topic.
-            committed = await alice.request(8, 8, _commit_body("app", ["orders", "secret"]))
+            committed = await alice.request(ApiKey.OFFSET_COMMIT, 8, _commit_body("app", ["orders", "secret"]))
             assert [(t.name, t.partitions[0].error_code) for t in committed.topics] == [
                 ("orders", 0), ("secret", KafkaError.TOPIC_AUTHORIZATION_FAILED)]
-            bobs = await bob.request(8, 8, _commit_body("app", ["orders"]))
+            bobs = await bob.request(ApiKey.OFFSET_COMMIT, 8, _commit_body("app", ["orders"]))
             assert bobs.topics[0].partitions[0].error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
 
             # OffsetFetch: per group; all topics: only those it may describe; named: refused per partition.
-            fetched = await alice.request(9, 8, {"groups": [{"group_id": "app", "topics": None},
+            fetched = await alice.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": "app", "topics": None},
                                                             {"group_id": "other", "topics": None}],
                                                  "require_stable": False})
             assert [(g.group_id, g.error_code, [t.name for t in g.topics]) for g in fetched.groups] == [
                 ("app", 0, ["orders"]), ("other", KafkaError.GROUP_AUTHORIZATION_FAILED, [])]
-            named = await alice.request(9, 8, {"groups": [{"group_id": "app", "topics": [
+            named = await alice.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": "app", "topics": [
                 {"name": "secret", "partition_indexes": [0]}]}], "require_stable": False})
             assert named.groups[0].topics[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
             assert named.groups[0].topics[0].partitions[0].committed_offset == -1
 
             # Metadata: topics filtered by DESCRIBE; KIP-430's operations as the authorizer decides.
-            meta = await alice.request(3, 9, {"topics": None, "allow_auto_topic_creation": False,
+            meta = await alice.request(ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False,
                                               "include_cluster_authorized_operations": True,
                                               "include_topic_authorized_operations": True})
             assert [(t.name, t.topic_authorized_operations) for t in meta.topics] == [
                 ("orders", (1 << Op.READ) | (1 << Op.DESCRIBE))]
             assert meta.cluster_authorized_operations == 0
-            assert [t.name for t in (await bob.request(3, 9, {"topics": None, "allow_auto_topic_creation": False,
+            assert [t.name for t in (await bob.request(ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False,
                 "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False})).topics] == []
 
             # Fetch: READ for a consumer; a follower's fetch needs CLUSTER_ACTION.
-            consumer = await alice.request(1, 11, fetch_body([("orders", 0, 0, 1024), ("secret", 0, 0, 1024)]))
+            consumer = await alice.request(ApiKey.FETCH, 11, fetch_body([("orders", 0, 0, 1024), ("secret", 0, 0, 1024)]))
             assert [p.error_code for t in consumer.responses for p in t.partitions] == [
                 0, KafkaError.TOPIC_AUTHORIZATION_FAILED]
-            follower = await alice.request(1, 11, {**fetch_body([("orders", 0, 0, 1024)]), "replica_id": 1})
+            follower = await alice.request(ApiKey.FETCH, 11, {**fetch_body([("orders", 0, 0, 1024)]), "replica_id": 1})
             assert follower.responses[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
             # The group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup need READ on the group.
             join = {"group_id": "app", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
                     "group_instance_id": None, "protocol_type": "consumer", "protocols": [
                         {"name": "range", "metadata": b""}], "reason": None}
-            assert (await bob.request(11, 9, join)).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
-            assert (await bob.request(14, 5, {"group_id": "app", "generation_id": 1, "member_id": "m",
+            assert (await bob.request(ApiKey.JOIN_GROUP, 9, join)).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            assert (await bob.request(ApiKey.SYNC_GROUP, 5, {"group_id": "app", "generation_id": 1, "member_id": "m",
                                               "group_instance_id": None, "protocol_type": None,
                                               "protocol_name": None, "assignments": []})
                     ).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
-            assert (await bob.request(12, 4, {"group_id": "app", "generation_id": 1, "member_id": "m",
+            assert (await bob.request(ApiKey.HEARTBEAT, 4, {"group_id": "app", "generation_id": 1, "member_id": "m",
                                               "group_instance_id": None})
                     ).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
-            assert (await bob.request(13, 5, {"group_id": "app", "members": [
+            assert (await bob.request(ApiKey.LEAVE_GROUP, 5, {"group_id": "app", "members": [
                 {"member_id": "m", "group_instance_id": None, "reason": None}]})
                     ).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
             # DescribeGroups: DESCRIBE, with the group's operations as the authorizer decides;
             # ListGroups: the groups the principal may describe; DeleteGroups: DELETE.
-            described = await alice.request(15, 5, {"groups": ["app", "other"], "include_authorized_operations": True})
+            described = await alice.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["app", "other"], "include_authorized_operations": True})
             assert [(g.group_id, g.error_code) for g in described.groups] == [
                 ("app", 0), ("other", KafkaError.GROUP_AUTHORIZATION_FAILED)]
             assert described.groups[0].authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
-            assert [g.group_id for g in (await alice.request(16, 4, {"states_filter": []})).groups] == ["app"]
-            assert [g.group_id for g in (await bob.request(16, 4, {"states_filter": []})).groups] == []
-            deleted = await alice.request(42, 2, {"groups_names": ["app"]})
+            assert [g.group_id for g in (await alice.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})).groups] == ["app"]
+            assert [g.group_id for g in (await bob.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})).groups] == []
+            deleted = await alice.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["app"]})
             assert deleted.results[0].error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
 
             # KIP-848's heartbeat: READ on the group, DESCRIBE on each topic subscribed to.
             heartbeat = {"group_id": "app", "member_id": "m-1", "member_epoch": 0, "instance_id": None,
                          "rack_id": None, "rebalance_timeout": 30000, "subscribed_topic_names": ["secret"],
                          "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": []}
-            assert (await bob.request(68, 1, heartbeat)).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
-            assert (await alice.request(68, 1, heartbeat)).error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            assert (await bob.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat)).error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
+            assert (await alice.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat)).error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
             # Transactions: WriteTxnMarkers is for brokers (CLUSTER_ACTION); TxnOffsetCommit needs WRITE
             # on the transactional id first.
-            markers = await bob.request(27, 1, {"markers": [{"producer_id": 1, "producer_epoch": 0,
+            markers = await bob.request(ApiKey.WRITE_TXN_MARKERS, 1, {"markers": [{"producer_id": 1, "producer_epoch": 0,
                 "transaction_result": True, "topics": [{"name": "orders", "partition_indexes": [0]}],
                 "coordinator_epoch": 0}]})
             assert markers.markers[0].topics[0].partitions[0].error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-            txn_commit = await alice.request(28, 3, {"transactional_id": "tx", "group_id": "app", "producer_id": 1,
+            txn_commit = await alice.request(ApiKey.TXN_OFFSET_COMMIT, 3, {"transactional_id": "tx", "group_id": "app", "producer_id": 1,
                 "producer_epoch": 0, "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [
                     {"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 1,
                                                        "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
@@ -341,27 +342,27 @@ def test_each_principal_gets_what_its_acls_allow(tmp_path):
             # The transaction coordinator's APIs: WRITE on the transactional id (AddPartitionsToTxn
             # also WRITE on each topic, AddOffsetsToTxn READ on the group), DESCRIBE to see one.
             await broker.acl_store.create([_binding(R.TRANSACTIONAL_ID, "tx", "User:alice", Op.WRITE)])
-            added = await bob.request(24, 3, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 1,
+            added = await bob.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 1,
                 "v3_and_below_producer_epoch": 0, "v3_and_below_topics": [{"name": "orders", "partitions": [0]}]})
             assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
                 KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            added = await alice.request(24, 3, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 1,
+            added = await alice.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 1,
                 "v3_and_below_producer_epoch": 0, "v3_and_below_topics": [{"name": "orders", "partitions": [0]}]})
             assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
                 KafkaError.TOPIC_AUTHORIZATION_FAILED  # alice may read orders, not write it
-            offsets_added = await alice.request(25, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
+            offsets_added = await alice.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
                                                         "group_id": "other"})
             assert offsets_added.error_code == KafkaError.GROUP_AUTHORIZATION_FAILED
-            ended = await bob.request(26, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
+            ended = await bob.request(ApiKey.END_TXN, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
                                               "committed": True})
             assert ended.error_code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            described = await bob.request(65, 0, {"transactional_ids": ["tx"]})
+            described = await bob.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["tx"]})
             assert described.transaction_states[0].error_code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            listed = await bob.request(66, 0, {"state_filters": [], "producer_id_filters": []})
+            listed = await bob.request(ApiKey.LIST_TRANSACTIONS, 0, {"state_filters": [], "producer_id_filters": []})
             assert listed.error_code == 0 and listed.transaction_states == ()
 
             # ApiVersions is never authorized.
-            assert (await bob.request(18, 3, {"client_software_name": "t",
+            assert (await bob.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
                                               "client_software_version": "1"})).error_code == 0
             for client in (admin, alice, bob):
                 await client.close()

@@ -13,6 +13,7 @@ from tests.conftest import free_port
 from tests.security.conftest import ListenersBroker, RawClient, stop
 from tidemark.broker.config import BrokerConfig, ConfigError
 from tidemark.broker.security import listeners
+from tidemark.wire.api_keys import ApiKey
 
 
 def _resolve(settings: dict[str, str]) -> list[listeners.Listener]:
@@ -86,13 +87,13 @@ def test_metadata_and_find_coordinator_answer_the_listener_the_request_came_in_o
     external = RawClient(two_listeners.address("EXTERNAL"))
     for client, expected in ((internal, ("127.0.0.1", two_listeners.ports["INTERNAL"])),
                              (external, ("localhost", two_listeners.external))):
-        brokers = client.request(3, 9, {"topics": None, "allow_auto_topic_creation": False,
+        brokers = client.request(ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False,
                                         "include_cluster_authorized_operations": False,
                                         "include_topic_authorized_operations": False}).brokers
         assert [(b.host, b.port) for b in brokers] == [expected]
-        coordinator = client.request(10, 3, {"key": "g", "key_type": 0})
+        coordinator = client.request(ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
         assert (coordinator.error_code, coordinator.host, coordinator.port) == (0, *expected)
-        cluster = client.request(60, 0, {"include_cluster_authorized_operations": False})
+        cluster = client.request(ApiKey.DESCRIBE_CLUSTER, 0, {"include_cluster_authorized_operations": False})
         assert [(b.host, b.port) for b in cluster.brokers] == [expected]
     internal.close()
     external.close()

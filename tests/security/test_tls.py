@@ -18,6 +18,7 @@ from tests.security.conftest import PASSWORD, ListenersBroker, RawClient, add_us
 from tidemark.broker.config import BrokerConfig, ConfigError
 from tidemark.broker.server import Broker
 from tidemark.broker.security import tls
+from tidemark.wire.api_keys import ApiKey
 
 
 def tls_settings(certificates) -> dict[str, str]:
@@ -93,7 +94,7 @@ def test_a_plaintext_client_on_the_tls_listener_is_closed_and_the_broker_unaffec
     client.send(18, 0, {})
     assert client.closed_by_broker()
     plain = RawClient(tls_broker.address("PLAINTEXT"))
-    assert plain.request(3, 1, {"topics": None}).brokers[0].port == tls_broker.ports["PLAINTEXT"]
+    assert plain.request(ApiKey.METADATA, 1, {"topics": None}).brokers[0].port == tls_broker.ports["PLAINTEXT"]
 
 
 def test_missing_or_unreadable_pem_material_is_refused_at_start(tmp_path, certificates):

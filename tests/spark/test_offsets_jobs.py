@@ -19,7 +19,7 @@ from tests.integration.clients import create_topic, produce_all
 from tests.integration.raw import RawClient
 from tidemark.cli.groups import groups as groups_cli
 from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
-from tidemark.log.offline import iter_log_records, topic_partition_dirs
+from tidemark.log.direct_read import iter_log_records, topic_partition_dirs
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
     GroupMetadataKey,
@@ -35,6 +35,7 @@ from tidemark.records.offsets_schema import (
 )
 from tidemark.spark.jobs import expiry_report, lag_report, offsets_snapshot
 from tidemark.spark.jobs.common import read_offsets_log
+from tidemark.wire.api_keys import ApiKey
 
 SETTINGS = {
     "offsets.topic.num.partitions": "3",
@@ -60,7 +61,7 @@ def _commit(client: RawClient, group: str, topic: str, offsets: dict[int, int], 
                  "committed_metadata": metadata} for p, o in offsets.items()]}]}
     deadline = time.monotonic() + WAIT_S
     while True:
-        response = client.request(8, version, body)
+        response = client.request(ApiKey.OFFSET_COMMIT, version, body)
         codes = {p.error_code for t in response.topics for p in t.partitions}
         if codes == {ErrorCode.none}:
             return
@@ -75,7 +76,7 @@ def _offset_fetch(bootstrap: str, group: str) -> dict[tuple[str, int], tuple[int
     with RawClient(bootstrap) as client:
         deadline = time.monotonic() + WAIT_S
         while True:
-            response = client.request(9, 7, {"group_id": group, "require_stable": False, "topics": None})
+            response = client.request(ApiKey.OFFSET_FETCH, 7, {"group_id": group, "require_stable": False, "topics": None})
             if response.error_code == ErrorCode.none:
                 break
             assert time.monotonic() < deadline, f"OffsetFetch for {group}: {response.error_code!r}"

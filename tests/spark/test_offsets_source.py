@@ -27,6 +27,7 @@ from tidemark.records.offsets_schema import (
     encode_offset_commit_value,
 )
 from tidemark.spark.offsets_source import OFFSETS_LOG_SCHEMA, OffsetsRowBuilder
+from tidemark.wire.api_keys import ApiKey
 
 T = 1_700_000_000_000
 SUBSCRIPTION = struct.pack(">hih", 0, 1, 6) + b"orders" + struct.pack(">i", -1)
@@ -213,7 +214,7 @@ def seeded_broker(tmp_path_factory):
     broker = BrokerProcess(tmp_path_factory.mktemp("wire") / "data", settings).start()
     try:
         with RawClient(broker.bootstrap) as client:  # creates the offsets topic
-            client.request(10, 4, {"key_type": 0, "coordinator_keys": ["anything"]})
+            client.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["anything"]})
         assert broker.stop() == 0
         p0 = broker.data_dir / "__consumer_offsets-0"
         for path in p0.iterdir():

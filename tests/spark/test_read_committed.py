@@ -10,6 +10,7 @@ from tests.integration.raw import RawClient
 from tidemark.records import build_batch
 from tidemark.spark.cluster import ClusterClient
 from tidemark.spark.topic_reader import OffsetRange, read_range
+from tidemark.wire.api_keys import ApiKey
 
 NOW = 1_700_000_000_000
 
@@ -20,7 +21,7 @@ def _txn(pid: int, *values: bytes) -> bytes:
 
 
 def _marker(client: RawClient, topic: str, pid: int, commit: bool) -> None:
-    response = client.request(27, 1, {"markers": [{"producer_id": pid, "producer_epoch": 0, "transaction_result": commit,
+    response = client.request(ApiKey.WRITE_TXN_MARKERS, 1, {"markers": [{"producer_id": pid, "producer_epoch": 0, "transaction_result": commit,
                                                    "coordinator_epoch": 0,
                                                    "topics": [{"name": topic, "partition_indexes": [0]}]}]})
     assert response.markers[0].topics[0].partitions[0].error_code == 0

@@ -25,6 +25,7 @@ from tidemark.wire.codec import kio_versions
 from tidemark.wire.errors import MalformedRequest
 from tidemark.wire.errors import ProtocolError
 from tidemark.wire.framing import FrameDecoder
+from tidemark.wire.api_keys import ApiKey
 
 SUPPORTED = dict(CODEC_API_RANGES)
 BROKER_SUPPORTED = {18: (0, 3), 3: (0, 12), 2: (0, 7), 8: (2, 8)}
@@ -40,7 +41,7 @@ def test_kio_versions():
 
 
 def test_unsupported_key_and_version():
-    frame = struct.pack(">hhih", 18, 4, 77, 3) + b"abc" + b"\x00garbage"
+    frame = struct.pack(">hhih", ApiKey.API_VERSIONS, 4, 77, 3) + b"abc" + b"\x00garbage"
     req = decode_request(frame, BROKER_SUPPORTED)
     assert req == Request(18, 4, 77, "abc", None, True)
     req = decode_request(struct.pack(">hhi", 99, 0, 5), BROKER_SUPPORTED)
@@ -136,7 +137,7 @@ def metadata_frame() -> bytes:
     from kio.schema.request_header.v2.header import RequestHeader
 
     buf = io.BytesIO()
-    entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=3, request_api_version=12, correlation_id=1, client_id="c"))
+    entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=ApiKey.METADATA, request_api_version=12, correlation_id=1, client_id="c"))
     entity_writer(MetadataRequest)(
         buf,
         MetadataRequest(
@@ -167,10 +168,10 @@ def test_invalid_utf8():
 
 
 def test_huge_array_count_is_malformed():
-    header = struct.pack(">hhih", 2, 0, 1, 0)
+    header = struct.pack(">hhih", ApiKey.LIST_OFFSETS, 0, 1, 0)
     with pytest.raises(MalformedRequest):
         decode_request(header + struct.pack(">ii", -1, 2**31 - 1), SUPPORTED)
-    header = struct.pack(">hhih", 3, 4, 1, 0)
+    header = struct.pack(">hhih", ApiKey.METADATA, 4, 1, 0)
     with pytest.raises(MalformedRequest):
         decode_request(header + struct.pack(">i", 2**31 - 1), SUPPORTED)
 
@@ -215,8 +216,8 @@ def test_api_versions_encode_cache_tracks_body():
 
     request = Request(18, 3, 5, None, None, False)
     base = error_response(request, ErrorCode.none)
-    a = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(ApiVersion(api_key=3, min_version=0, max_version=12),), throttle_time=base.throttle_time)
-    b = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(ApiVersion(api_key=3, min_version=0, max_version=11),), throttle_time=base.throttle_time)
+    a = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(ApiVersion(api_key=ApiKey.METADATA, min_version=0, max_version=12),), throttle_time=base.throttle_time)
+    b = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(ApiVersion(api_key=ApiKey.METADATA, min_version=0, max_version=11),), throttle_time=base.throttle_time)
     out_a = encode_response(request, a)
     out_b = encode_response(request, b)
     assert out_a != out_b

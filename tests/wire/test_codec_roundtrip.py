@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from tidemark.wire.framing import FrameDecoder
 
 from .strategies import entities
+from tidemark.wire.api_keys import ApiKey
 
 # The APIs the broker serves, at every version it advertises: from its handler table, so no
 # served API can be missing here. ListOffsets v0 is hand-written and tested below.
@@ -95,9 +96,9 @@ def test_response_round_trip(api_key, version, data):
 def test_response_header_versions():
     """ApiVersions always answers with header v0 (KIP-511); other flexible APIs v1."""
     for version in range(0, 5):
-        assert load_response_schema(18, version).__header_schema__ is ResponseHeaderV0
-    assert load_response_schema(3, 9).__header_schema__ is ResponseHeaderV1
-    assert load_response_schema(3, 8).__header_schema__ is ResponseHeaderV0
+        assert load_response_schema(ApiKey.API_VERSIONS, version).__header_schema__ is ResponseHeaderV0
+    assert load_response_schema(ApiKey.METADATA, 9).__header_schema__ is ResponseHeaderV1
+    assert load_response_schema(ApiKey.METADATA, 8).__header_schema__ is ResponseHeaderV0
 
 
 def test_encode_response_rejects_mismatched_body():
@@ -157,7 +158,7 @@ def v0_request_frame(correlation_id, client_id, body) -> bytes:
     entity_writer(RequestHeader)(
         buf,
         RequestHeader(
-            request_api_key=2, request_api_version=0, correlation_id=correlation_id, client_id=client_id
+            request_api_key=ApiKey.LIST_OFFSETS, request_api_version=0, correlation_id=correlation_id, client_id=client_id
         ),
     )
     return buf.getvalue() + list_offsets_v0.write_request(body)
@@ -189,12 +190,12 @@ def test_list_offsets_v0_unsupported_when_not_advertised():
     names each requested partition."""
     body = list_offsets_v0.ListOffsetsV0Request(replica_id=-1, topics=(
         list_offsets_v0.ListOffsetsV0Topic("t", (list_offsets_v0.ListOffsetsV0Partition(3, -1, 1),)),))
-    request = decode_request(v0_request_frame(9, "x", body), {2: (1, 11)})
+    request = decode_request(v0_request_frame(ApiKey.OFFSET_FETCH, "x", body), {ApiKey.LIST_OFFSETS: (1, 11)})
     assert request.unsupported and request.body == body and request.client_id == "x"
     answer = error_response(request, ErrorCode.unsupported_version)
     assert answer == list_offsets_v0.ListOffsetsV0Response(topics=(("t", ((3, 35, ()),)),))
     # Unreadable, it is still unsupported (answered without the body), not malformed.
-    cut = decode_request(v0_request_frame(9, "x", body)[:-3], {2: (1, 11)})
+    cut = decode_request(v0_request_frame(ApiKey.OFFSET_FETCH, "x", body)[:-3], {ApiKey.LIST_OFFSETS: (1, 11)})
     assert cut.unsupported and cut.body is None
 
 

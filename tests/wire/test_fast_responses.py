@@ -13,6 +13,7 @@ from kio.serial import entity_writer
 from tidemark.wire.build import build
 from tidemark.wire.codec import Request, encode_response
 from tidemark.wire.fast_responses import FAST_ENCODERS, encode_fast
+from tidemark.wire.api_keys import ApiKey
 
 ERROR_CODES = st.sampled_from([0, 3, 12, 14, 15, 16, 22, 25, 27, 28, 82, 100])
 PARTITIONS = st.lists(st.fixed_dictionaries({"partition_index": st.integers(0, 2**31 - 1),
@@ -27,7 +28,7 @@ TOPICS = st.lists(st.fixed_dictionaries({"name": st.text(max_size=140), "topic_i
 def test_offset_commit_response_matches_kio(version, topics, throttle, correlation_id):
     request = Request(8, version, correlation_id, "c", None, False)
     response = {"throttle_time": throttle, "topics": topics}
-    expected = encode_response(request, build(load_response_schema(8, version), response))
+    expected = encode_response(request, build(load_response_schema(ApiKey.OFFSET_COMMIT, version), response))
     assert encode_fast(request, response) == expected
 
 
@@ -70,7 +71,7 @@ FETCHED_TOPICS = st.lists(st.fixed_dictionaries({"topic": st.text(max_size=60), 
 def test_fetch_response_matches_kio(version, topics, error_code, session_id, correlation_id):
     request = Request(1, version, correlation_id, "c", None, False)
     response = {"throttle_time": 0, "error_code": error_code, "session_id": session_id, "responses": topics}
-    expected = encode_response(request, build(load_response_schema(1, version), response))
+    expected = encode_response(request, build(load_response_schema(ApiKey.FETCH, version), response))
     assert encode_fast(request, response) == expected
 
 
@@ -78,7 +79,7 @@ def test_apis_without_a_fast_encoder_are_left_to_kio():
     assert encode_fast(Request(10, 3, 1, "c", None, False), {"coordinators": []}) is None
     assert encode_fast(Request(8, 1, 1, "c", None, False), {"topics": []}) is None
     body = io.BytesIO()
-    entity_writer(load_response_schema(8, 10))(body, build(load_response_schema(8, 10), {
+    entity_writer(load_response_schema(ApiKey.OFFSET_COMMIT, 10))(body, build(load_response_schema(ApiKey.OFFSET_COMMIT, 10), {
         "throttle_time": 0, "topics": [{"topic_id": uuid.UUID(int=7), "partitions": []}]}))
     assert encode_fast(Request(8, 10, 5, "c", None, False), {
         "throttle_time": 0, "topics": [{"topic_id": uuid.UUID(int=7), "partitions": []}]}).endswith(body.getvalue())

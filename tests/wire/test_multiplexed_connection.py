@@ -9,6 +9,7 @@ import pytest
 
 from tests.broker.test_offset_fetch_forwarding import WAIT_S, _group_body, _StalledPeer
 from tidemark.wire.client import MultiplexedConnection
+from tidemark.wire.api_keys import ApiKey
 
 
 def _offsets(response) -> list[tuple[str, int]]:
@@ -23,9 +24,9 @@ def test_a_late_answer_is_dropped_and_the_next_request_gets_its_own() -> None:
         connection = await MultiplexedConnection.connect("127.0.0.1", port, "test", WAIT_S)
         try:
             with pytest.raises(TimeoutError):  # the peer holds this answer until released
-                await connection.request(9, 8, _group_body("given-up"), 0.2)
+                await connection.request(ApiKey.OFFSET_FETCH, 8, _group_body("given-up"), 0.2)
             peer.release.set()  # the held answer arrives now, for nobody
-            assert _offsets(await connection.request(9, 8, _group_body("next"), WAIT_S)) == [("next", 2)]
+            assert _offsets(await connection.request(ApiKey.OFFSET_FETCH, 8, _group_body("next"), WAIT_S)) == [("next", 2)]
             assert not connection.broken
         finally:
             await connection.close()
@@ -33,7 +34,7 @@ def test_a_late_answer_is_dropped_and_the_next_request_gets_its_own() -> None:
             await server.wait_closed()
         assert connection.broken
         with pytest.raises(ConnectionError):
-            await connection.request(9, 8, _group_body("after-close"), WAIT_S)
+            await connection.request(ApiKey.OFFSET_FETCH, 8, _group_body("after-close"), WAIT_S)
 
     asyncio.run(scenario())
 
@@ -53,7 +54,7 @@ def test_a_peer_that_hangs_up_fails_every_request_in_flight() -> None:
         connection = await MultiplexedConnection.connect("127.0.0.1", port, "test", WAIT_S)
         try:
             async with asyncio.timeout(WAIT_S):  # a hang guard
-                both = [asyncio.create_task(connection.request(9, 8, _group_body(g), WAIT_S)) for g in ("a", "b")]
+                both = [asyncio.create_task(connection.request(ApiKey.OFFSET_FETCH, 8, _group_body(g), WAIT_S)) for g in ("a", "b")]
                 results = await asyncio.gather(*both, return_exceptions=True)
             assert [type(r) for r in results] == [ConnectionError, ConnectionError]
             assert requests.qsize() == 2 and connection.broken

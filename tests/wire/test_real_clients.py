@@ -12,6 +12,7 @@ import pytest
 from tidemark.wire.codec import CODEC_API_RANGES
 from tidemark.wire.codec import decode_request
 from tidemark.wire.framing import FrameDecoder
+from tidemark.wire.api_keys import ApiKey
 
 SUPPORTED = dict(CODEC_API_RANGES)
 
@@ -67,7 +68,7 @@ def test_kafka_python_api_versions():
     frame = server.wait()
     assert frame is not None
     request = decode_request(frame, SUPPORTED)
-    assert request.api_key == 18 and not request.unsupported
+    assert request.api_key == ApiKey.API_VERSIONS and not request.unsupported
     assert request.api_version == 4  # kafka-python 3.0 starts at ApiVersions v4
     assert request.client_id.startswith("kafka-python")
     assert request.body.client_software_name == "kafka-python"
@@ -91,7 +92,7 @@ def test_confluent_kafka_api_versions():
     del admin
     assert frame is not None
     request = decode_request(frame, SUPPORTED)
-    assert request.api_key == 18 and not request.unsupported
+    assert request.api_key == ApiKey.API_VERSIONS and not request.unsupported
     assert request.api_version == 3
     assert request.client_id  # rdkafka sends "rdkafka" by default
     assert request.body.client_software_name == "confluent-kafka-python"

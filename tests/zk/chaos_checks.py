@@ -21,7 +21,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from tidemark.log.offline import iter_log_records, topic_partition_dirs
+from tidemark.log.direct_read import iter_log_records, topic_partition_dirs
 
 WAIT_S = 60
 

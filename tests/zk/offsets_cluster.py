@@ -11,6 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from tests.integration.raw import RawClient
+from tidemark.wire.api_keys import ApiKey
 
 WAIT_S = 60
 OFFSETS_PARTITIONS = 3
@@ -46,7 +47,7 @@ def until(condition: Callable[[], Any], what: str) -> Any:
 def find_coordinator(address: str, group: str) -> Any:
     """FindCoordinator v3 (one key) asked of one broker."""
     with RawClient(address) as raw:
-        return raw.request(10, 3, {"key": group, "key_type": 0})
+        return raw.request(ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
 
 
 def coordinator_of(address: str, group: str) -> int:
@@ -63,7 +64,7 @@ def offset_fetch(address: str, group: str, topic: str, partitions: list[int], ve
         body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": partitions}],
                 "require_stable": False}
     with RawClient(address) as raw:
-        return raw.request(9, version, body)
+        return raw.request(ApiKey.OFFSET_FETCH, version, body)
 
 
 def zk_state(zk, chroot: str, topic: str, partition: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from kazoo.client import KazooClient
 from tests.integration.raw import RawClient
 from tests.zk.test_cluster_brokers import _cluster, _until
 from tidemark.cluster.zk import acls as zk_acls
+from tidemark.wire.api_keys import ApiKey
 
 AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}
 ANON = "User:ANONYMOUS"
@@ -22,7 +23,7 @@ TOPIC_AUTHORIZATION_FAILED = 29
 
 def _metadata_code(broker, topic: str) -> int:
     with RawClient(broker.bootstrap) as client:
-        answer = client.request(3, 9, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+        answer = client.request(ApiKey.METADATA, 9, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
                                        "include_cluster_authorized_operations": False,
                                        "include_topic_authorized_operations": False})
     return answer.topics[0].error_code
@@ -47,7 +48,7 @@ def test_an_acl_created_through_one_broker_is_enforced_by_the_other(make_broker,
         assert _metadata_code(brokers[2], "orders") == TOPIC_AUTHORIZATION_FAILED
 
         with RawClient(brokers[1].bootstrap) as client:
-            created = client.request(30, 3, {"creations": [_acl("orders", LITERAL), _acl("ord", PREFIXED)]})
+            created = client.request(ApiKey.CREATE_ACLS, 3, {"creations": [_acl("orders", LITERAL), _acl("ord", PREFIXED)]})
         assert [r.error_code for r in created.results] == [0, 0]
         assert _metadata_code(brokers[1], "orders") == 0  # the broker that wrote it, at once
         _until(lambda: _metadata_code(brokers[2], "orders") == 0, "the other broker enforcing the new ACL")
@@ -65,14 +66,14 @@ def test_an_acl_created_through_one_broker_is_enforced_by_the_other(make_broker,
 
         # Deleted through the second broker: the literal one goes, the prefixed one still allows.
         with RawClient(brokers[2].bootstrap) as client:
-            deleted = client.request(31, 3, {"filters": [{
+            deleted = client.request(ApiKey.DELETE_ACLS, 3, {"filters": [{
                 "resource_type_filter": TOPIC, "resource_name_filter": "orders", "pattern_type_filter": LITERAL,
                 "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]})
         assert [len(r.matching_acls) for r in deleted.filter_results] == [1]
         assert not rooted.exists("/kafka-acl/Topic/orders")
         assert _metadata_code(brokers[1], "orders") == 0
         with RawClient(brokers[2].bootstrap) as client:
-            client.request(31, 3, {"filters": [{
+            client.request(ApiKey.DELETE_ACLS, 3, {"filters": [{
                 "resource_type_filter": TOPIC, "resource_name_filter": "ord", "pattern_type_filter": PREFIXED,
                 "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]})
         _until(lambda: _metadata_code(brokers[1], "orders") == TOPIC_AUTHORIZATION_FAILED,

@@ -14,6 +14,7 @@ from tests.integration.clients import create_topic
 from tests.integration.raw import RawClient
 from tidemark.hold import HOLD_AT
 from tidemark.log.manager import CLEAN_SHUTDOWN_FILE
+from tidemark.wire.api_keys import ApiKey
 
 
 def _settings(chroot: str) -> dict[str, str]:
@@ -44,7 +45,7 @@ def test_sigterm_with_zookeeper_paused_and_calls_parked_exits_within_the_bound(z
             zookeeper.pause()
             try:
                 for n in range(8):  # more than the default executor's threads on a small machine
-                    raw.send_frame(raw.encode(19, 7, {"topics": [{"name": f"parked-{n}", "num_partitions": 1,
+                    raw.send_frame(raw.encode(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": f"parked-{n}", "num_partitions": 1,
                                                                   "replication_factor": 1, "assignments": [],
                                                                   "configs": []}],
                                                       "timeout": 60000, "validate_only": False}))

@@ -22,6 +22,7 @@ from tests.conftest import BrokerProcess
 from tests.integration.clients import create_topic, produce_all
 from tests.integration.raw import RawClient
 from tidemark.wire import offsets_v0
+from tidemark.wire.api_keys import ApiKey
 
 # With zookeeper.connect a broker is a cluster member: alone, it holds the offsets topic's only
 # replica (Kafka too needs offsets.topic.replication.factor=1 on a one-broker cluster).
@@ -79,7 +80,7 @@ def test_kafka_python_commits_land_in_znodes(zk_broker, zk) -> None:
     assert (znode_offset(zk, "kp-group", "zk-kp", 0), znode_offset(zk, "kp-group", "zk-kp", 1)) == (b"11", b"3")
     # ZooKeeper storage keeps no metadata: the fetch answers "".
     with RawClient(zk_broker.bootstrap) as raw:
-        response = raw.request(9, 8, {"groups": [{"group_id": "kp-group", "topics": [
+        response = raw.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": "kp-group", "topics": [
             {"name": "zk-kp", "partition_indexes": [0]}]}], "require_stable": False})
     partition = response.groups[0].topics[0].partitions[0]
     assert (partition.committed_offset, partition.metadata, partition.error_code) == (11, "", ErrorCode.none)
@@ -91,14 +92,14 @@ def test_v10_names_topics_by_id_in_zookeeper_too(zk_broker, zk) -> None:
     unknown = uuid.uuid4()
     with RawClient(zk_broker.bootstrap) as raw:
         known = raw.create_topic("zk-ids").topic_id
-        committed = raw.request(8, 10, {"group_id": "ids-group", "generation_id_or_member_epoch": -1,
+        committed = raw.request(ApiKey.OFFSET_COMMIT, 10, {"group_id": "ids-group", "generation_id_or_member_epoch": -1,
                                         "member_id": "", "group_instance_id": None, "topics": [
             {"topic_id": t, "partitions": [{"partition_index": 0, "committed_offset": 21,
                                             "committed_leader_epoch": -1, "committed_metadata": None}]}
             for t in (unknown, known)]})
         assert [(t.topic_id, t.partitions[0].error_code) for t in committed.topics] == [
             (unknown, ErrorCode.unknown_topic_id), (known, ErrorCode.none)]
-        fetched = raw.request(9, 10, {"require_stable": False, "groups": [
+        fetched = raw.request(ApiKey.OFFSET_FETCH, 10, {"require_stable": False, "groups": [
             {"group_id": "ids-group", "member_id": None, "member_epoch": -1,
              "topics": [{"topic_id": t, "partition_indexes": [0]} for t in (unknown, known)]}]})
         assert [(t.topic_id, t.partitions[0].committed_offset, t.partitions[0].error_code)
@@ -142,13 +143,13 @@ def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(chroot, z
                                                  offsets_v0.OffsetCommitV0Partition(1, 43, None))),))
     fetch = offsets_v0.OffsetFetchV0Request(group_id="v0-group", topics=(offsets_v0.OffsetFetchV0Topic("zk-v0", (0, 1)),))
     with RawClient(broker.bootstrap) as raw:
-        versions = {k.api_key: (k.min_version, k.max_version) for k in raw.request(18, 3, {
+        versions = {k.api_key: (k.min_version, k.max_version) for k in raw.request(ApiKey.API_VERSIONS, 3, {
             "client_software_name": "raw", "client_software_version": "1"}).api_keys}
         assert versions[8][0] == 0 and versions[9][0] == 0
-        raw.send_frame(_v0_frame(8, 0, 1, offsets_v0.write_offset_commit(commit, 0)))
+        raw.send_frame(_v0_frame(ApiKey.OFFSET_COMMIT, 0, 1, offsets_v0.write_offset_commit(commit, 0)))
         frame = raw.recv_frame()
         committed, _ = offsets_v0.read_offset_commit_response(frame, 4)
-        raw.send_frame(_v0_frame(9, 0, 2, offsets_v0.write_offset_fetch(fetch)))
+        raw.send_frame(_v0_frame(ApiKey.OFFSET_FETCH, 0, 2, offsets_v0.write_offset_fetch(fetch)))
         fetched, _ = offsets_v0.read_offset_fetch_response(raw.recv_frame(), 4)
     assert int.from_bytes(frame[:4], "big") == 1
     assert [(p.partition_index, p.error_code) for p in committed.topics[0].partitions] == [
@@ -163,9 +164,9 @@ def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(chroot, z
         offsets_v0.OffsetCommitV0Topic("zk-v0", (offsets_v0.OffsetCommitV0Partition(1, 77, "m", -1),)),))
     with RawClient(broker.bootstrap) as raw:
         # As a client does: find the coordinator first (it creates the offsets topic).
-        assert raw.request(10, 1, {"key": "v1-group", "key_type": 0}).error_code == ErrorCode.none
+        assert raw.request(ApiKey.FIND_COORDINATOR, 1, {"key": "v1-group", "key_type": 0}).error_code == ErrorCode.none
         for attempt in range(50):  # the offsets topic loads on first use (COORDINATOR_LOAD_IN_PROGRESS)
-            raw.send_frame(_v0_frame(8, 1, attempt, offsets_v0.write_offset_commit(v1, 1)))
+            raw.send_frame(_v0_frame(ApiKey.OFFSET_COMMIT, 1, attempt, offsets_v0.write_offset_commit(v1, 1)))
             answer, _ = offsets_v0.read_offset_commit_response(raw.recv_frame(), 4)
             if answer.topics[0].partitions[0].error_code != ErrorCode.coordinator_load_in_progress:
                 break
@@ -182,13 +183,13 @@ def test_offset_commit_and_fetch_v0_use_zookeeper_whatever_the_storage(chroot, z
 def test_old_versions_not_advertised_without_zookeeper(make_broker) -> None:
     broker = make_broker().start()
     with RawClient(broker.bootstrap) as raw:
-        versions = {k.api_key: (k.min_version, k.max_version) for k in raw.request(18, 3, {
+        versions = {k.api_key: (k.min_version, k.max_version) for k in raw.request(ApiKey.API_VERSIONS, 3, {
             "client_software_name": "raw", "client_software_version": "1"}).api_keys}
     assert versions[8][0] == 2 and versions[9][0] == 1
 
 
 def commit_v8(raw: RawClient, group: str, topic: str, offsets: dict[int, int]) -> list[tuple[int, ErrorCode]]:
-    response = raw.request(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+    response = raw.request(ApiKey.OFFSET_COMMIT, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
                                   "group_instance_id": None, "topics": [{"name": topic, "partitions": [
                                       {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
                                        "committed_metadata": None} for p, o in offsets.items()]}]})
@@ -217,7 +218,7 @@ def test_zookeeper_not_answering_is_coordinator_not_available(zookeeper, zk_brok
         try:
             # Bounded by offsets.commit.timeout.ms (2 s), well inside the client's 15 s.
             assert commit_v8(raw, "down-group", "zk-down", {0: 2}) == [(0, ErrorCode.coordinator_not_available)]
-            fetched = raw.request(9, 8, {"groups": [{"group_id": "down-group", "topics": [
+            fetched = raw.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": "down-group", "topics": [
                 {"name": "zk-down", "partition_indexes": [0]}]}], "require_stable": False})
             assert fetched.groups[0].error_code == ErrorCode.coordinator_not_available
         finally:

@@ -22,6 +22,7 @@ from tests.zk.offsets_cluster import (
     zk_state,
 )
 from tidemark.coordinator.partitioner import partition_for
+from tidemark.wire.api_keys import ApiKey
 
 COMMITTED = {0: 5, 1: 7, 2: 9}
 
@@ -78,7 +79,7 @@ def test_a_broker_that_is_not_the_coordinator_forwards_offset_fetch(make_broker,
                        for g in ("ledger", local_group)], "require_stable": False}
     with RawClient(brokers[here].bootstrap) as raw:
         for _ in range(2):
-            both = raw.request(9, 8, body)
+            both = raw.request(ApiKey.OFFSET_FETCH, 8, body)
             assert [g.group_id for g in both.groups] == ["ledger", local_group]
             assert [g.error_code for g in both.groups] == [ErrorCode.none, ErrorCode.none]
             assert both.groups[0] == direct.groups[0]

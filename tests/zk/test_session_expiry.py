@@ -11,6 +11,7 @@ from tests.zk.test_cluster_brokers import _cluster
 from tidemark.cluster.zk import topic_admin
 from tidemark.cluster.zk.metadata_view import ClusterSnapshot
 from tidemark.cluster.zk.preferred_election import request_preferred_election
+from tidemark.wire.api_keys import ApiKey
 
 TOPIC = "orders"
 
@@ -42,7 +43,7 @@ def test_isr_maintenance_survives_a_session_expiry(make_broker, zookeeper, chroo
         try:
             brokers[1].resume()
             with RawClient(brokers[1].bootstrap) as client:  # its event loop ran: the write was issued
-                assert client.request(18, 3, {"client_software_name": "t",
+                assert client.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
                                               "client_software_version": "1"}).error_code == 0
         finally:
             zookeeper.resume()

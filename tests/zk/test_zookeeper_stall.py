@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.integration.raw import RawClient
 from tests.zk.offsets_cluster import until
 from tidemark.records.batch import build_batch
+from tidemark.wire.api_keys import ApiKey
 
 HANG_GUARD_S = 30.0  # a bound that ends a hung test, not a margin
 PARKED_CREATES = 6  # asyncio's default executor on two cores has 6 threads
@@ -24,7 +25,7 @@ def _stopped(pid: int) -> bool:
 
 
 def _create_topics_frame(client: RawClient, name: str) -> bytes:
-    return client.encode(19, 7, {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
+    return client.encode(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
                                              "assignments": [], "configs": []}],
                                  "timeout": 10000, "validate_only": False})
 
@@ -48,7 +49,7 @@ def test_acks_all_produce_completes_while_zookeeper_is_stopped(zookeeper, chroot
         # A round trip after the CreateTopics were sent: the broker has read them and started
         # their handlers (tasks start in the order their frames were read).
         with RawClient(broker.bootstrap) as barrier:
-            assert barrier.request(18, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code == 0
+            assert barrier.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code == 0
         with RawClient(broker.bootstrap) as client:
             client.sock.settimeout(HANG_GUARD_S)
             response = client.produce("healthy", build_batch([(None, b"during", (), 1)]))

@@ -60,7 +60,7 @@ class RequestContext:
     copied per request on the hot path, and a frozen class would make that copy slower)."""
 
     __slots__ = ("api_version", "client_id", "correlation_id", "client_host", "clock", "config", "node",
-                 "replicas", "coordinator", "supported_versions", "cluster", "transactions", "listener",
+                 "partitions", "coordinator", "supported_versions", "cluster", "transactions", "listener",
                  "principal", "authorizer", "quotas")
 
     api_version: int
@@ -70,7 +70,7 @@ class RequestContext:
     clock: Clock
     config: BrokerConfig
     node: Node
-    replicas: PartitionManager
+    partitions: PartitionManager  # this broker's partitions (leaders and followers)
     coordinator: Coordinator
     supported_versions: dict[int, tuple[int, int]]  # api key -> (lowest, highest) version served
     cluster: ClusterLink | None  # this broker's ZooKeeper cluster, None when embedded
@@ -81,7 +81,7 @@ class RequestContext:
     quotas: QuotaStore | None  # the client quotas (Describe/AlterClientQuotas)
 
     def __init__(self, *, client_host: str, clock: Clock, config: BrokerConfig, node: Node,
-                 replicas: PartitionManager, coordinator: Coordinator,
+                 partitions: PartitionManager, coordinator: Coordinator,
                  supported_versions: dict[int, tuple[int, int]], cluster: ClusterLink | None = None,
                  api_version: int = -1, client_id: str | None = None, correlation_id: int = -1,
                  transactions: TransactionCoordinator | None = None, listener: str = "PLAINTEXT",
@@ -94,7 +94,7 @@ class RequestContext:
         self.clock = clock
         self.config = config
         self.node = node
-        self.replicas = replicas
+        self.partitions = partitions
         self.coordinator = coordinator
         self.supported_versions = supported_versions
         self.cluster = cluster
@@ -114,7 +114,7 @@ class RequestContext:
         ctx.clock = self.clock
         ctx.config = self.config
         ctx.node = self.node
-        ctx.replicas = self.replicas
+        ctx.partitions = self.partitions
         ctx.coordinator = self.coordinator
         ctx.supported_versions = self.supported_versions
         ctx.cluster = self.cluster

@@ -331,7 +331,7 @@ class Broker:
         return RequestContext(
             client_host=client_host, clock=self.clock, config=self.config,
             node=Node(self.node_id, *self.advertised[listener]),
-            replicas=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
+            partitions=self.replicas, coordinator=self.coordinator, supported_versions=self.supported_versions,
             cluster=self.cluster, transactions=self.transactions, authorizer=self.authorizer,
             quotas=self.quota_store, listener=listener, principal=principal,
         )

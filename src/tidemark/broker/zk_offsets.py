@@ -78,7 +78,7 @@ async def commit(ctx: RequestContext, body: Any, topic_name: Callable[[Any], str
             response = {"partition_index": p.partition_index, "error_code": ErrorCode.none}
             if not body.group_id:
                 response["error_code"] = ErrorCode.invalid_group_id
-            elif name is None or not ctx.replicas.has_partition(name, p.partition_index):
+            elif name is None or not ctx.partitions.has_partition(name, p.partition_index):
                 response["error_code"] = ErrorCode.unknown_topic_or_partition
             elif group_error is not None:
                 response["error_code"] = group_error

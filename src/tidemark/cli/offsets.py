@@ -13,7 +13,7 @@ A transactional offset commit (TxnOffsetCommit, pending until its marker) ends w
 `control: COMMIT` or `control: ABORT` followed by its producer and coordinator epoch.
 Stdout carries only these lines so they can be piped; warnings and the progress bar go to stderr.
 It is safe on a running broker's data directory: segments the cleaner swaps or retention deletes
-mid-read are neither missed nor printed twice (see tidemark.log.offline).
+mid-read are neither missed nor printed twice (see tidemark.log.direct_read).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import click
 
-from tidemark.log.offline import (
+from tidemark.log.direct_read import (
     iter_segment_batches,
     iter_segment_data,
     segment_files,

@@ -100,7 +100,8 @@ def list_command(bootstrap: str, timeout_ms: int) -> None:
     try:
         with Brokers(bootstrap, timeout_ms / 1000) as brokers:
             _version, metadata = brokers.any().call(ApiKey.METADATA, 12,
-                                                    {"topics": [], "allow_auto_topic_creation": False})
+                                                    {"topics": [], "allow_auto_topic_creation": False,
+                                                     "include_topic_authorized_operations": False})
             for broker in sorted(metadata.brokers, key=lambda b: b.node_id):
                 connection = brokers.node(int(broker.node_id), broker.host, int(broker.port))
                 while True:

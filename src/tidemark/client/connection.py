@@ -197,13 +197,15 @@ class Brokers:
         return connection
 
     def _load_brokers(self) -> None:
-        _version, metadata = self.any().call(ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False})
+        _version, metadata = self.any().call(ApiKey.METADATA, 12, {
+            "topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
         self._addresses = {int(b.node_id): (b.host, int(b.port)) for b in metadata.brokers}
 
     def leaders(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
         """The leader node of each partition of these topics (partitions without one left out)."""
         _version, metadata = self.any().call(ApiKey.METADATA, 12, {
-            "topics": [{"name": topic} for topic in sorted(set(topics))], "allow_auto_topic_creation": False})
+            "topics": [{"name": topic, "topic_id": None} for topic in sorted(set(topics))],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
         self._addresses = {int(b.node_id): (b.host, int(b.port)) for b in metadata.brokers}
         return {(t.name, int(p.partition_index)): int(p.leader_id) for t in metadata.topics
                 if t.error_code == ErrorCode.none for p in t.partitions if int(p.leader_id) >= 0}

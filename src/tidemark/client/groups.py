@@ -123,7 +123,8 @@ class GroupReader:
     def describe(self, groups: Sequence[str]) -> dict[str, GroupView | ClientError]:
         def ask(node_id: int, mine: list[str]) -> dict[str, object]:
             connection = self.brokers.node(node_id)
-            _version, response = connection.call(ApiKey.DESCRIBE_GROUPS, 5, {"groups": mine})
+            _version, response = connection.call(ApiKey.DESCRIBE_GROUPS, 5, {"groups": mine,
+                                                                                "include_authorized_operations": False})
             answers: dict[str, object] = {}
             for g in response.groups:
                 if g.error_code == ErrorCode.group_id_not_found or (

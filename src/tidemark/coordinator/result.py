@@ -79,7 +79,7 @@ def group_append_error(code: ErrorCode) -> ErrorCode:
 
 
 def offset_commit_append_error(code: ErrorCode) -> ErrorCode:
-    """How a failed append of offset commits reaches the client (facts §4)."""
+    """How a failed append of offset commits reaches the client (Kafka's OffsetCommit error mapping)."""
     if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
                 ErrorCode.not_enough_replicas_after_append):
         return ErrorCode.coordinator_not_available

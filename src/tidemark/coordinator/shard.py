@@ -164,7 +164,7 @@ class GroupCoordinatorShard:
     # -- OffsetCommit ---------------------------------------------------------------------------
 
     def _commit_error(self, request: Any, version: int, now_ms: int) -> ErrorCode | None:
-        """The group-level reason this commit is refused (facts §4, in Kafka's order), or None."""
+        """The group-level reason this commit is refused (in the order Kafka's GroupCoordinatorShard checks), or None."""
         group_id = request.group_id
         if not group_id:
             return ErrorCode.invalid_group_id

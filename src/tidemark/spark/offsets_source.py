@@ -16,7 +16,7 @@ Two ways in, both partition-parallel (one Spark task per offsets partition):
 
       spark.read.format("tidemark-offsets").option("path", "tidemark-data").load()
 
-  Each task reads the segment files of one `__consumer_offsets-N` directory (tidemark.log.offline):
+  Each task reads the segment files of one `__consumer_offsets-N` directory (tidemark.log.direct_read):
   a torn tail ends the read. Safe on a running broker's data.
 
 Transactions (TxnOffsetCommit): read from files, an offset commit written in a transaction has
@@ -428,7 +428,7 @@ def _file_records(directory: str, transactions: dict[int, tuple[int, int, bool]]
                   ) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
     """The offsets partition's records from its segment files (on the executor), markers
     included; those of transactional batches are entered in `transactions` as they go."""
-    from tidemark.log.offline import iter_segment_batches, iter_segment_data
+    from tidemark.log.direct_read import iter_segment_batches, iter_segment_data
     from tidemark.records import iter_timestamped_key_values
 
     def decode(data: bytes, position: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
@@ -539,7 +539,7 @@ class OffsetsLogReader(ShippedToExecutors, DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         if "path" in self.options:
-            from tidemark.log.offline import topic_partition_dirs
+            from tidemark.log.direct_read import topic_partition_dirs
 
             data_dir = Path(self.options["path"])
             if not data_dir.is_dir():

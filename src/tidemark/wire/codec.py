@@ -36,7 +36,7 @@ from kio.serial import entity_reader
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from . import array_guard, collection_guard, error_responses, list_offsets_v0, offsets_v0, produce_v0
+from . import error_responses, list_offsets_v0, offsets_v0, produce_v0, request_guard
 from .build import build
 from .errors import MalformedRequest
 from .list_offsets_v0 import ListOffsetsV0Response
@@ -54,7 +54,6 @@ __all__ = (
     "response_schema",
 )
 
-_UNGUARDED = frozenset({ApiKey.FETCH, ApiKey.OFFSET_FETCH, ApiKey.CONSUMER_GROUP_HEARTBEAT})  # hot paths
 
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _I16 = struct.Struct(">h")
@@ -141,16 +140,14 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
             return None
         read_header = entity_reader(schema.__header_schema__)
         read_body = entity_reader(schema)
-        # kio would reserve memory by a claimed count first. Not Fetch, OffsetFetch nor
-        # ConsumerGroupHeartbeat: the walk in Python costs several times kio's own read on those
-        # hot paths (they stay exposed).
-        if api_key not in _UNGUARDED and array_guard.needs_guard(schema):
+        # kio would reserve memory by a claimed count or length first (request_guard says which
+        # bodies are walked).
+        if request_guard.needs_walk(api_key, schema):
             read_body = _guarded(schema, read_body)
 
     def decode(frame) -> Request:
         try:
             header, offset = read_header(frame, 0)
-            collection_guard.check(api_key, api_version, frame, offset)  # any array, flexible versions
             body, size = read_body(frame, offset)
         except Exception as e:
             raise MalformedRequest(
@@ -172,7 +169,7 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
 
 def _guarded(schema: type, read_body: Callable) -> Callable:
     def read(frame, offset: int):
-        array_guard.check_body(schema, frame, offset)
+        request_guard.check(schema, frame, offset)
         return read_body(frame, offset)
     return read
 

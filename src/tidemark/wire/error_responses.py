@@ -270,11 +270,12 @@ def delete_records(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
 
 def _resource(resource: Any, code: ErrorCode) -> dict[str, Any]:
     return {"error_code": code, "error_message": None, "resource_type": resource.resource_type,
-            "resource_name": resource.resource_name, "configs": []}
+            "resource_name": resource.resource_name}
 
 
 def describe_configs(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:
-    return {"throttle_time": 0, "results": [_resource(r, code) for r in _each(body and body.resources)]}
+    return {"throttle_time": 0, "results": [{**_resource(r, code), "configs": []}
+                                            for r in _each(body and body.resources)]}
 
 
 def alter_configs(body: Any, version: int, code: ErrorCode) -> dict[str, Any]:

@@ -125,7 +125,7 @@ async def handle_alter(ctx: RequestContext, request: Request) -> dict[str, Any]:
             entity = _entity(entry.entity)
             _altered(ctx.quotas.current(entity), entry.ops)  # refused before anything is written
             if not body.validate_only:  # the ops applied again to what is stored (changed meanwhile)
-                metadata = ctx.replicas.metadata if ctx.cluster is None else None
+                metadata = ctx.partitions.metadata if ctx.cluster is None else None
                 await ctx.quotas.alter(metadata, entity, functools.partial(_altered, ops=entry.ops))
         except _Invalid as exc:
             code, message = ErrorCode.invalid_request, str(exc)

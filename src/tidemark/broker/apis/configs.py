@@ -50,7 +50,7 @@ def _topic(ctx: RequestContext, name: str) -> TopicMetadata:
         validate_topic_name(name)
     except InvalidTopicError as exc:
         raise Refused(ErrorCode.invalid_topic_exception, str(exc)) from None
-    topic = ctx.replicas.topic(name)
+    topic = ctx.partitions.topic(name)
     if topic is None:
         raise Refused(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
     return topic
@@ -153,7 +153,7 @@ async def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, ne
         if not validate_only and ctx.cluster is not None:  # a ZooKeeper write, off the event loop
             await ctx.cluster.set_topic_configs(topic.name, configs)
         elif not validate_only:
-            ctx.replicas.set_topic_configs(topic.name, configs)
+            ctx.partitions.set_topic_configs(topic.name, configs)
     elif resource.resource_type == BROKER:
         _check_broker(ctx, resource.resource_name)
         layer = dynamic_config.layer_of(resource.resource_name)
@@ -164,7 +164,7 @@ async def _alter_one(ctx: RequestContext, resource: Any, validate_only: bool, ne
             return new_overrides(stored, resource.configs, lambda n: _broker_value(ctx, n), _broker_list)
 
         try:
-            await dynamic_config.alter(ctx.config, ctx.replicas, ctx.cluster, resource.resource_name, change,
+            await dynamic_config.alter(ctx.config, ctx.partitions, ctx.cluster, resource.resource_name, change,
                                        validate_only)
         except DynamicConfigRefused as refused:
             raise Refused(refused.code, refused.message) from None

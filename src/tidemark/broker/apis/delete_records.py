@@ -32,7 +32,7 @@ async def _delete_one(ctx: RequestContext, topic: str, index: int, offset: int) 
         return ErrorCode.topic_authorization_failed, -1
     if topic in INTERNAL_TOPICS:
         return ErrorCode.invalid_topic_exception, -1
-    partition = ctx.replicas.partition(topic, index)
+    partition = ctx.partitions.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition, -1
     log = partition.log
@@ -45,7 +45,7 @@ async def _delete_one(ctx: RequestContext, topic: str, index: int, offset: int) 
     if offset < 0:
         return ErrorCode.offset_out_of_range, -1
     try:
-        return ErrorCode.none, await ctx.replicas.delete_records(partition, offset)
+        return ErrorCode.none, await ctx.partitions.delete_records(partition, offset)
     except OffsetOutOfRangeError:  # beyond the high watermark
         return ErrorCode.offset_out_of_range, -1
 

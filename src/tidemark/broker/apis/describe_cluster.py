@@ -46,7 +46,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
         "error_code": 0,
         "error_message": None,
         "endpoint_type": BROKER_ENDPOINT,
-        "cluster_id": ctx.replicas.metadata.cluster_id,
+        "cluster_id": ctx.partitions.metadata.cluster_id,
         "controller_id": controller,
         "brokers": brokers,
         "cluster_authorized_operations": access.operations_field(

@@ -44,7 +44,7 @@ Outcomes = dict[tuple[str, int], ErrorCode]
 
 
 def _embedded(ctx: RequestContext, partitions: Iterable[tuple[str, int]]) -> Outcomes:
-    return {(t, p): ErrorCode.election_not_needed if ctx.replicas.partition(t, p) is not None
+    return {(t, p): ErrorCode.election_not_needed if ctx.partitions.partition(t, p) is not None
             else ErrorCode.unknown_topic_or_partition for t, p in partitions}
 
 

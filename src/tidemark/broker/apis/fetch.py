@@ -87,7 +87,7 @@ def _session(ctx: RequestContext, body: Any, replica_id: int, requested: dict[Pa
              forgotten: list[PartitionKey]) -> tuple[FetchSession | None, bool] | ErrorCode:
     """The request's fetch session (None without one) and whether the request is incremental,
     or the session error it gets (fetch_sessions.py has the rules)."""
-    sessions = ctx.replicas.fetch_sessions
+    sessions = ctx.partitions.fetch_sessions
     session_id = getattr(body, "session_id", NO_SESSION)
     epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
@@ -105,7 +105,7 @@ def _session(ctx: RequestContext, body: Any, replica_id: int, requested: dict[Pa
 def _follows_any(ctx: RequestContext, replica_id: int, requested: dict[PartitionKey, FetchPosition]) -> bool:
     for ref, index in requested:
         topic, _ = _resolve(ctx, ref)
-        partition = ctx.replicas.partition(topic.name, index) if topic is not None else None
+        partition = ctx.partitions.partition(topic.name, index) if topic is not None else None
         if partition is not None and replica_id in partition.followers:
             return True
     return False
@@ -113,8 +113,8 @@ def _follows_any(ctx: RequestContext, replica_id: int, requested: dict[Partition
 
 def _resolve(ctx: RequestContext, ref: str | uuid.UUID) -> tuple[Any, ErrorCode]:
     if isinstance(ref, uuid.UUID):
-        return ctx.replicas.resolve_topic(None, ref)
-    return ctx.replicas.resolve_topic(ref, None)
+        return ctx.partitions.resolve_topic(None, ref)
+    return ctx.partitions.resolve_topic(ref, None)
 
 
 def _broker_racks(ctx: RequestContext) -> dict[int, str | None]:
@@ -135,7 +135,7 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
     """One pass over the partitions fetched: (each one's answer, bytes read, partitions, whether
     to answer at once (an error, or a preferred read replica as Kafka does), partitions left with
     records to read because the response's byte limit was spent)."""
-    replicas = ctx.replicas
+    replicas = ctx.partitions
     # KIP-392: a consumer's fetch v11+ may read at a follower, and the leader may name another replica.
     client_metadata = replica_id < 0 and ctx.api_version >= CLIENT_METADATA_VERSION
     selector = ctx.config["replica.selector.class"] if client_metadata else None

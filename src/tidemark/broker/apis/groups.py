@@ -111,7 +111,7 @@ async def handle_join(ctx: RequestContext, request: Request) -> dict[str, Any]:
 def _topics_image(ctx: RequestContext) -> dict[str, Any]:
     """Every topic a consumer may subscribe to, as the consumer group records describe it."""
     return {t.name: ConsumerGroupTopic(t.topic_id, t.name, t.partitions)
-            for t in ctx.replicas.metadata.topics.values() if not t.internal}
+            for t in ctx.partitions.metadata.topics.values() if not t.internal}
 
 
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request) -> dict[str, Any]:

@@ -35,7 +35,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     # any client fence another producer.
     # In a cluster a new block of ids is claimed in ZooKeeper, off the event loop.
     producer_id = await ctx.cluster.next_producer_id() if ctx.cluster is not None \
-        else ctx.replicas.metadata.next_producer_id()
+        else ctx.partitions.metadata.next_producer_id()
     return {
         "throttle_time": 0,
         "error_code": 0,

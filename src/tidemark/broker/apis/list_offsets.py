@@ -48,7 +48,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | List
     for wanted_topic in body.topics:
         partitions = []
         for wanted in wanted_topic.partitions:
-            partition, code = ctx.replicas.leader_partition(wanted_topic.name, wanted.partition_index)
+            partition, code = ctx.partitions.leader_partition(wanted_topic.name, wanted.partition_index)
             if not access.allowed(ctx, access.DESCRIBE, access.TOPIC, wanted_topic.name):  # as Kafka
                 partition, code = None, ErrorCode.topic_authorization_failed
             if partition is None:
@@ -68,7 +68,7 @@ def _handle_v0(ctx: RequestContext, body: ListOffsetsV0Request) -> ListOffsetsV0
     for name, wanted_partitions in body.topics:
         partitions = []
         for index, timestamp, max_num_offsets in wanted_partitions:
-            partition, code = ctx.replicas.leader_partition(name, index)
+            partition, code = ctx.partitions.leader_partition(name, index)
             if not access.allowed(ctx, access.DESCRIBE, access.TOPIC, name):
                 partition, code = None, ErrorCode.topic_authorization_failed
             if partition is None:

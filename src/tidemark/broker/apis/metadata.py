@@ -33,7 +33,7 @@ def _partition_entry(ctx: RequestContext, topic: str, index: int) -> dict[str, A
     if ctx.cluster is None:
         node = ctx.node.id
         return {"error_code": 0, "partition_index": index, "leader_id": node,
-                "leader_epoch": ctx.replicas.partitions[(topic, index)].leader_epoch,
+                "leader_epoch": ctx.partitions.partitions[(topic, index)].leader_epoch,
                 "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
     snapshot = ctx.cluster.snapshot
     view = snapshot.partitions.get((topic, index))
@@ -52,8 +52,8 @@ async def _create(ctx: RequestContext, name: str) -> TopicMetadata | None:
     if ctx.cluster is None:
         if name == OFFSETS_TOPIC:
             ctx.coordinator.ensure_offsets_topic()
-            return ctx.replicas.topic(name)
-        return ctx.replicas.create_topic(name, ctx.config["num.partitions"], {})
+            return ctx.partitions.topic(name)
+        return ctx.partitions.create_topic(name, ctx.config["num.partitions"], {})
     try:
         if name == OFFSETS_TOPIC:
             await ctx.cluster.ensure_offsets_topic()
@@ -64,7 +64,7 @@ async def _create(ctx: RequestContext, name: str) -> TopicMetadata | None:
                                            rack_aware_mode=RackAwareMode.SAFE)
     except Exception:  # noqa: BLE001 - created elsewhere meanwhile, or not now: the client retries
         pass
-    return ctx.replicas.topic(name)
+    return ctx.partitions.topic(name)
 
 
 def _error_entry(name: str | None, code: ErrorCode) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def _error_entry(name: str | None, code: ErrorCode) -> dict[str, Any]:
 
 async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
-    replicas = ctx.replicas
+    replicas = ctx.partitions
     # KIP-430 (v8+): every topic named, known or not, carries its authorized operations when asked
     # (Kafka sets them on the whole describable list); without the ask, Kafka's "omitted" value.
     ask_topic_operations = getattr(body, "include_topic_authorized_operations", False)

@@ -55,7 +55,7 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any]:
             topics.append({"topic": wanted.topic, "partitions": partitions})
             continue
         partitions = [{"partition": p.partition, "leader_epoch": -1, "end_offset": -1,
-                       **end_offset(ctx.replicas.partition(wanted.topic, p.partition), p.current_leader_epoch,
+                       **end_offset(ctx.partitions.partition(wanted.topic, p.partition), p.current_leader_epoch,
                                     p.leader_epoch, require_leader)}
                       for p in wanted.partitions]
         topics.append({"topic": wanted.topic, "partitions": partitions})

@@ -47,7 +47,7 @@ def _names(ctx: RequestContext, topics: Any) -> Names | None:
         return None
     names: Names = {}
     for topic in topics:
-        found = ctx.replicas.topic_by_id(topic.topic_id) if topic.topic_id is not None else None
+        found = ctx.partitions.topic_by_id(topic.topic_id) if topic.topic_id is not None else None
         names[topic.topic_id] = found.name if found else None
     return names
 
@@ -158,7 +158,7 @@ def _with_topic_ids(ctx: RequestContext, group: dict[str, Any], topics: Any, nam
     if names is None:  # all topics
         answered = []
         for entry in group["topics"]:
-            topic = ctx.replicas.topic(entry["name"])
+            topic = ctx.partitions.topic(entry["name"])
             if topic is not None:
                 answered.append({**entry, "topic_id": topic.topic_id})
     else:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None:
     body = request.body
     acks = body.acks
-    replicas = ctx.replicas
+    replicas = ctx.partitions
     now_ms = ctx.clock.now_ms()
     topic_responses: list[dict[str, Any]] = []
     waits = []  # acks=-1: (partition response, partition, end offset its high watermark must reach)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 async def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> dict[str, Any]:
-    replicas = ctx.replicas
+    replicas = ctx.partitions
     name = item.name
 
     def failed(code: ErrorCode, message: str) -> dict[str, Any]:
@@ -88,7 +88,7 @@ async def _create_one(ctx: RequestContext, item: Any, validate_only: bool) -> di
 def _over_partition_limit(ctx: RequestContext, adding: int) -> str | None:
     """Why `adding` more partitions is refused (tidemark.max.partitions), or None."""
     limit = ctx.config["tidemark.max.partitions"]
-    hosted = len(ctx.replicas.partitions)
+    hosted = len(ctx.partitions.partitions)
     if hosted + adding <= limit:
         return None
     return (f"{adding} more partitions would bring this broker to {hosted + adding}, above "
@@ -122,7 +122,7 @@ async def _create_partitions_one(ctx: RequestContext, item: Any, validate_only: 
     def result(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
         return {"name": item.name, "error_code": code, "error_message": message}
 
-    topic = ctx.replicas.topic(item.name)
+    topic = ctx.partitions.topic(item.name)
     if topic is None:
         return result(ErrorCode.unknown_topic_or_partition, f"The topic '{item.name}' does not exist.")
     if topic.internal:
@@ -147,7 +147,7 @@ async def _create_partitions_one(ctx: RequestContext, item: Any, validate_only: 
             except Exception as exc:  # noqa: BLE001 - Kafka's error for each refusal
                 return result(cluster_error_code(exc), str(exc))
         else:
-            ctx.replicas.add_partitions(item.name, item.count)
+            ctx.partitions.add_partitions(item.name, item.count)
     return result(ErrorCode.none)
 
 
@@ -169,7 +169,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Request) -> dic
 
 async def handle_delete(ctx: RequestContext, request: Request) -> dict[str, Any]:
     body = request.body
-    replicas = ctx.replicas
+    replicas = ctx.partitions
     if hasattr(body, "topic_names"):  # v0-v5
         wanted = [(name, None) for name in body.topic_names]
     else:

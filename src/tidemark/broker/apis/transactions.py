@@ -44,7 +44,7 @@ def _ms(value: Any) -> int:
 async def next_producer_id(ctx: RequestContext) -> int:
     # In a cluster a new block of ids is claimed in ZooKeeper, off the event loop.
     return await ctx.cluster.next_producer_id() if ctx.cluster is not None \
-        else ctx.replicas.metadata.next_producer_id()
+        else ctx.partitions.metadata.next_producer_id()
 
 
 # -- InitProducerId -----------------------------------------------------------------------------
@@ -117,7 +117,7 @@ async def _transaction_result(ctx: RequestContext, version: int, transactional_i
     if refused:  # as KafkaApis: the refused topics' partitions say so, the others were not attempted
         return {tp: ErrorCode.topic_authorization_failed if tp[0] in refused else ErrorCode.operation_not_attempted
                 for tp in partitions}
-    unknown = {tp for tp in partitions if not ctx.replicas.has_partition(*tp)}
+    unknown = {tp for tp in partitions if not ctx.partitions.has_partition(*tp)}
     if unknown:
         return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
                 for tp in partitions}

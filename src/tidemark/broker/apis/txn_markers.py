@@ -58,7 +58,7 @@ async def _offsets_marker(ctx: RequestContext, index: int, marker: Any) -> Error
 
 def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCode | asyncio.Future:
     """Write one partition's marker: its error, or the wait for its replication."""
-    partition = ctx.replicas.partition(topic, index)
+    partition = ctx.partitions.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     if not partition.is_leader:
@@ -67,7 +67,7 @@ def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCo
         return asyncio.ensure_future(_offsets_marker(ctx, index, marker))
     # Kafka appends markers with acks=-1: too few in-sync replicas refuse the marker before it is
     # written, and the transaction coordinator retries it.
-    resolved, _ = ctx.replicas.resolve_topic(topic, None)
+    resolved, _ = ctx.partitions.resolve_topic(topic, None)
     min_insync = ctx.config.min_insync_replicas(resolved.configs if resolved is not None else {})
     if len(partition.isr) < min_insync:
         return ErrorCode.not_enough_replicas
@@ -77,7 +77,7 @@ def _append(ctx: RequestContext, topic: str, index: int, marker: Any) -> ErrorCo
                                               now_ms=ctx.clock.now_ms())
     except Exception as exc:  # noqa: BLE001 - becomes that partition's error code
         return error_code_for(exc)
-    ctx.replicas.schedule_flush(partition)
+    ctx.partitions.schedule_flush(partition)
     partition.appended()
     return asyncio.ensure_future(_committed(partition, info.last_offset + 1, partition.leader_epoch, min_insync))
 

@@ -38,7 +38,7 @@ async def handle_sasl_after_authentication(ctx: RequestContext, request: Request
 def _store(ctx: RequestContext) -> CredentialStore:
     if ctx.cluster is not None:
         return ZkCredentialStore(ctx.cluster.client)
-    return FileCredentialStore(ctx.replicas.data_dir)
+    return FileCredentialStore(ctx.partitions.data_dir)
 
 
 async def _call(ctx: RequestContext, function: Callable[..., T], *args: Any) -> T:

@@ -355,8 +355,9 @@ class TransactionShard:
 
 
 def describe_error(transactional_id: str, code: ErrorCode) -> dict[str, Any]:
+    # the timeout, start time and producer id stay at Kafka's defaults (0), as Kafka answers an error
     return {"error_code": code, "transactional_id": transactional_id, "transaction_state": "",
-            "transaction_timeout": 0, "transaction_start_time": 0,  # Kafka's default, as it answers "producer_id": NO_PRODUCER_ID,
+            "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": 0,
             "producer_epoch": NO_PRODUCER_EPOCH, "topics": []}
 
 

@@ -1,8 +1,8 @@
 """Which committed offsets expire at a given time, under KIP-211 and under the rules before it.
 
 The offsets and groups are those a coordinator loading the log would hold (offsets_snapshot and
-group_snapshot), and the KIP-211 decision is the broker's own (GroupCoordinatorShard.expire_offsets,
-facts §5) at `at` with offsets.retention.minutes = `retention_ms`:
+group_snapshot), and the KIP-211 decision is the broker's own (GroupCoordinatorShard.expire_offsets) at `at` with
+offsets.retention.minutes = `retention_ms`:
 
 - an offset with an explicit expire timestamp (value v1, a commit with a retention time)
   expires when at >= it, whatever its group does;

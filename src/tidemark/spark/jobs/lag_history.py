@@ -171,7 +171,7 @@ class DataDirLookups(Lookups):
 
     def _scan(self, tp: TP, offsets: set[int], stamps: set[int]) -> tuple[dict[int, int], dict[int, int]]:
         """({offset: timestamp of the first record at or after it}, {timestamp: first offset stamped at or after it})."""
-        from tidemark.log.offline import iter_segment_data
+        from tidemark.log.direct_read import iter_segment_data
         from tidemark.records import decode_records, iter_batches
 
         pending_offsets, pending_stamps = sorted(offsets), sorted(stamps)

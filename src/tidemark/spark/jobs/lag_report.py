@@ -125,7 +125,7 @@ def log_end_offsets_from_cluster(bootstrap_servers: str, partitions: Iterable[tu
 def log_end_offsets_from_data_dir(data_dir: str | Path, partitions: Iterable[tuple[str, int]]
                                   ) -> list[tuple[str, int, int | None]]:
     """(topic, partition, log-end offset) from the segment files; None for a missing partition."""
-    from tidemark.log.offline import log_end_offset
+    from tidemark.log.direct_read import log_end_offset
 
     result = []
     for topic, partition in partitions:

@@ -1,7 +1,7 @@
 """The offsets table as the coordinator would load it from the offsets log.
 
 Loading replays each offsets partition from its start: the last record of a key wins and a
-tombstone removes the key (facts §5). `offsets_snapshot` does the same over the rows of the
+tombstone removes the key, as Kafka's coordinator loads it. `offsets_snapshot` does the same over the rows of the
 "tidemark-offsets" source: one row per (group, topic, partition) still committed, which is what
 OffsetFetch answers for that group. `group_snapshot` does it for the group metadata records.
 Records that failed to decode ("unknown" rows) take no part, as KIP-848 records do not. A
@@ -27,7 +27,7 @@ SNAPSHOT_COLUMNS = ("group", "topic", "partition", "committed_offset", "leader_e
 GROUP_COLUMNS = ("group", "state", "protocol_type", "generation", "protocol", "leader", "current_state_timestamp",
                  "members", "subscribed_topics", "offsets_partition", "log_offset")
 
-# The state a loaded group comes back in: Stable with members, Empty without (facts §5).
+# The state a loaded group comes back in: Stable with members, Empty without, as in Kafka.
 STABLE = "Stable"
 EMPTY = "Empty"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from tidemark.log import LogConfig, UnifiedLog, offline
+from tidemark.log import LogConfig, UnifiedLog, direct_read
 from tidemark.log.cleaner import Cleaner
-from tidemark.log.offline import (
+from tidemark.log.direct_read import (
     iter_log_records,
     log_end_offset,
     segment_files,
@@ -97,7 +97,7 @@ def test_listing_that_catches_a_swap_half_done_is_taken_again(tmp_path, monkeypa
                 release.set()
                 cleaner.join(60)
 
-        monkeypatch.setattr(offline, "listing_hook", listed)
+        monkeypatch.setattr(direct_read, "listing_hook", listed)
         records = list(iter_log_records(tmp_path / "t-0"))
     finally:
         release.set()
@@ -118,7 +118,7 @@ def test_segments_swapped_between_listing_and_reading_are_read_again(tmp_path, m
             log.config = compact_config(segment_bytes=1 << 20)
             Cleaner().clean(log, 0)
 
-    monkeypatch.setattr(offline, "listing_hook", listed)
+    monkeypatch.setattr(direct_read, "listing_hook", listed)
     records = list(iter_log_records(tmp_path / "t-0"))
     assert len(listings) > 1 and len(records) < len(before)
     assert records == _records(log)

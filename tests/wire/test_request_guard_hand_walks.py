@@ -6,14 +6,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemark.wire import collection_guard
+from kio.index import load_request_schema
+
+from tidemark.wire import request_guard
+from tidemark.wire.api_keys import ApiKey
 from tidemark.wire.client import encode_request
 
 HEADER_END = 8 + 2 + len("c") + 1  # api key, version, correlation id, client id, header tags
 
 
 def commit_frame(version: int, topics: list[tuple[str, list[tuple[int, str | None]]]]) -> bytes:
-    return encode_request(8, version, 1, {
+    return encode_request(ApiKey.OFFSET_COMMIT, version, 1, {
         "group_id": "group", "generation_id_or_member_epoch": 3, "member_id": "m", "group_instance_id": None,
         "topics": [{"name": name, "partitions": [
             {"partition_index": p, "committed_offset": 10 * p, "committed_leader_epoch": -1,
@@ -24,18 +27,18 @@ def commit_frame(version: int, topics: list[tuple[str, list[tuple[int, str | Non
 def outcome(walk, frame: bytes) -> str:
     try:
         walk(frame)
-    except collection_guard.CollectionTooLarge:
+    except request_guard.ClaimTooLarge:
         return "refused"
     return "passed"
 
 
 def generic(version: int):
-    plan = collection_guard._plan(8, version)
+    plan = request_guard._plan(load_request_schema(ApiKey.OFFSET_COMMIT, version))
 
     def walk(frame: bytes) -> None:
         try:
-            collection_guard._entity(plan, frame, HEADER_END)
-        except collection_guard._Stop:
+            request_guard._skip_entity(plan, frame, HEADER_END)
+        except request_guard._Stop:
             pass
     return walk
 
@@ -54,7 +57,7 @@ def test_offset_commit_walk_refuses_what_the_generic_walk_refuses(version, topic
     if data.draw(st.booleans()):
         frame = frame[:data.draw(st.integers(HEADER_END, len(frame)))]
     frame = bytes(frame)
-    assert outcome(lambda f: collection_guard.check(8, version, f, HEADER_END), frame) == \
+    assert outcome(lambda f: request_guard.check(load_request_schema(ApiKey.OFFSET_COMMIT, version), f, HEADER_END), frame) == \
         outcome(generic(version), frame)
 
 
@@ -63,7 +66,7 @@ def test_a_huge_partition_count_is_refused(version):
     frame = commit_frame(version, [("t", [])])
     # the topic's partition count (empty: 0x01) becomes 2**28
     huge = frame[:-3] + b"\x81\x80\x80\x80\x01" + frame[-2:]
-    with pytest.raises(collection_guard.CollectionTooLarge):
-        collection_guard.check(8, version, huge, HEADER_END)
-    with pytest.raises(collection_guard.CollectionTooLarge):
+    with pytest.raises(request_guard.ClaimTooLarge):
+        request_guard.check(load_request_schema(ApiKey.OFFSET_COMMIT, version), huge, HEADER_END)
+    with pytest.raises(request_guard.ClaimTooLarge):
         generic(version)(huge)
