@@ -95,8 +95,10 @@ def test_worker_cleaning_is_identical_to_the_in_process_cleaner(tmp_path):
 
 
 def test_a_log_truncated_while_the_worker_cleans_gets_nothing_swapped_in(tmp_path, monkeypatch):
-    """The worker is held after writing part of its first cleaned segment; the log is truncated
-    into its first segment meanwhile: the finished cleaned segments are refused."""
+    """The worker is held after writing part of its first cleaned segment; meanwhile a follower's
+    truncation removes the newest segments (and so the newest value of every key). The job's key
+    map still points at those: none of its cleaned segments may be swapped in, even those whose
+    own segments are untouched, or the values left after the truncation would be dropped."""
     release = tmp_path / "release"
     monkeypatch.setenv(HOLD_AT, "cleaner_write")
     monkeypatch.setenv(HOLD_RELEASE, str(release))
@@ -109,7 +111,8 @@ def test_a_log_truncated_while_the_worker_cleans_gets_nothing_swapped_in(tmp_pat
         try:
             task = asyncio.create_task(cleaner.clean_once())
             await _until(lambda: _cleaned_files(log.directory))
-            log.truncate_to(log.segments[0].next_offset - 1)
+            assert len(log.segments) > 6
+            log.truncate_to(log.segments[-4].base_offset)
             log.update_high_watermark(log.log_end_offset)
             truncated = read_all(log)
             release.touch()
@@ -118,7 +121,7 @@ def test_a_log_truncated_while_the_worker_cleans_gets_nothing_swapped_in(tmp_pat
             await cleaner.stop()
 
     _, truncated = asyncio.run(scenario())
-    assert read_all(log) == truncated  # nothing cleaned from the old segments came back
+    assert read_all(log) == truncated  # every record the truncation left is still there
     assert _cleaned_files(log.directory) == []
     assert read_checkpoint(tmp_path / "data" / "cleaner-offset-checkpoint").get(("t", 0), 0) == 0
     manager.close()

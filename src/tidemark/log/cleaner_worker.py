@@ -83,12 +83,14 @@ class CleaningJob:
     index_interval_bytes: int
     index_max_bytes: int
     max_map_entries: int
+    truncations: int  # the log's truncation count when the job was made
 
 
 def make_job(log: UnifiedLog, first_dirty_offset: int, now_ms: int,
              max_map_entries: int) -> tuple[CleaningJob, list[LogSegment]] | None:
     """The job for cleaning `log` as Cleaner.clean would, and the segments it starts from;
     None if there is nothing to clean."""
+    truncations = log.local.truncations  # read first: a truncation after it shows
     snapshot, active_base, hw = log.cleaning_snapshot()
     for _, fd in snapshot:
         os.close(fd)  # the worker opens the files itself
@@ -105,7 +107,7 @@ def make_job(log: UnifiedLog, first_dirty_offset: int, now_ms: int,
         tuple(SegmentSpec(seg.base_offset, seg.size, seg.next_offset, seg.last_modified_ms) for seg in segments),
         first_dirty_offset, first_dirty, end, tuple(aborted_transactions(log, segments, end)), producers,
         frozenset(active), now_ms, config.delete_retention_ms, config.segment_bytes, config.index_interval_bytes,
-        config.segment_index_bytes, max_map_entries)
+        config.segment_index_bytes, max_map_entries, truncations)
     return job, segments
 
 
@@ -118,10 +120,15 @@ def swap_in(log: UnifiedLog, job: CleaningJob, old: list[LogSegment], cleaned_ba
         if not cleaned.open_from_indexes(active=False):
             cleaned.recover(validate=False, active=False, truncate=False)
         sizes = {spec.base_offset: spec.size for spec in job.segments}
-        # replace_segments checks, under the log's lock, that these very segment objects are
-        # still consecutive in the log (a truncation replaces the segment it cuts); their sizes
-        # are what the worker read.
-        if any(seg.size != sizes.get(seg.base_offset) for seg in old) or not log.replace_segments(old, cleaned):
+        # Under the log's lock: these very segment objects still consecutive in the log (a
+        # truncation replaces the segment it cuts), with the sizes the worker read, and no
+        # truncation at all since the job was made (Kafka aborts a cleaning before truncating):
+        # the key map may hold keys whose newer records a truncation removed.
+        def unchanged() -> bool:
+            return log.local.truncations == job.truncations and all(seg.size == sizes.get(seg.base_offset)
+                                                                    for seg in old)
+
+        if not log.replace_segments(old, cleaned, unchanged=unchanged):
             cleaned.delete()
             return False
         return True

@@ -201,8 +201,9 @@ class LogCleaner:
             end, stats = worker.run(job, on_group)
         except CleaningFailed:
             live = {seg.base_offset: seg for seg in log_.segments}
-            if refused or any(live.get(base) is not seg or seg.size != spec.size
-                              for (base, seg), spec in zip(by_base.items(), job.segments)):
+            if refused or log_.local.truncations != job.truncations or any(
+                    live.get(base) is not seg or seg.size != spec.size
+                    for (base, seg), spec in zip(by_base.items(), job.segments)):
                 raise StaleJob("the log changed while its cleaning failed") from None
             raise
         if refused:
