@@ -307,7 +307,7 @@ def run_under_cleaning(tmp: Path, args, big_records: int, load_rate: float) -> U
     # The big partition becomes cleanable once min.compaction.lag.ms has passed since its records'
     # timestamps: after its load, the topic, the consumers and the idle window, with margin.
     expected_load_s = big_records / load_rate
-    clean_at = time.time() + 5 + 2 * expected_load_s + args.seconds + 5
+    clean_at = time.time() + 10 + 4 * expected_load_s + args.seconds + 10
     lag_ms = int(clean_at * 1000) - written_ms
     target = CleanerTarget(data_dir, {**base, "log.cleaner.min.compaction.lag.ms": str(lag_ms)})
     with contextlib.closing(target):
