@@ -10,7 +10,8 @@ fsynced), then reports the group. The broker swaps it in on its own side (swap_i
 from are still in the log, the very objects with the sizes the job read: a log truncated,
 deleted or cleaned meanwhile never gets stale segments back; the job is then aborted.
 
-The worker dies with the broker (PR_SET_PDEATHSIG), throttles itself to the shared
+The worker dies with the broker (PR_SET_PDEATHSIG), runs at a lower CPU priority (the event
+loop first where cores are scarce), throttles itself to the shared
 log.cleaner.io.max.bytes.per.second, and stops between batches when the abort event is set.
 """
 
@@ -43,6 +44,9 @@ from .unified_log import UnifiedLog
 
 _POLL_S = 0.2  # how often the broker's side looks whether a silent worker still lives
 _PR_SET_PDEATHSIG = 1
+# The worker's CPU priority below the broker's: where cores are scarce, the event loop (commits,
+# fetches) runs first and the cleaning takes what is left.
+WORKER_NICE = 10
 
 _logger = structlog.get_logger("tidemark.log.cleaner_worker")
 
@@ -307,6 +311,8 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _worker_main(conn, abort, rate, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICE)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the broker's group: the broker stops us
     from tidemark.logging import configure
 

@@ -157,8 +157,9 @@ class LogCleaner:
             log.warning("log_cleaning_abandoned", topic=target.tp[0], partition=target.tp[1], reason=str(exc))
             if isinstance(exc, WorkerDied):
                 self._discard_cleaned(target)
-                if index in self.workers:  # not stopping
-                    self.worker(index)
+                if self.workers.get(index) is worker:  # not stopping: a new worker (its pipe may
+                    await asyncio.to_thread(worker.stop)  # close before the old one is gone)
+                    worker.start()
             return False
         except Exception as exc:
             RUNS.labels("error").inc()
