@@ -10,8 +10,11 @@ offsets.topic.segment.bytes=--segment-bytes so the partition spans several segme
   (2) the broker restarted with log.cleaner.enable=false; its `offsets_partition_loaded` log line
       gives the load time and records/s of the dirty partition.
   (3) the partition cleaned in this process with tidemark.log.cleaner.Cleaner (everything below the
-      active segment, as the broker's cleaner would): MB/s (segment bytes recopied from) and
-      records/s, timed around Cleaner.clean().
+      active segment; the broker's cleaner before it moved to a worker process, GIL sharing
+      included): MB/s (segment bytes recopied from) and records/s, timed around Cleaner.clean();
+      then a copy of the dirty partition (taken before) cleaned as the broker's cleaner does now,
+      by a cleaner worker process (tidemark.log.cleaner_worker), timed by the worker (its
+      CleanerStats, without the process start); both against (2)'s load rate.
   (4) the broker restarted again (cleaner disabled): load time of the cleaned partition.
   (5) a second data dir: a larger dirty partition of another group, made cleanable only after a
       while through log.cleaner.min.compaction.lag.ms (its records carry the write time), under a
@@ -28,6 +31,7 @@ import argparse
 import contextlib
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -44,7 +48,8 @@ from bench.produce_fetch import BenchError, BrokerProcess, TidemarkTarget, conso
 from tests.integration.raw import RawClient
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.log import LogConfig, UnifiedLog
-from tidemark.log.cleaner import Cleaner, CleanerStats
+from tidemark.log.cleaner import DEFAULT_MAX_MAP_ENTRIES, Cleaner, CleanerStats
+from tidemark.log.cleaner_worker import CleanerWorker, make_job, swap_in
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
     OffsetCommitKey,
@@ -185,6 +190,7 @@ class Cleaning:
     seconds: float
     bytes_after: int
     segments_after: int
+    cpu_seconds: float = 0.0  # of the calling process (the broker's, in the broker)
 
     @property
     def mb_per_s(self) -> float:
@@ -195,13 +201,41 @@ class Cleaning:
         return self.stats.records_read / self.seconds
 
 
+def clean_in_worker(data_dir: Path, group: str, segment_bytes: int) -> Cleaning:
+    """Clean as the broker's LogCleaner does: the job to a worker process, its cleaned
+    segments swapped in here as they come."""
+    log = offsets_log(data_dir, group, segment_bytes)
+    worker = CleanerWorker(math.inf)
+    worker.start()
+    try:
+        made = make_job(log, 0, int(time.time() * 1000), DEFAULT_MAX_MAP_ENTRIES)
+        if made is None:
+            raise BenchError("nothing to clean")
+        job, segments = made
+        by_base = {seg.base_offset: seg for seg in segments}
+        refused = []
+        cpu = time.process_time()
+
+        def on_group(bases: list[int], cleaned_base: int) -> None:
+            if not swap_in(log, job, [by_base[b] for b in bases], cleaned_base):
+                refused.append(bases[0])
+
+        _end, stats = worker.run(job, on_group)
+        if refused:
+            raise BenchError(f"swaps refused at {refused}")
+        return Cleaning(stats, stats.elapsed_s, log.size_in_bytes, len(log.segments), time.process_time() - cpu)
+    finally:
+        worker.stop()
+        log.close()
+
+
 def clean_in_process(data_dir: Path, group: str, segment_bytes: int) -> Cleaning:
     log = offsets_log(data_dir, group, segment_bytes)
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         _end, stats = Cleaner().clean(log, 0)
         seconds = time.perf_counter() - started
-        return Cleaning(stats, seconds, log.size_in_bytes, len(log.segments))
+        return Cleaning(stats, seconds, log.size_in_bytes, len(log.segments), time.process_time() - cpu)
     finally:
         log.close()
 
@@ -275,7 +309,7 @@ def run_under_cleaning(tmp: Path, args, big_records: int, load_rate: float) -> U
     # The big partition becomes cleanable once min.compaction.lag.ms has passed since its records'
     # timestamps: after its load, the topic, the consumers and the idle window, with margin.
     expected_load_s = big_records / load_rate
-    clean_at = time.time() + 5 + 2 * expected_load_s + args.seconds + 5
+    clean_at = time.time() + 10 + 4 * expected_load_s + args.seconds + 10
     lag_ms = int(clean_at * 1000) - written_ms
     target = CleanerTarget(data_dir, {**base, "log.cleaner.min.compaction.lag.ms": str(lag_ms)})
     with contextlib.closing(target):
@@ -312,7 +346,7 @@ def _met(ok: bool) -> str:
     return "[green]yes[/green]" if ok else "[red]no[/red]"
 
 
-def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, after: Load,
+def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, worker: Cleaning, after: Load,
                   commits: UnderCleaning | None, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for name, justify in (("step", "left"), ("metric", "left"), ("value", "right"), ("goal", "right"),
@@ -333,6 +367,14 @@ def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, afte
                   f">= {before.mb_per_s:,.1f} (load)", _met(cleaning.mb_per_s >= before.mb_per_s))
     table.add_row("", "records kept / read", f"{stats.records_written:,} / {stats.records_read:,}", "", "")
     table.add_row("", "MB / segments after", f"{cleaning.bytes_after / MB:,.1f} / {cleaning.segments_after}", "", "")
+    table.add_row("    clean (worker process)", "seconds", f"{worker.seconds:.2f}", "", "")
+    table.add_row("", "records/s (records recopied from)", f"{worker.records_per_s:,.0f}",
+                  f">= {before.records_per_s:,.0f} (load)", _met(worker.records_per_s >= before.records_per_s))
+    table.add_row("", "CPU s in the calling process (in-process, worker)",
+                  f"{cleaning.cpu_seconds:.2f}, {worker.cpu_seconds:.2f}", "", "")
+    table.add_row("", "cleaning / load rate (in-process, worker)",
+                  f"{cleaning.records_per_s / before.records_per_s:.2f}x, "
+                  f"{worker.records_per_s / before.records_per_s:.2f}x", ">= 1x", "")
     table.add_section()
     table.add_row("(4) load after cleaning", "seconds", f"{after.seconds:.2f}", "", "")
     table.add_row("", "records", f"{after.records:,}", "", "")
@@ -398,8 +440,17 @@ def main(argv: list[str] | None = None) -> int:
         with console.status("(2) loading the dirty partition"):
             before = measure_load(data_dir, base, group, dirty.records, dirty.bytes, load_timeout)
         console.print(f"  (2) loaded in {before.seconds:.2f} s: {before.records_per_s:,.0f} records/s")
+        shutil.copytree(data_dir, tmp / "worker-data")
         with console.status("(3) cleaning in-process"):
             cleaning = clean_in_process(data_dir, group, args.segment_bytes)
+        with console.status("(3) cleaning in a worker process"):
+            worker = clean_in_worker(tmp / "worker-data", group, args.segment_bytes)
+        shutil.rmtree(tmp / "worker-data")
+        if (worker.stats.records_read, worker.stats.records_written) != (cleaning.stats.records_read,
+                                                                          cleaning.stats.records_written):
+            raise BenchError(f"the worker kept {worker.stats.records_written} of {worker.stats.records_read} records, "
+                             f"the in-process cleaner {cleaning.stats.records_written} of {cleaning.stats.records_read}")
+        console.print(f"  (3) worker process: {worker.seconds:.2f} s, {worker.records_per_s:,.0f} records/s")
         stats = cleaning.stats
         if dirty.segments < 2:
             raise BenchError(f"the dirty partition has {dirty.segments} segment: lower --segment-bytes")
@@ -421,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                 commits = run_under_cleaning(tmp, args, big_records, before.records_per_s)
     title = (f"log cleaner on __consumer_offsets: {args.records:,} records, {args.keys:,} keys, "
              f"{args.segment_bytes / 2**20:g} MiB segments, {time.monotonic() - run_started:.0f} s total")
-    out.print(results_table(args, dirty, before, cleaning, after, commits, title))
+    out.print(results_table(args, dirty, before, cleaning, worker, after, commits, title))
     return 0
 
 

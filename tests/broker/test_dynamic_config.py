@@ -6,9 +6,7 @@ survives a restart. Brokers run in the test's event loop and are spoken to on th
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from tidemark.broker import dynamic_config
 from tidemark.broker.config import DYNAMIC_BROKER, DYNAMIC_DEFAULT, BrokerConfig
 from tidemark.broker.dynamic_config import DynamicConfigRefused
 from tidemark.log import log_cleaner
-from tidemark.log.cleaner import Throttler
+from tidemark.hold import HOLD_AT, HOLD_RELEASE
 from tidemark.records.batch import build_batch
 
 PRODUCE, METADATA, CREATE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 0, 3, 19, 32, 44
@@ -258,8 +256,8 @@ def test_connection_caps_apply_to_the_next_connection(tmp_path):
 
 
 def test_the_running_cleaner_takes_a_new_back_off_and_rate(tmp_path):
-    """The cleaner sleeps an hour between passes: a shorter back-off wakes it, and the cleaning
-    it then does is throttled at the new rate."""
+    """The cleaner sleeps an hour between passes: a shorter back-off wakes it, and its worker
+    process throttles to the new rate (the worker's throttle itself: tests/log/test_cleaner_worker.py)."""
     async def scenario() -> None:
         settings = {"log.cleaner.backoff.ms": "3600000", "log.segment.bytes": "300"}
         async with running_broker(tmp_path, settings) as broker:
@@ -267,25 +265,25 @@ def test_the_running_cleaner_takes_a_new_back_off_and_rate(tmp_path):
             await _create_topic(client, "compacted", {"cleanup.policy": "compact"})
             for value in range(6):
                 assert await _produce(client, "compacted", [(b"k", bytes([value]) * 100)]) == ErrorCode.none
-            ticks = itertools.count()  # a second a look: every check of the rate is due
-            slept: list[float] = []
-            throttler = Throttler(clock=lambda: float(next(ticks)), sleep=slept.append)
-            broker.replicas.logs.cleaner.cleaner.throttler = throttler
+            cleaner = broker.replicas.logs.cleaner
             cleaned = log_cleaner.SEGMENTS_CLEANED._value.get()
 
             assert await _alter(client, "", [("log.cleaner.backoff.ms", SET, "10"),
-                                             ("log.cleaner.io.max.bytes.per.second", SET, "1.0")]) == (ErrorCode.none, None)
+                                             ("log.cleaner.io.max.bytes.per.second", SET, "1000000000.0")]) == (
+                ErrorCode.none, None)
             await until(lambda: log_cleaner.SEGMENTS_CLEANED._value.get() > cleaned)
-            assert slept and throttler.rate == 1.0
+            assert cleaner.workers[0].rate.value == 1e9
             await client.close()
 
     _run(scenario())
 
 
-def test_more_cleaner_threads_clean_more_logs_at_once(tmp_path):
-    """One cleaner task is held inside its cleaning (its throttle does not return); a second
-    thread set dynamically cleans the other dirty log meanwhile. Kafka's bounds on a resize hold."""
-    release = threading.Event()
+def test_more_cleaner_threads_clean_more_logs_at_once(tmp_path, monkeypatch):
+    """One cleaner task's worker is held inside its cleaning (a hold point); a second thread set
+    dynamically cleans the other dirty log meanwhile. Kafka's bounds on a resize hold."""
+    release = tmp_path / "release"
+    monkeypatch.setenv(HOLD_AT, "cleaner_write")  # inherited by the workers
+    monkeypatch.setenv(HOLD_RELEASE, str(release))
 
     async def scenario() -> None:
         settings = {"log.cleaner.backoff.ms": "3600000", "log.segment.bytes": "300"}
@@ -296,18 +294,14 @@ def test_more_cleaner_threads_clean_more_logs_at_once(tmp_path):
                 for value in range(6):
                     assert await _produce(client, topic, [(b"k", bytes([value]) * 100)]) == ErrorCode.none
             cleaner = broker.replicas.logs.cleaner
-            ticks = itertools.count()
-            cleaner.cleaner.throttler = Throttler(clock=lambda: float(next(ticks)),
-                                                  sleep=lambda _s: release.wait(HANG_GUARD_S))
             assert await _alter(client, "0", [("log.cleaner.threads", SET, "3")]) == (
                 ErrorCode.invalid_config, "Log cleaner threads cannot be increased to more than double the current value 1")
-            assert await _alter(client, "", [("log.cleaner.backoff.ms", SET, "10"),
-                                             ("log.cleaner.io.max.bytes.per.second", SET, "1.0")]) == (ErrorCode.none, None)
+            assert await _alter(client, "", [("log.cleaner.backoff.ms", SET, "10")]) == (ErrorCode.none, None)
             await until(lambda: len(cleaner.manager.in_progress) == 1)
             assert await _alter(client, "0", [("log.cleaner.threads", SET, "2")]) == (ErrorCode.none, None)
             await until(lambda: len(cleaner.manager.in_progress) == 2)  # both logs at once
             cleaned = log_cleaner.SEGMENTS_CLEANED._value.get()
-            release.set()
+            release.touch()
             await until(lambda: not cleaner.manager.in_progress and log_cleaner.SEGMENTS_CLEANED._value.get() > cleaned)
             assert await _alter(client, "0", [("log.cleaner.threads", SET, "1")]) == (ErrorCode.none, None)
             await until(lambda: len(cleaner._tasks) == 1)  # the surplus task ends
@@ -316,7 +310,7 @@ def test_more_cleaner_threads_clean_more_logs_at_once(tmp_path):
     try:
         _run(scenario())
     finally:
-        release.set()
+        release.touch()
 
 
 def test_dynamic_settings_survive_a_restart(tmp_path):

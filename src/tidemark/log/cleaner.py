@@ -228,30 +228,36 @@ class Cleaner:
             first_dirty = max(first_dirty_offset, log.log_start_offset)
             if not segments or first_dirty >= end:
                 return first_dirty_offset, stats
-            # Every transaction below `end` is decided (end <= LSO); an aborted one's marker may
-            # lie past it (its entry is then in a later segment's .txnindex).
-            aborted = set(log.collect_aborted_transactions(log.log_start_offset, end))
-            for seg in segments:
-                aborted.update(seg.txn_index.entries)
-            txns = CleanedTransactions(aborted)
-            offset_map, end = self._build_offset_map(segments, fds, first_dirty, end, txns, stats)
-            segments = [seg for seg in segments if seg.next_offset <= end]
-            active = dict(log.producer_state.producers)
-            producers = {pid: entry.batches[-1].last_offset for pid, entry in active.items() if entry.batches}
-            last_markers = self._last_markers(segments, fds, active)
-            horizon = now - log.config.delete_retention_ms
-            for group in self._group_segments(segments, log.config.segment_bytes):
-                if self.abort.is_set() or not self._clean_group(log, group, fds, offset_map, producers, last_markers,
-                                                                txns, horizon, now, stats):
-                    _logger.info("cleaning_stopped", log=log.directory.name, at=group[0].base_offset,
-                                 aborted=self.abort.is_set())
-                    end = max(first_dirty_offset, group[0].base_offset)
-                    break
-            return end, stats
+            aborted = aborted_transactions(log, segments, end)
+            producers, active = known_producers(log)
+            return self.clean_segments(segments, fds, first_dirty_offset, first_dirty, end, aborted, producers, active,
+                                       log.config.delete_retention_ms, log.config.segment_bytes, now, stats,
+                                       log.new_cleaned_segment, log.replace_segments, log.directory.name)
         finally:
             for _, fd in snapshot:
                 os.close(fd)
             stats.end = time.monotonic()
+
+    def clean_segments(self, segments: list, fds: dict[int, int], first_dirty_offset: int, first_dirty: int, end: int,
+                       aborted: list[AbortedTxn], producers: dict[int, int], active: set[int], delete_retention_ms: int,
+                       segment_bytes: int, now: int, stats: CleanerStats, new_cleaned: Callable[[int], LogSegment],
+                       swap: Callable[[list, LogSegment], bool], name: str) -> tuple[int, CleanerStats]:
+        """The cleaning itself, over segments read through `fds` (LogSegments, or the worker's
+        SegmentFiles): each group's cleaned segment comes from new_cleaned(base) and is handed
+        to swap(group, cleaned), which swaps it in (or, in the worker, hands it to the broker)
+        or returns False to stop the cleaning there."""
+        txns = CleanedTransactions(aborted)
+        offset_map, end = self._build_offset_map(segments, fds, first_dirty, end, txns, stats)
+        segments = [seg for seg in segments if seg.next_offset <= end]
+        last_markers = self._last_markers(segments, fds, active)
+        horizon = now - delete_retention_ms
+        for group in self._group_segments(segments, segment_bytes):
+            if self.abort.is_set() or not self._clean_group(new_cleaned, swap, group, fds, offset_map, producers,
+                                                            last_markers, txns, horizon, now, stats):
+                _logger.info("cleaning_stopped", log=name, at=group[0].base_offset, aborted=self.abort.is_set())
+                end = max(first_dirty_offset, group[0].base_offset)
+                break
+        return end, stats
 
     # The cleaner runs in a thread of the broker's process: every YIELD_EVERY_S of work it sleeps
     # YIELD_FOR_S so the event loop's thread takes the GIL at once instead of waiting out
@@ -264,7 +270,7 @@ class Cleaner:
             time.sleep(self.YIELD_FOR_S)
             self._last_yield = time.monotonic()
 
-    def _last_markers(self, segments: list[LogSegment], fds: dict[int, int], active: dict) -> dict[int, int]:
+    def _last_markers(self, segments: list[LogSegment], fds: dict[int, int], active: set[int]) -> dict[int, int]:
         """producer id -> offset of its last marker in these segments, for the producers the
         log knows: that marker stays, so a reload that scans the log gets back the producer's
         epoch and coordinator epoch (a marker may bump the epoch past its last data batch's)."""
@@ -319,10 +325,11 @@ class Cleaner:
                 groups.append([seg])
         return groups
 
-    def _clean_group(self, log: UnifiedLog, group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
+    def _clean_group(self, new_cleaned: Callable[[int], LogSegment], swap: Callable[[list, LogSegment], bool],
+                     group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
                      producers: dict[int, int], last_markers: dict[int, int], txns: CleanedTransactions,
                      horizon: int, now: int, stats: CleanerStats) -> bool:
-        cleaned = log.new_cleaned_segment(group[0].base_offset)
+        cleaned = new_cleaned(group[0].base_offset)
         try:
             buf = bytearray()
             headers: list[tuple[int, BatchHeader]] = []
@@ -372,7 +379,7 @@ class Cleaner:
             # Kafka keeps the replaced segments' last modified time: it is what tombstone
             # retention counts from.
             os.utime(cleaned.log_path, ns=(last_modified * 1_000_000, last_modified * 1_000_000))
-            if not log.replace_segments(group, cleaned):
+            if not swap(group, cleaned):
                 cleaned.delete()
                 return False
             stats.segments_written += 1
@@ -436,6 +443,23 @@ class Cleaner:
 
 class _Aborted(Exception):
     pass
+
+
+def aborted_transactions(log: UnifiedLog, segments: list[LogSegment], end: int) -> list[AbortedTxn]:
+    """The aborted transactions a cleaning of `segments` up to `end` must know. Every
+    transaction below `end` is decided (end <= LSO); an aborted one's marker may lie past it
+    (its entry is then in a later segment's .txnindex)."""
+    aborted = dict.fromkeys(log.collect_aborted_transactions(log.log_start_offset, end))
+    for seg in segments:
+        aborted.update(dict.fromkeys(seg.txn_index.entries))
+    return list(aborted)
+
+
+def known_producers(log: UnifiedLog) -> tuple[dict[int, int], set[int]]:
+    """The producers the log knows: producer id -> last offset of its latest batch (that batch
+    stays, kept empty if need be, so its sequence state survives a reload), and every id."""
+    active = dict(log.producer_state.producers)
+    return {pid: entry.batches[-1].last_offset for pid, entry in active.items() if entry.batches}, set(active)
 
 
 # -- choosing what to clean -------------------------------------------------------------------

@@ -347,7 +347,14 @@ class LocalLog:
             segments = self._segments
             return [(seg, os.dup(seg.fd)) for seg in segments[:-1]], segments[-1].base_offset
 
-    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
+    @property
+    def truncations(self) -> int:
+        """How many truncations this log has had: a cleaning whose key map was built before
+        one must not swap anything in."""
+        return self._truncations
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment, *,
+                         unchanged: Callable[[], bool] | None = None) -> bool:
         """Swap the cleaner's `new` (".cleaned", complete and fsynced) in for the consecutive
         segments `old`, crash-safely, as Kafka's replaceSegments: rename it to ".swap" (the
         commit point: recovery completes the swap from here on), rename the old segments'
@@ -355,7 +362,8 @@ class LocalLog:
         Readers that picked up an old segment keep its descriptors (closed after
         FILE_DELETE_DELAY_S); the files themselves are unlinked at once. Returns False, with
         nothing changed, if the old segments are no longer all in the log (retention deleted
-        some meanwhile) or the log is closed; the caller then deletes `new`."""
+        some meanwhile), the log is closed, or `unchanged()`, asked under the lock, is False;
+        the caller then deletes `new`."""
         hook = self.swap_hook or (lambda step: hold(f"swap_{step}"))  # hold points for fault tests
         with self.lock:
             segments = self._segments
@@ -367,6 +375,8 @@ class LocalLog:
                 return False
             if len(segments) - 1 < i + len(old) or any(a is not b for a, b in zip(segments[i:], old)):
                 return False  # gone, changed, or reaching the active segment
+            if unchanged is not None and not unchanged():
+                return False
             hook("cleaned")
             new.change_suffix(SWAP_SUFFIX)
             fsync_directory(self.directory)

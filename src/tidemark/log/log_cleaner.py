@@ -1,6 +1,7 @@
 """The log cleaner task the LogManager runs (Kafka's LogCleaner and its cleaner thread): every
-log.cleaner.backoff.ms it picks the dirtiest compacted log and cleans it in a worker thread. The
-copy runs without the log's lock; only each segment swap takes it, so produce, fetch, flush and
+log.cleaner.backoff.ms it picks the dirtiest compacted log and has its worker process clean it
+(cleaner_worker): the copy runs outside the broker's interpreter and without the log's lock;
+only each segment swap, done here in a thread, takes the lock, so produce, fetch, flush and
 retention go on."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 import structlog
 from prometheus_client import Counter, Gauge
 
-from .cleaner import Cleaner, CleanerStats, LogCleanerManager, Throttler
+from .cleaner import DEFAULT_MAX_MAP_ENTRIES, CleanerStats, LogCleanerManager, LogToClean
+from .cleaner_worker import (CleanerWorker, CleaningFailed, StaleJob, WorkerDied, delete_cleaned, make_job,
+                             swap_in)
 from .config import CleanerConfig
 from .unified_log import UnifiedLog
 
@@ -37,7 +40,9 @@ MAX_DIRTY_PERCENT = Gauge("tidemark_log_cleaner_max_dirty_percent", "Largest dir
 class LogCleaner:
     """Owns the cleaner tasks (log.cleaner.threads of them, Kafka's cleaner threads) over the
     logs of one data directory (`logs()` lists them): each cleans the dirtiest log no other is
-    cleaning, all under one rate (log.cleaner.io.max.bytes.per.second)."""
+    cleaning, in its own worker process, each worker throttled to log.cleaner.io.max.bytes.per.second.
+    A worker that dies is noticed, its job abandoned (the log keeps its checkpoint) and the
+    worker restarted."""
 
     def __init__(self, data_dir: Path, logs: Callable[[], dict[tuple[str, int], UnifiedLog]], config: CleanerConfig, *,
                  clock: Callable[[], int] | None = None):
@@ -46,7 +51,9 @@ class LogCleaner:
         self.threads = config.threads
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.manager = LogCleanerManager(data_dir, logs)
-        self.cleaner = Cleaner(throttler=Throttler(config.io_max_bytes_per_second), clock=self.clock)
+        self.rate = config.io_max_bytes_per_second
+        self.max_map_entries = DEFAULT_MAX_MAP_ENTRIES
+        self.workers: dict[int, CleanerWorker] = {}  # by task index
         self._tasks: dict[int, asyncio.Task] = {}
         self._backoff_changed = asyncio.Event()
 
@@ -55,7 +62,9 @@ class LogCleaner:
         check, a pause ends at the new back-off, new tasks start at once and surplus ones end
         after their current cleaning (log.cleaner.enable is read-only, as in Kafka)."""
         self.backoff_s = config.backoff_ms / 1000
-        self.cleaner.throttler.rate = config.io_max_bytes_per_second
+        self.rate = config.io_max_bytes_per_second
+        for worker in self.workers.values():
+            worker.rate.value = self.rate
         self.threads = config.threads
         self._backoff_changed.set()
         if self._tasks:
@@ -71,25 +80,34 @@ class LogCleaner:
             if index not in self._tasks:
                 self._tasks[index] = loop.create_task(self._run(index))
 
+    def worker(self, index: int = 0) -> CleanerWorker:
+        """Task `index`'s worker process, started if need be (from the event loop's thread)."""
+        worker = self.workers.get(index)
+        if worker is None:
+            worker = self.workers[index] = CleanerWorker(self.rate)
+        if not worker.alive:
+            worker.restart()
+        return worker
+
     async def stop(self) -> None:
-        """Stop between batches of the current cleanings (nothing half-swapped is left behind)."""
-        if not self._tasks:
-            return
-        self.cleaner.abort.set()
+        """Stop the workers between batches of their jobs (killed if one takes longer than a
+        few seconds: what they leave, ".cleaned" files, recovery deletes; nothing half-swapped)."""
+        for worker in self.workers.values():
+            worker.abort.set()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = {}
+        workers, self.workers = list(self.workers.values()), {}
+        await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in workers))
 
     async def _run(self, index: int) -> None:
-        # One Cleaner a task (its own buffers), sharing the throttle and the stop signal.
-        cleaner = self.cleaner if index == 0 else Cleaner(throttler=self.cleaner.throttler, clock=self.clock)
-        cleaner.abort = self.cleaner.abort
+        self.worker(index)  # started with the task: its imports are done by the first cleaning
         try:
             while index < self.threads:
                 try:
-                    cleaned = await self.clean_once(cleaner)
+                    cleaned = await self.clean_once(index)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
@@ -104,6 +122,8 @@ class LogCleaner:
         finally:
             if self._tasks.get(index) is asyncio.current_task():
                 del self._tasks[index]
+                if index >= self.threads and index in self.workers:  # a surplus task: its worker goes too
+                    await asyncio.to_thread(self.workers.pop(index).stop)
 
     def update_dirty_ratios(self) -> None:
         ratios = self.manager.dirtiness(self.clock())
@@ -112,10 +132,11 @@ class LogCleaner:
         MAX_DIRTY_PERCENT.set(100 * max((c.dirty_ratio for c in ratios), default=0.0))
         UNCLEANABLE_PARTITIONS.set(self.manager.uncleanable_count())
 
-    async def clean_once(self, cleaner: Cleaner | None = None) -> bool:
-        """Clean the dirtiest log above its min.cleanable.dirty.ratio; False if there was none,
-        or if the cleaning failed (that log is then marked uncleanable, with its files left as
-        they were, and later passes skip it)."""
+    async def clean_once(self, index: int = 0) -> bool:
+        """Clean the dirtiest log above its min.cleanable.dirty.ratio with task `index`'s worker;
+        False if there was none, or if the cleaning failed (that log is then marked uncleanable,
+        with its files left as they were, and later passes skip it), or was abandoned (the log
+        changed under it, or the worker died: it is restarted, and the log cleaned again later)."""
         self.update_dirty_ratios()
         target = self.manager.grab_filthiest_log(self.clock())
         if target is None:
@@ -124,12 +145,22 @@ class LogCleaner:
         stats = CleanerStats()
         log.info("log_cleaning_started", topic=target.tp[0], partition=target.tp[1],
                  dirty_ratio=round(target.dirty_ratio, 3), first_dirty_offset=target.first_dirty_offset)
+        worker = self.worker(index)
         try:
-            end, stats = await asyncio.to_thread((cleaner or self.cleaner).clean, target.log, target.first_dirty_offset)
+            end, stats = await asyncio.to_thread(self._clean, worker, target)
             RUNS.labels("ok").inc()
         except asyncio.CancelledError:
             RUNS.labels("error").inc()
             raise
+        except (WorkerDied, StaleJob) as exc:
+            RUNS.labels("abandoned").inc()
+            log.warning("log_cleaning_abandoned", topic=target.tp[0], partition=target.tp[1], reason=str(exc))
+            if isinstance(exc, WorkerDied):
+                self._discard_cleaned(target)
+                if self.workers.get(index) is worker:  # not stopping: a new worker (its pipe may
+                    await asyncio.to_thread(worker.stop)  # close before the old one is gone)
+                    worker.start()
+            return False
         except Exception as exc:
             RUNS.labels("error").inc()
             self.manager.mark_uncleanable(target.tp, target.log)
@@ -145,6 +176,46 @@ class LogCleaner:
                  records_written=stats.records_written, segments=stats.segments_read,
                  seconds=round(stats.elapsed_s, 3))
         return True
+
+    def _clean(self, worker: CleanerWorker, target: LogToClean) -> tuple[int, CleanerStats]:
+        """One job on the worker, its cleaned segments swapped in as they come (in this thread).
+        A swap refused (the log no longer has the segments the job read) aborts the job; the
+        end offset is then where the refused group started. A failure of the worker's is the
+        log's (uncleanable) only if the log is still as the job found it."""
+        log_ = target.log
+        made = make_job(log_, target.first_dirty_offset, self.clock(), self.max_map_entries)
+        if made is None:
+            return target.first_dirty_offset, CleanerStats()
+        job, segments = made
+        by_base = {seg.base_offset: seg for seg in segments}
+        refused: list[int] = []
+
+        def on_group(bases: list[int], cleaned_base: int) -> None:
+            if refused or not swap_in(log_, job, [by_base[b] for b in bases], cleaned_base):
+                if not refused:
+                    refused.append(bases[0])
+                    worker.abort.set()
+                    log.info("log_cleaning_stale", log=log_.directory.name, at=bases[0])
+                delete_cleaned(log_.directory, cleaned_base)
+
+        try:
+            end, stats = worker.run(job, on_group)
+        except CleaningFailed:
+            live = {seg.base_offset: seg for seg in log_.segments}
+            if refused or log_.local.truncations != job.truncations or any(
+                    live.get(base) is not seg or seg.size != spec.size
+                    for (base, seg), spec in zip(by_base.items(), job.segments)):
+                raise StaleJob("the log changed while its cleaning failed") from None
+            raise
+        if refused:
+            end = max(target.first_dirty_offset, refused[0])
+        return end, stats
+
+    @staticmethod
+    def _discard_cleaned(target: LogToClean) -> None:
+        """A dead worker's partly written ".cleaned" files (only the cleaner makes them)."""
+        for path in target.log.directory.glob("*.cleaned"):
+            path.unlink(missing_ok=True)
 
     @staticmethod
     def _record(stats: CleanerStats) -> None:

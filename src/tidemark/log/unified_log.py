@@ -176,8 +176,9 @@ class UnifiedLog:
     def new_cleaned_segment(self, base_offset: int) -> LogSegment:
         return self.local.new_cleaned_segment(base_offset)
 
-    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
-        return self.local.replace_segments(old, new)
+    def replace_segments(self, old: list[LogSegment], new: LogSegment, *,
+                         unchanged: Callable[[], bool] | None = None) -> bool:
+        return self.local.replace_segments(old, new, unchanged=unchanged)
 
     def close(self, *, flush: bool = True) -> None:
         if flush and self.offline is None and not self.local.closed:

@@ -1,0 +1,334 @@
+"""The log cleaner's worker process: the copy work of a cleaning runs outside the broker's
+interpreter, so it never takes the GIL from the event loop.
+
+The broker picks the log and the range (make_job: paths, offsets and settings, no live
+objects) and sends the CleaningJob to its worker, one long-lived process started with the
+'spawn' context. The worker opens the segment files by path, builds the offset map and writes
+each group's cleaned segment as "<base>.log.cleaned" (with its .index, .timeindex and .txnindex,
+fsynced), then reports the group. The broker swaps it in on its own side (swap_in: the usual
+".cleaned" -> ".swap" -> rename under the log's lock), but only if the segments the job started
+from are still in the log, the very objects with the sizes the job read: a log truncated,
+deleted or cleaned meanwhile never gets stale segments back; the job is then aborted.
+
+The worker dies with the broker (PR_SET_PDEATHSIG), runs at a lower CPU priority (the event
+loop first where cores are scarce), throttles itself to the shared
+log.cleaner.io.max.bytes.per.second, and stops between batches when the abort event is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from .cleaner import (
+    Cleaner,
+    CleanerStats,
+    Throttler,
+    aborted_transactions,
+    first_uncleanable_offset,
+    known_producers,
+)
+from .local_log import CLEANED_SUFFIX
+from .segment import LOG_SUFFIX, LogSegment, segment_name
+from .txn_index import AbortedTxn
+from .unified_log import UnifiedLog
+
+_POLL_S = 0.2  # how often the broker's side looks whether a silent worker still lives
+_PR_SET_PDEATHSIG = 1
+# The worker's CPU priority below the broker's: where cores are scarce, the event loop (commits,
+# fetches) runs first and the cleaning takes what is left.
+WORKER_NICE = 10
+
+_logger = structlog.get_logger("tidemark.log.cleaner_worker")
+
+
+class WorkerDied(Exception):
+    """The worker process ended in the middle of a job (killed, or crashed)."""
+
+
+class StaleJob(Exception):
+    """The job's segment files were gone or shorter than the job says when the worker read them."""
+
+
+class CleaningFailed(Exception):
+    """The cleaning raised in the worker (a corrupt batch, an I/O error): its message."""
+
+
+@dataclass(frozen=True)
+class SegmentSpec:
+    base_offset: int
+    size: int
+    next_offset: int
+    last_modified_ms: int
+
+
+@dataclass(frozen=True)
+class CleaningJob:
+    directory: str
+    segments: tuple[SegmentSpec, ...]
+    first_dirty_offset: int  # the checkpoint the cleaning started from
+    first_dirty: int  # where the offset map starts (not below the log start offset)
+    end: int  # the first uncleanable offset
+    aborted: tuple[AbortedTxn, ...]
+    producers: dict[int, int]
+    active_producers: frozenset[int]
+    now_ms: int
+    delete_retention_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+    index_max_bytes: int
+    max_map_entries: int
+    truncations: int  # the log's truncation count when the job was made
+
+
+def make_job(log: UnifiedLog, first_dirty_offset: int, now_ms: int,
+             max_map_entries: int) -> tuple[CleaningJob, list[LogSegment]] | None:
+    """The job for cleaning `log` as Cleaner.clean would, and the segments it starts from;
+    None if there is nothing to clean."""
+    truncations = log.local.truncations  # read first: a truncation after it shows
+    snapshot, active_base, hw = log.cleaning_snapshot()
+    for _, fd in snapshot:
+        os.close(fd)  # the worker opens the files itself
+    segments = [seg for seg, _ in snapshot]
+    config = log.config
+    end = first_uncleanable_offset(segments, active_base, hw, config.min_compaction_lag_ms, now_ms)
+    segments = [seg for seg in segments if end >= seg.next_offset > log.log_start_offset]
+    first_dirty = max(first_dirty_offset, log.log_start_offset)
+    if not segments or first_dirty >= end:
+        return None
+    producers, active = known_producers(log)
+    job = CleaningJob(
+        str(log.directory),
+        tuple(SegmentSpec(seg.base_offset, seg.size, seg.next_offset, seg.last_modified_ms) for seg in segments),
+        first_dirty_offset, first_dirty, end, tuple(aborted_transactions(log, segments, end)), producers,
+        frozenset(active), now_ms, config.delete_retention_ms, config.segment_bytes, config.index_interval_bytes,
+        config.segment_index_bytes, max_map_entries, truncations)
+    return job, segments
+
+
+def swap_in(log: UnifiedLog, job: CleaningJob, old: list[LogSegment], cleaned_base: int) -> bool:
+    """Swap the worker's cleaned segment at cleaned_base in for `old`, if they are still the
+    log's segments as the job read them; False (its files deleted) otherwise."""
+    cleaned = LogSegment(log.directory, cleaned_base, index_interval_bytes=job.index_interval_bytes,
+                         index_max_bytes=job.index_max_bytes, suffix=CLEANED_SUFFIX)
+    try:
+        if not cleaned.open_from_indexes(active=False):
+            cleaned.recover(validate=False, active=False, truncate=False)
+        sizes = {spec.base_offset: spec.size for spec in job.segments}
+        # Under the log's lock: these very segment objects still consecutive in the log (a
+        # truncation replaces the segment it cuts), with the sizes the worker read, and no
+        # truncation at all since the job was made (Kafka aborts a cleaning before truncating):
+        # the key map may hold keys whose newer records a truncation removed.
+        def unchanged() -> bool:
+            return log.local.truncations == job.truncations and all(seg.size == sizes.get(seg.base_offset)
+                                                                    for seg in old)
+
+        if not log.replace_segments(old, cleaned, unchanged=unchanged):
+            cleaned.delete()
+            return False
+        return True
+    except BaseException:
+        if cleaned.suffix == CLEANED_SUFFIX:
+            cleaned.delete()
+        else:
+            cleaned.close()  # mid-swap: the files are recovery's now
+        raise
+
+
+def delete_cleaned(directory: Path, base_offset: int) -> None:
+    for path in directory.glob(segment_name(base_offset) + ".*" + CLEANED_SUFFIX):
+        path.unlink(missing_ok=True)
+
+
+# -- the broker's side ----------------------------------------------------------------------------
+
+
+class CleanerWorker:
+    """The broker's handle on one worker process: start, run a job, stop. Start and restart it
+    from the event loop's thread (the worker dies when the thread that started it ends)."""
+
+    def __init__(self, rate: float):
+        self._ctx = multiprocessing.get_context("spawn")
+        self.abort = self._ctx.Event()
+        self.rate = self._ctx.Value("d", rate, lock=False)  # log.cleaner.io.max.bytes.per.second
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self._conn = None
+
+    def start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self.process = self._ctx.Process(target=_worker_main, args=(child, self.abort, self.rate, os.getpid()),
+                                         name="tidemark-log-cleaner", daemon=True)
+        self.process.start()
+        child.close()
+        self._conn = parent
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def run(self, job: CleaningJob, on_group: Callable[[list[int], int], None]) -> tuple[int, CleanerStats]:
+        """Run one job (blocking: call it from a thread); on_group(old bases, cleaned base) for
+        each cleaned segment the worker wrote, in order. Returns the worker's end offset and
+        statistics."""
+        if not self.alive:
+            raise WorkerDied("the cleaner worker is not running")
+        self.abort.clear()
+        try:
+            self._conn.send(job)
+        except OSError as exc:
+            raise WorkerDied(str(exc)) from None
+        while True:
+            try:
+                if not self._conn.poll(_POLL_S):
+                    if not self.process.is_alive():
+                        raise WorkerDied(f"the cleaner worker exited ({self.process.exitcode})")
+                    continue
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                raise WorkerDied(f"the cleaner worker exited ({self.process.exitcode})") from None
+            kind = message[0]
+            if kind == "group":
+                on_group(message[1], message[2])
+            elif kind == "done":
+                return message[1], message[2]
+            elif kind == "stale":
+                raise StaleJob(message[1])
+            else:
+                raise CleaningFailed(message[1])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the worker: between batches of its job, else killed after `timeout` s."""
+        if self.process is None:
+            return
+        self.abort.set()
+        with contextlib.suppress(OSError, ValueError):
+            self._conn.send(None)
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout)
+        with contextlib.suppress(OSError):
+            self._conn.close()
+        self.process, self._conn = None, None
+
+
+# -- the worker's side ----------------------------------------------------------------------------
+
+
+class _SharedRateThrottler(Throttler):
+    """Throttles to the rate the broker sets in shared memory (changed without a restart)."""
+
+    def __init__(self, shared):
+        self._shared = shared
+        super().__init__(shared.value)
+
+    @property
+    def rate(self) -> float:
+        return self._shared.value
+
+    @rate.setter
+    def rate(self, value: float) -> None:
+        pass
+
+
+class SegmentFile:
+    """A segment's .log read by path in the worker: what the Cleaner reads of a LogSegment."""
+
+    scan = LogSegment.scan
+
+    def __init__(self, directory: Path, spec: SegmentSpec, fd: int):
+        self.base_offset, self.size, self.next_offset = spec.base_offset, spec.size, spec.next_offset
+        self.last_modified_ms = spec.last_modified_ms
+        self.log_path = directory / (segment_name(spec.base_offset) + LOG_SUFFIX)
+        self.fd = fd
+
+
+class _WorkerCleaner(Cleaner):
+    def _share_the_gil(self) -> None:
+        pass  # its own interpreter: nobody to share with
+
+
+def run_job(job: CleaningJob, send: Callable[[tuple], None], abort, throttler: Throttler) -> tuple[int, CleanerStats]:
+    """Clean the job's segments, writing the cleaned ones in the partition directory and
+    sending ("group", old bases, cleaned base) as each is complete."""
+    directory = Path(job.directory)
+    stats = CleanerStats()
+    fds: dict[int, int] = {}
+    segments = []
+    try:
+        for spec in job.segments:
+            try:
+                fd = os.open(directory / (segment_name(spec.base_offset) + LOG_SUFFIX), os.O_RDONLY)
+            except FileNotFoundError:
+                raise StaleJob(f"segment {spec.base_offset} is gone") from None
+            seg = SegmentFile(directory, spec, fd)
+            fds[id(seg)] = fd
+            segments.append(seg)
+            if os.fstat(fd).st_size < spec.size:
+                raise StaleJob(f"segment {spec.base_offset} is shorter than {spec.size} bytes")
+        cleaner = _WorkerCleaner(throttler=throttler, max_map_entries=job.max_map_entries)
+        cleaner.abort = abort
+
+        def new_cleaned(base_offset: int) -> LogSegment:
+            delete_cleaned(directory, base_offset)  # a leftover of an earlier attempt
+            return LogSegment(directory, base_offset, index_interval_bytes=job.index_interval_bytes,
+                              index_max_bytes=job.index_max_bytes, suffix=CLEANED_SUFFIX)
+
+        def hand_over(group: list, cleaned: LogSegment) -> bool:
+            cleaned.close()
+            send(("group", [seg.base_offset for seg in group], cleaned.base_offset))
+            return True
+
+        return cleaner.clean_segments(segments, fds, job.first_dirty_offset, job.first_dirty, job.end,
+                                      list(job.aborted), job.producers, set(job.active_producers),
+                                      job.delete_retention_ms, job.segment_bytes, job.now_ms, stats, new_cleaned,
+                                      hand_over, directory.name)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+        stats.end = time.monotonic()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the broker died before prctl took effect
+        os._exit(0)
+
+
+def _worker_main(conn, abort, rate, parent_pid: int) -> None:
+    _die_with_parent(parent_pid)
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICE)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the broker's group: the broker stops us
+    from tidemark.logging import configure
+
+    configure()
+    throttler = _SharedRateThrottler(rate)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        try:
+            end, stats = run_job(job, conn.send, abort, throttler)
+            conn.send(("done", end, stats))
+        except StaleJob as exc:
+            conn.send(("stale", str(exc)))
+        except Exception as exc:
+            conn.send(("error", str(exc) or type(exc).__name__))
