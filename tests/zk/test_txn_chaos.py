@@ -111,7 +111,10 @@ class Copier:
         return process
 
     def _read(self, process: subprocess.Popen[str], instance: str, lines: list[str]) -> None:
+        log = open(self.run.log_dir / f"{instance}.stdout", "a")
         for line in process.stdout:
+            log.write(line)
+            log.flush()
             line = line.strip()
             with self.run.changed:
                 lines.append(line)
@@ -334,16 +337,16 @@ def committed_offsets(run: Run, pipeline: Pipeline) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in answered}
 
 
-def read_output(run: Run, topic: str, isolation: str) -> list[bytes]:
-    """Every value of `topic` up to its end for `isolation` (the LSO for read_committed), read
-    once from offset 0, in each partition's order."""
+def read_output(run: Run, topic: str, isolation: str) -> list[tuple[int, int, bytes]]:
+    """Every (partition, offset, value) of `topic` up to its end for `isolation` (the LSO for
+    read_committed), read once from offset 0, in each partition's order."""
     consumer = Consumer({"bootstrap.servers": run.bootstrap, "group.id": "txn-chaos-reader", "log_level": 0,
                          "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), WAIT_S, cached=False)[1]
                 for p in range(PARTITIONS)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        values: list[bytes] = []
+        records: list[tuple[int, int, bytes]] = []
         done: set[int] = {p for p, end in ends.items() if end == 0}
         deadline = time.monotonic() + WAIT_S * 2
         while len(done) < PARTITIONS:
@@ -351,10 +354,10 @@ def read_output(run: Run, topic: str, isolation: str) -> list[bytes]:
             for message in consumer.consume(500, 0.5):
                 error = message.error()
                 if error is None:
-                    values.append(message.value())
+                    records.append((message.partition(), message.offset(), message.value()))
                 elif error.code() == KafkaError._PARTITION_EOF and message.offset() >= ends[message.partition()]:
                     done.add(message.partition())
-        return values
+        return records
     finally:
         consumer.close()
 
@@ -380,8 +383,9 @@ def check_outputs(run: Run, inputs: dict[str, list[bytes]]) -> dict[str, int]:
     counts = {}
     for pipeline in PIPELINES:
         run.until(lambda: stable_ends(run, pipeline.output), f"{pipeline.output}: no open transaction", WAIT_S)
-        committed = read_output(run, pipeline.output, "read_committed")
-        everything = read_output(run, pipeline.output, "read_uncommitted")
+        committed_records = read_output(run, pipeline.output, "read_committed")
+        everything = [v for _, _, v in read_output(run, pipeline.output, "read_uncommitted")]
+        committed = [v for _, _, v in committed_records]
         fields = [v.split(b"|") for v in committed]
         seen = Counter(f[0] for f in fields)
         expected = Counter(inputs[pipeline.name])
@@ -391,8 +395,10 @@ def check_outputs(run: Run, inputs: dict[str, list[bytes]]) -> dict[str, int]:
         if lost:
             run.violate(f"{pipeline.output}: {len(lost)} input values never read_committed: {lost[:5]}")
         if duplicated:
-            run.violate(f"{pipeline.output}: {len(duplicated)} input values read_committed twice or more: "
-                        f"{duplicated[:5]}")
+            shown = {v: [(p, o, value.split(b"|", 1)[1]) for p, o, value in committed_records
+                         if value.split(b"|")[0] == v] for v in duplicated[:5]}
+            run.violate(f"{pipeline.output}: {len(duplicated)} input values read_committed twice or more "
+                        f"(partition, offset, copier|transaction): {shown}")
         if unexpected:
             run.violate(f"{pipeline.output}: values not in the input: {unexpected[:5]}")
         aborted_visible = [v for v, f in zip(committed, fields) if f[3] == b"A"]
@@ -461,7 +467,10 @@ def run_txn_chaos(brokers: dict, zk: KazooClient, chroot: str, seed: int, kills:
             try:
                 copier.process.wait(WAIT_S)
             except subprocess.TimeoutExpired:
-                run.violate(f"copier {copier.transactional_id} did not stop")
+                os.kill(copier.process.pid, signal.SIGUSR1)  # its threads' stacks, to its stderr
+                run.violate(f"copier {copier.transactional_id}#{copier.incarnation} did not stop; its last lines: "
+                            f"{copier.lines[-3:]}")
+                time.sleep(1)  # the stacks written before the kill: not asserted on
                 copier.kill()
         counts = check_outputs(run, inputs)
         for pipeline in PIPELINES:  # after the reads: still the input's end
@@ -511,9 +520,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=300)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--records", type=int, default=None, help="per input (default: 40 per kill)")
+    parser.add_argument("--keep", type=Path, default=None, help="a directory for the logs and data, kept")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    with tempfile.TemporaryDirectory(prefix="txn-chaos-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="txn-chaos-") as scratch:
+        tmp = args.keep or scratch
         zookeeper = ZooKeeperServer(Path(tmp) / "zookeeper").start()
         zk = KazooClient(hosts=zookeeper.connect, timeout=10.0)
         brokers = {}

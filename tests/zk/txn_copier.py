@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
+import logging
 import queue
 import random
+import signal
 import sys
 import threading
 
@@ -85,6 +88,7 @@ def run_confluent(args, commands: Commands, rng: random.Random) -> int:
             return
         for tp in consumer.committed(assigned, WAIT_S):
             consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+            say(f"rewound {tp.partition} {tp.offset}")
 
     seq = 0
     hold = False
@@ -124,7 +128,7 @@ def run_confluent(args, commands: Commands, rng: random.Random) -> int:
                     rewind()
                 else:
                     producer.commit_transaction(WAIT_S)
-                    say(f"committed {len(batch)}")
+                    say(f"committed {len(batch)} " + ",".join(f"{tp.partition}:{tp.offset}" for tp in offsets))
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 if error.txn_requires_abort():
@@ -160,6 +164,7 @@ async def run_aiokafka(args, commands: Commands, rng: random.Random) -> int:
         for tp in partitions:
             committed = await consumer.committed(tp)
             consumer.seek(tp, committed if committed is not None else 0)
+            say(f"rewound {tp.partition} {committed}")
 
     await rewind()
     say("ready")
@@ -187,7 +192,7 @@ async def run_aiokafka(args, commands: Commands, rng: random.Random) -> int:
                     await rewind()
                 else:
                     await producer.commit_transaction()
-                    say(f"committed {len(batch)}")
+                    say(f"committed {len(batch)} " + ",".join(f"{tp.partition}:{o}" for tp, o in offsets.items()))
             except KafkaError as exc:  # crash-only: the restart's InitProducerId settles the transaction
                 say(f"error {type(exc).__name__} {exc}")
                 return 2
@@ -217,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--transaction-timeout-ms", type=int, default=20000)
     args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)  # the clients' resets and retries, for a failure's story
+    faulthandler.register(signal.SIGUSR1)  # the driver asks where a copier that does not stop is stuck
     commands, rng = Commands(), random.Random(f"{args.seed}-{args.instance}")
     try:
         if args.client == "confluent":
