@@ -130,6 +130,10 @@ class Copier:
         with self.run.changed:
             self.run.exits.append((instance, code))
             self.run.changed.notify_all()
+            crashed = process is self.process and not self.run.stopping
+        if crashed:  # it ended by itself (an error it does not handle): restarted, as a crash
+            self.run.note(f"copier {instance} exited with {code}: {lines[-1:]}; restart")
+            self.start()
 
     def tell(self, process: subprocess.Popen[str], command: str) -> None:
         try:
@@ -139,10 +143,11 @@ class Copier:
             pass  # it exited meanwhile: its exit is seen by the watchdog
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGCONT)
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=WAIT_S)
+        process, self.process = self.process, None  # not restarted by its reader: the caller decides
+        if process is not None and process.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=WAIT_S)
 
 
 @dataclass
@@ -164,6 +169,9 @@ class Run:
     violations: list[str] = field(default_factory=list)
     kills: Counter = field(default_factory=Counter)
     copiers: list[Copier] = field(default_factory=list)
+    strays: list[subprocess.Popen[str]] = field(default_factory=list)  # zombies, ended at the end
+    total: int = 0  # records to copy, all inputs
+    stopping: bool = False  # the copiers are told to stop: their exits are not crashes
     zombie: tuple[str, int] | None = None  # (instance, transaction number) never to be visible
     started: float = field(default_factory=time.monotonic)
 
@@ -263,24 +271,33 @@ KILLS = (kill_copier, kill_copier, kill_transaction_coordinator, kill_group_coor
          kill_any_broker)
 
 
-def make_a_zombie(run: Run) -> None:
+def make_a_zombie(run: Run) -> bool:
     """A confluent copier held before its commit and SIGSTOPped; its successor (same
-    transactional id) initialised; resumed, its commit must fail as fenced."""
+    transactional id) initialised; resumed, its commit must fail as fenced. False when the
+    copier held exited first (tried again later)."""
     copier = run.rng.choice([c for c in run.copiers if c.pipeline.client == "confluent"])
     zombie, lines = copier.process, copier.lines
+    if zombie is None or zombie.poll() is not None:
+        return False
     run.note(f"hold copier {copier.transactional_id}#{copier.incarnation} before its next commit")
     copier.tell(zombie, "hold")
-    if not run.wait_event(lambda: any(line.startswith("holding") for line in lines) or zombie.poll() is not None):
+    if not run.wait_event(lambda: any(line.startswith("holding") for line in lines) or zombie.poll() is not None
+                          or run.progress >= run.total):
         run.violate(f"{copier.transactional_id} did not hold: {lines[-3:]}")
-        return
-    if zombie.poll() is not None:  # killed or crashed meanwhile: no zombie this time
+        return True
+    if not any(line.startswith("holding") for line in lines) and zombie.poll() is None:
+        run.note("the copy ended before the copier held")
+        return False
+    if zombie.poll() is not None:  # crashed meanwhile: no zombie this time
         run.note("the copier to hold exited first")
-        return
+        return False
     _, instance, seq = next(line for line in lines if line.startswith("holding")).split()
     run.zombie = (instance, int(seq))
     os.kill(zombie.pid, signal.SIGSTOP)
     run.note(f"SIGSTOP {instance} (transaction {seq} written, not committed); start its successor")
-    copier.process = None  # not killed with the slot
+    with run.changed:
+        copier.process = None  # neither killed nor restarted with the slot
+        run.strays.append(zombie)
     successor = copier.start()
     successor_lines = copier.lines
     if not run.wait_event(lambda: "ready" in successor_lines or successor.poll() is not None):
@@ -293,12 +310,13 @@ def make_a_zombie(run: Run) -> None:
         run.violate(f"zombie {instance} did not answer: {lines[-3:]}")
         os.kill(zombie.pid, signal.SIGKILL)
         zombie.wait(WAIT_S)
-        return
+        return True
     outcome = next(line for line in lines if line.startswith(("fenced", "zombie-committed", "error")))
     run.note(f"zombie {instance}: {outcome}")
     words = outcome.split()
     if words[0] != "fenced" or words[1] not in FENCED:
         run.violate(f"zombie {instance} was not fenced: {outcome}")
+    return True
 
 
 # -- the records ------------------------------------------------------------------------------------
@@ -437,10 +455,10 @@ def run_txn_chaos(brokers: dict, zk: KazooClient, chroot: str, seed: int, kills:
     try:
         for copier in run.copiers:
             copier.start()
-        total = records * len(PIPELINES)
+        total = run.total = records * len(PIPELINES)
         assert run.wait_event(lambda: run.progress > 0, WAIT_S * 2), f"no copier committed: {run.copier_errors}"
         assert run.until(run.fully_in_sync, "every partition in sync at the start"), run.report()
-        zombie_at = run.rng.randrange(kills) if kills else None
+        zombie_at = run.rng.randrange(max(1, kills // 3))  # early: the copy must still go on for it
         for number in range(kills):
             # a random point of the copy: some records further, then a random moment
             # (spread over what is left to copy: a broker's recovery lets the copy run on meanwhile)
@@ -450,7 +468,7 @@ def run_txn_chaos(brokers: dict, zk: KazooClient, chroot: str, seed: int, kills:
             time.sleep(run.rng.uniform(0, 0.5))  # where in a transaction the kill lands: drawn, not asserted on
             if run.progress < total:
                 run.kills["during the copy"] += 1
-            if number == zombie_at:
+            if number >= zombie_at and run.zombie is None and run.progress < total:
                 make_a_zombie(run)
             kill = run.rng.choice(KILLS)
             run.note(f"kill {number + 1}/{kills} at {run.progress} records committed: {kill.__name__}")
@@ -461,6 +479,8 @@ def run_txn_chaos(brokers: dict, zk: KazooClient, chroot: str, seed: int, kills:
             if not run.until(lambda: committed_offsets(run, pipeline) == end,
                              f"{pipeline.group} committed its input's end {end}", COPY_S):
                 run.violate(f"{pipeline.group} committed {committed_offsets(run, pipeline)}, input ends {end}")
+        with run.changed:
+            run.stopping = True
         for copier in run.copiers:
             copier.tell(copier.process, "stop")
         for copier in run.copiers:
@@ -482,8 +502,14 @@ def run_txn_chaos(brokers: dict, zk: KazooClient, chroot: str, seed: int, kills:
         run.note(f"done: kills {dict(run.kills)}, records {counts}, transactions aborted {run.aborts}, "
                  f"copier exits {len(run.exits)}, copier errors {len(run.copier_errors)}")
     finally:
+        with run.changed:
+            run.stopping = True
         for copier in run.copiers:
             copier.kill()
+        for stray in run.strays:
+            if stray.poll() is None:
+                os.kill(stray.pid, signal.SIGCONT)
+                stray.kill()
     return run
 
 
