@@ -14,7 +14,7 @@ reader of each output sees every input value exactly once and no record of an ab
 transaction (the copiers abort some on purpose, and read_uncommitted shows those); the groups'
 committed offsets are the inputs' ends; the zombie's records are never visible.
 
-CI runs SEEDS x KILLS kills. A long run: `python -m tests.zk.test_txn_chaos --kills 300 --seed N`
+CI runs CI_SEEDS runs of CI_KILLS kills, each on its own seed. A long run: `python -m tests.zk.test_txn_chaos --kills 300 --seed N`
 (or TIDEMARK_TXN_CHAOS_KILLS / TIDEMARK_CHAOS_SEED under pytest). The seed, printed, replays the
 schedule (not the machine's timing).
 """
@@ -39,6 +39,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
+import pytest
 
 from tidemark.coordinator.partitioner import partition_for
 
@@ -513,28 +514,22 @@ def run_txn_chaos(brokers: dict, zk: KazooClient, chroot: str, seed: int, kills:
     return run
 
 
-def _seeds() -> list[int]:
-    if os.environ.get("TIDEMARK_CHAOS_SEED"):
-        return [int(os.environ["TIDEMARK_CHAOS_SEED"])]
-    return [random.SystemRandom().randrange(2**32) for _ in range(CI_SEEDS)]
+def _seed() -> int:
+    return int(os.environ.get("TIDEMARK_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
 
 
 def _kills() -> int:
     return int(os.environ.get("TIDEMARK_TXN_CHAOS_KILLS") or CI_KILLS)
 
 
-def test_every_input_record_is_copied_exactly_once_through_kills_and_a_zombie(make_broker, zk, chroot, zookeeper):
-    import uuid
-    for seed in _seeds():
-        root = f"{chroot}-{seed}-{uuid.uuid4().hex[:4]}"
-        zk.create("/" + root.split("/", 1)[1])
-        brokers = {i: make_broker({**SETTINGS, "zookeeper.connect": root, "broker.id": str(i)}) for i in BROKERS}
-        print(f"txn chaos seed {seed} (replay the schedule: TIDEMARK_CHAOS_SEED={seed})")
-        kills = _kills()
-        run = run_txn_chaos(brokers, zk, root, seed, kills, RECORDS_PER_KILL * (kills + 2))
-        for broker in brokers.values():
-            broker.kill()
-        assert not run.violations, run.report()
+@pytest.mark.timeout(900)  # a hang guard: one seed's run takes about 150 s on a loaded 2-core machine
+@pytest.mark.parametrize("run_number", range(CI_SEEDS))
+def test_every_input_record_is_copied_exactly_once_through_kills_and_a_zombie(make_broker, zk, chroot, run_number):
+    seed, kills = _seed(), _kills()
+    print(f"txn chaos seed {seed} (replay the schedule: TIDEMARK_CHAOS_SEED={seed})")
+    brokers = {i: make_broker({**SETTINGS, "zookeeper.connect": chroot, "broker.id": str(i)}) for i in BROKERS}
+    run = run_txn_chaos(brokers, zk, chroot, seed, kills, RECORDS_PER_KILL * (kills + 2))
+    assert not run.violations, run.report()
 
 
 def main(argv: list[str] | None = None) -> int:
