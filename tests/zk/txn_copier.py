@@ -145,6 +145,8 @@ def run_confluent(args, commands: Commands, rng: random.Random) -> int:
 async def run_aiokafka(args, commands: Commands, rng: random.Random) -> int:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.errors import KafkaError
+    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, transactional_id=args.transactional_id,
                                 transaction_timeout_ms=args.transaction_timeout_ms, request_timeout_ms=30000)
@@ -159,12 +161,20 @@ async def run_aiokafka(args, commands: Commands, rng: random.Random) -> int:
                       sorted(await asyncio.wait_for(_partitions(consumer, args.input), WAIT_S))]
     consumer.assign(partitions)
 
+    # The committed offsets are asked through librdkafka: aiokafka's OffsetFetch (v2-v3) ignores the
+    # group-level error code, so a coordinator moving away (NOT_COORDINATOR, no partitions, as
+    # Kafka answers) reads as "nothing committed" and the copy would start over from offset 0.
+    checker = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, "log_level": 0,
+                        "enable.auto.commit": False, "isolation.level": "read_committed"})
+
     async def rewind() -> None:
-        # Only after InitProducerId (at start) or an abort of ours: no commit of ours is in flight.
-        for tp in partitions:
-            committed = await consumer.committed(tp)
-            consumer.seek(tp, committed if committed is not None else 0)
-            say(f"rewound {tp.partition} {committed}")
+        # read_committed: require_stable, so a transaction of ours still completing is waited for
+        answered = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: checker.committed([KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions],
+                                            WAIT_S))
+        for tp, found in zip(partitions, answered):
+            consumer.seek(tp, found.offset if found.offset >= 0 else 0)
+            say(f"rewound {tp.partition} {found.offset}")
 
     await rewind()
     say("ready")
@@ -193,10 +203,11 @@ async def run_aiokafka(args, commands: Commands, rng: random.Random) -> int:
                 else:
                     await producer.commit_transaction()
                     say(f"committed {len(batch)} " + ",".join(f"{tp.partition}:{o}" for tp, o in offsets.items()))
-            except KafkaError as exc:  # crash-only: the restart's InitProducerId settles the transaction
+            except (KafkaError, KafkaException) as exc:  # crash-only: the restart's InitProducerId settles it
                 say(f"error {type(exc).__name__} {exc}")
                 return 2
     finally:
+        checker.close()
         await consumer.stop()
         await producer.stop()
 
