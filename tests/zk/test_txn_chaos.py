@@ -489,9 +489,10 @@ def run_txn_chaos(brokers: dict, zk: KazooClient, chroot: str, seed: int, kills:
                 copier.process.wait(WAIT_S)
             except subprocess.TimeoutExpired:
                 os.kill(copier.process.pid, signal.SIGUSR1)  # its threads' stacks, to its stderr
-                run.violate(f"copier {copier.transactional_id}#{copier.incarnation} did not stop; its last lines: "
-                            f"{copier.lines[-3:]}")
                 time.sleep(1)  # the stacks written before the kill: not asserted on
+                name = f"{copier.transactional_id}#{copier.incarnation}"
+                stacks = (run.log_dir / f"{name}.stderr").read_text(errors="replace")[-3000:]
+                run.violate(f"copier {name} did not stop; its last lines: {copier.lines[-3:]}; stacks: {stacks}")
                 copier.kill()
         counts = check_outputs(run, inputs)
         for pipeline in PIPELINES:  # after the reads: still the input's end
