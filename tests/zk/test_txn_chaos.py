@@ -430,6 +430,12 @@ def check_outputs(run: Run, inputs: dict[str, list[bytes]]) -> dict[str, int]:
                 run.violate(f"{pipeline.output}: the fenced zombie's records read_committed: {visible[:5]}")
         hidden = len(everything) - len(committed)
         aborted_written = sum(1 for v in everything if v.split(b"|")[3] == b"A")
+        if not aborted_written:  # the check above would hold vacuously
+            run.violate(f"{pipeline.output}: read_uncommitted shows no record of an on-purpose abort")
+        if run.zombie is not None and run.zombie[0].startswith(pipeline.name + "-") and not any(
+                (f[1], f[2]) == (run.zombie[0].encode(), str(run.zombie[1]).encode())
+                for f in (v.split(b"|") for v in everything)):
+            run.violate(f"{pipeline.output}: read_uncommitted shows no record of the zombie's transaction")
         counts[pipeline.output] = len(committed)
         counts[f"{pipeline.output} aborted records (read_uncommitted only)"] = hidden
         counts[f"{pipeline.output} records of on-purpose aborts"] = aborted_written
