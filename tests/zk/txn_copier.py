@@ -118,7 +118,7 @@ def run_confluent(args, commands: Commands, rng: random.Random) -> int:
                         producer.commit_transaction(WAIT_S)
                     except KafkaException as exc:
                         error = exc.args[0]
-                        say(f"fenced {error.name()} fatal={error.fatal()}")
+                        say(f"fenced {error.name()} fatal={error.fatal()} {error.str()}")
                         return 3
                     say("zombie-committed")
                     return 4
