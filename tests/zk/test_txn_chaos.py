@@ -14,9 +14,16 @@ reader of each output sees every input value exactly once and no record of an ab
 transaction (the copiers abort some on purpose, and read_uncommitted shows those); the groups'
 committed offsets are the inputs' ends; the zombie's records are never visible.
 
-CI runs CI_SEEDS runs of CI_KILLS kills, each on its own seed. A long run: `python -m tests.zk.test_txn_chaos --kills 300 --seed N`
-(or TIDEMARK_TXN_CHAOS_KILLS / TIDEMARK_CHAOS_SEED under pytest). The seed, printed, replays the
-schedule (not the machine's timing).
+CI runs CI_SEEDS runs of CI_KILLS kills, each on its own seed. A long run:
+`python -m tests.zk.test_txn_chaos --kills 300 --seed N` (or TIDEMARK_TXN_CHAOS_KILLS and
+TIDEMARK_CHAOS_SEED under pytest). The seed, printed, replays the schedule (not the machine's
+timing).
+
+What it found: input records copied two and three times by the aiokafka copier after a group
+coordinator moved. aiokafka's OffsetFetch (v2-v3) ignores the group-level error code, and a
+broker that no longer leads the group's partition answers NOT_COORDINATOR with no partitions (as
+Kafka does), so aiokafka read "nothing committed" and started over from offset 0. A client flaw,
+not the broker's: the copier asks for its committed offsets through librdkafka.
 """
 
 from __future__ import annotations
