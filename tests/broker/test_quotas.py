@@ -209,7 +209,8 @@ def test_a_client_over_its_produce_quota_is_answered_with_the_throttle_time_and_
         async with _broker(tmp_path, clock) as broker:
             client = await AsyncRawClient.connect(broker.port)  # unauthenticated: User:ANONYMOUS
             await client.request(METADATA, 9, {"topics": [{"name": "t"}], "allow_auto_topic_creation": True,
-                                               "include_topic_authorized_operations": False})
+                                               "include_topic_authorized_operations": False,
+                                               "include_cluster_authorized_operations": False})
             await client.request(ALTER, 1, _alter_body([("user", "ANONYMOUS")], [("producer_byte_rate", 100.0)]))
             records = build_batch([(None, b"x" * 1000, (), T0)])
             first = await client.request(PRODUCE_KEY, 9, _produce_body("t", records))
@@ -221,7 +222,8 @@ def test_a_client_over_its_produce_quota_is_answered_with_the_throttle_time_and_
             assert connection.muted
             # The next request is read only once the throttle time has passed on the broker's clock.
             correlation_id = await client.send(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
-                                                             "include_topic_authorized_operations": False})
+                                                             "include_topic_authorized_operations": False,
+                                               "include_cluster_authorized_operations": False})
             await asyncio.sleep(0)
             clock.advance(expected - 1)
             assert connection.muted
@@ -241,7 +243,8 @@ def test_a_request_percentage_quota_throttles_any_request_by_at_most_one_window(
             client = await AsyncRawClient.connect(broker.port)
             await client.request(ALTER, 1, _alter_body([("user", "ANONYMOUS")], [("request_percentage", 1e-9)]))
             answered = await client.request(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
-                                                          "include_topic_authorized_operations": False})
+                                                          "include_topic_authorized_operations": False,
+                                               "include_cluster_authorized_operations": False})
             assert answered.throttle_time.total_seconds() * 1000 == 1000
             (connection,) = broker.connections
             assert connection.muted
@@ -259,7 +262,8 @@ def test_a_throttled_pipelining_client_has_one_request_handled_per_throttle(tmp_
             client = await AsyncRawClient.connect(broker.port)
             await client.request(ALTER, 1, _alter_body([("user", "ANONYMOUS")], [("request_percentage", 1e-9)]))
             first = await client.send(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
-                                                    "include_topic_authorized_operations": False})
+                                                    "include_topic_authorized_operations": False,
+                                               "include_cluster_authorized_operations": False})
             assert (await client.receive(METADATA, 9, first)).throttle_time.total_seconds() == 1
             (connection,) = broker.connections
             handled = []
@@ -273,9 +277,11 @@ def test_a_throttled_pipelining_client_has_one_request_handled_per_throttle(tmp_
             # Two more pipelined while muted: at the unmute only the first of them is handled,
             # and its throttled answer mutes the connection again before the second starts.
             second = await client.send(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
-                                                     "include_topic_authorized_operations": False})
+                                                     "include_topic_authorized_operations": False,
+                                               "include_cluster_authorized_operations": False})
             third = await client.send(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
-                                                    "include_topic_authorized_operations": False})
+                                                    "include_topic_authorized_operations": False,
+                                               "include_cluster_authorized_operations": False})
             clock.advance(1000)
             assert (await client.receive(METADATA, 9, second)).throttle_time.total_seconds() == 1
             assert connection.muted and connection.throttled
@@ -286,7 +292,8 @@ def test_a_throttled_pipelining_client_has_one_request_handled_per_throttle(tmp_
             clock.advance(1000)
             await client.request(ALTER, 1, _alter_body([("user", "ANONYMOUS")], [("request_percentage", None)]))
             await client.request(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
-                                               "include_topic_authorized_operations": False})
+                                               "include_topic_authorized_operations": False,
+                                               "include_cluster_authorized_operations": False})
             assert not connection.throttled and not connection.muted
             await client.close()
 
@@ -295,7 +302,8 @@ def test_a_throttled_pipelining_client_has_one_request_handled_per_throttle(tmp_
 
 # -- what request time covers, on a perf counter the test moves ------------------------------
 
-EMPTY_METADATA = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+EMPTY_METADATA = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False,
+                                               "include_cluster_authorized_operations": False}
 
 
 def _frozen_perf_counter(monkeypatch) -> list[float]:

@@ -59,7 +59,8 @@ def request(commit: dict):
     return build(load_request_schema(8, version), {
         "group_id": commit["group"], "generation_id_or_member_epoch": -1, "member_id": "",
         "group_instance_id": None, "retention_time": commit["retention"],
-        "topics": [{"name": name, "partitions": partitions} for name, partitions in commit["topics"]]})
+        "topics": [{"name": name, "partitions": [{k: v for k, v in p.items() if k != "commit_timestamp"}  # v1's alone
+                                                 for p in partitions]} for name, partitions in commit["topics"]]})
 
 
 def new_shard() -> GroupCoordinatorShard:

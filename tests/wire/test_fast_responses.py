@@ -48,7 +48,8 @@ OFFSET_GROUPS = st.lists(st.fixed_dictionaries({"group_id": st.text(max_size=40)
 def test_offset_fetch_response_matches_kio(version, topics, groups, error_code, throttle, correlation_id):
     request = Request(9, version, correlation_id, "c", None, False)
     response = {"throttle_time": throttle, "groups": groups} if version >= 8 else \
-        {"throttle_time": throttle, "topics": topics, "error_code": error_code}
+        {"throttle_time": throttle, "error_code": error_code,
+         "topics": [{k: v for k, v in t.items() if k != "topic_id"} for t in topics]}  # v10's groups alone
     expected = encode_response(request, build(load_response_schema(9, version), response))
     assert encode_fast(request, response) == expected
 
