@@ -124,28 +124,6 @@ def test_cleaning_the_offsets_partition_keeps_what_its_replay_gives(tmp_path_fac
 
 
 def test_tombstone_inside_an_open_transaction_replays_the_same_after_cleaning(tmp_path):
-    log = UnifiedLog.open(tmp_path / "__consumer_offsets-0", compact_config(segment_bytes=1024), now_ms=NOW)
-    try:
-        def append(batch: bytes) -> None:
-            log.append(batch, now_ms=NOW)
-            log.update_high_watermark(log.log_end_offset)
-
-        append(build_batch([(_key("g1", 0), _value(1), (), NOW)]))
-        append(build_batch([(_key("g1", 0), _value(5), (), NOW)], producer_id=11, producer_epoch=0,
-                           is_transactional=True))
-        append(build_batch([(_key("g1", 0), None, (), NOW)]))  # the partition's offsets deleted
-        log.append_marker(11, 0, True, 0, now_ms=NOW)
-        log.update_high_watermark(log.log_end_offset)
-        for i in range(40):  # later segments: the above becomes cleanable
-            append(build_batch([(_key("g2", 1), _value(i), (), NOW)]))
-        before = replay(log)
-        Cleaner().clean(log, 0)
-        assert replay(log) == before
-    finally:
-        log.close()
-
-
-def test_tombstone_inside_an_open_transaction_replays_the_same_after_cleaning(tmp_path):
     """A tombstone drops the pending offset an open transaction wrote before it (Kafka), so the
     commit marker does not bring it back, whether compaction kept the older records or not."""
     log = UnifiedLog.open(tmp_path / "__consumer_offsets-0", compact_config(segment_bytes=1024), now_ms=NOW)
