@@ -8,7 +8,6 @@ import struct
 import threading
 import time
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.coordinator.conftest import ManualClock

@@ -13,7 +13,6 @@ from tidemark.records import CompressionType, decode_records, iter_batches
 from tidemark.wire import produce_v0
 
 from ..records.legacy_messages import message, message_set
-from .clients import create_topic
 from .raw import RawClient
 from tidemark.wire.api_keys import ApiKey
 

@@ -146,7 +146,7 @@ def test_burrow_reports_the_groups_lag(broker, zookeeper, certificates, tmp_path
     sasl_ssl = {"ca": certificates["ca.pem"], "cert": certificates["alice.pem"], "key": certificates["alice.key"],
                 "username": "alice", "password": PASSWORD} \
         if protocol == "SASL_SSL" else None
-    config = _burrow_config(tmp_path, address, zookeeper.connect, http_port, sasl_ssl)
+    _burrow_config(tmp_path, address, zookeeper.connect, http_port, sasl_ssl)  # written into tmp_path
     log_path = tmp_path / "burrow.log"
     with open(log_path, "ab") as log:
         burrow = subprocess.Popen([BURROW, "--config-dir", str(tmp_path)], cwd=tmp_path, stdout=log,

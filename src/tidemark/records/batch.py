@@ -17,7 +17,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from .compression import CompressionType, compress, decompress
-from .errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
+from .errors import CorruptRecordError, UnsupportedMagicError
 
 MAGIC = 2
 BATCH_OVERHEAD = 61  # header size
