@@ -67,6 +67,8 @@ SKIPPED = {
     "per group": "starts Spark, and the cluster lines need a Spark master (tests/cli/test_spark_cli.py)",
     "tidemark acls add --bootstrap-server 127.0.0.1:9092 --allow-principal User:alice \\":
         "needs a broker with an authorizer (tests/cli/test_acls_cli.py)",
+    "tidemark spark lag-report --bootstrap-server 127.0.0.1:9093 --command-config client.properties \\":
+        "starts Spark against a SASL_SSL listener (tests/spark/test_security.py)",
 }
 
 # Commands of other programs, not parsed here (their own tools check them).
@@ -200,7 +202,7 @@ def _first_line(block: str) -> str:
 def user_dir(tmp_path: Path) -> Path:
     """A new user's directory: the venv, and the files the skipped examples name."""
     (tmp_path / ".venv").symlink_to(VENV)
-    for name in ("alice.pw", "tls.properties", "pipeline.py"):
+    for name in ("alice.pw", "tls.properties", "client.properties", "pipeline.py"):
         (tmp_path / name).write_text("")
     (tmp_path / "tidemark-data").mkdir()
     return tmp_path
