@@ -80,11 +80,13 @@ def test_cleaning_removes_aborted_transactions_and_keeps_the_committed_latest_va
             producer.commit_transaction(WAIT_S)
         else:
             producer.abort_transaction(WAIT_S)
-    # Committed transactions until the aborted ones are all below the active segment.
+    # Committed transactions until the aborted ones are all below the active segment (the newest
+    # file's base offset: counting files would not do, the cleaner merges them meanwhile).
     partition_dir = broker.data_dir / f"{TOPIC}-0"
-    first_segments = len(list(partition_dir.glob("*.log")))
+    watermarks = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "watermarks"})
+    aborted_end = watermarks.get_watermark_offsets(confluent_kafka.TopicPartition(TOPIC, 0), timeout=WAIT_S)[1]
     filler = 0
-    while len(list(partition_dir.glob("*.log"))) < first_segments + 2:
+    while max(int(f.name.split(".")[0]) for f in partition_dir.glob("*.log")) <= aborted_end:
         producer.begin_transaction()
         producer.produce(TOPIC, key=b"filler", value=b"f" * 500, partition=0)
         producer.commit_transaction(WAIT_S)
@@ -98,7 +100,6 @@ def test_cleaning_removes_aborted_transactions_and_keeps_the_committed_latest_va
     # The count that ended the wait: another look could meet a later cleaning's swap (-1).
     assert aborted == 0, f"aborted records left after cleaning ({aborted})"
 
-    watermarks = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "watermarks"})
     end = watermarks.get_watermark_offsets(confluent_kafka.TopicPartition(TOPIC, 0), timeout=WAIT_S)[1]
     watermarks.close()
     for isolation in ("read_committed", "read_uncommitted"):

@@ -17,7 +17,8 @@ from tests.zk.test_cluster_brokers import WAIT_S, _cluster, _until
 
 DESCRIBE, ALTER, METADATA, INCREMENTAL_ALTER_CONFIGS = 48, 49, 3, 44
 BROKER_RESOURCE, SET = 4, 0
-METADATA_BODY = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+METADATA_BODY = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False,
+                 "include_cluster_authorized_operations": False}
 
 
 def _alter(bootstrap: str, entity: list[tuple[str, str | None]], key: str, value: float):

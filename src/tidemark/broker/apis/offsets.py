@@ -247,7 +247,8 @@ async def _forward_group(ctx: RequestContext, forwarder: OffsetFetchForwarder, b
     if group["error_code"] != ErrorCode.not_coordinator:
         return group
     forwarded = await _forward(ctx, forwarder, asked.group_id, dataclasses.replace(body, groups=(asked,)))
-    return group if forwarded is None else forwarded.groups[0]
+    # In the dict form of the groups answered here: the response is encoded from dicts.
+    return group if forwarded is None else dataclasses.asdict(forwarded.groups[0])
 
 
 # -- OffsetDelete -------------------------------------------------------------------------------
