@@ -388,10 +388,7 @@ class Cleaner:
             cleaned.delete()
             return False
         except BaseException:
-            if cleaned.suffix == CLEANED_SUFFIX:
-                cleaned.delete()
-            else:
-                cleaned.close()  # mid-swap: the files are recovery's now
+            discard_cleaned(cleaned)
             raise
 
     @staticmethod
@@ -443,6 +440,15 @@ class Cleaner:
 
 class _Aborted(Exception):
     pass
+
+
+def discard_cleaned(cleaned: LogSegment) -> None:
+    """A cleaning that failed: its `.cleaned` files deleted, or, once the swap began, only closed
+    (the files are recovery's now)."""
+    if cleaned.suffix == CLEANED_SUFFIX:
+        cleaned.delete()
+    else:
+        cleaned.close()
 
 
 def aborted_transactions(log: UnifiedLog, segments: list[LogSegment], end: int) -> list[AbortedTxn]:

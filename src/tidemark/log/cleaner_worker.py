@@ -34,6 +34,7 @@ from .cleaner import (
     CleanerStats,
     Throttler,
     aborted_transactions,
+    discard_cleaned,
     first_uncleanable_offset,
     known_producers,
 )
@@ -137,10 +138,7 @@ def swap_in(log: UnifiedLog, job: CleaningJob, old: list[LogSegment], cleaned_ba
             return False
         return True
     except BaseException:
-        if cleaned.suffix == CLEANED_SUFFIX:
-            cleaned.delete()
-        else:
-            cleaned.close()  # mid-swap: the files are recovery's now
+        discard_cleaned(cleaned)
         raise
 
 
