@@ -26,6 +26,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTuple
     get_field_tag, get_schema_field_type
 
 from .api_keys import ApiKey
+from .primitives import read_uvarint
 
 __all__ = ["ClaimTooLarge", "check", "needs_walk"]
 
@@ -138,16 +139,10 @@ def _entity_plan(schema: type) -> tuple[bool, tuple, int]:
 
 
 def _uvarint(data, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise _Stop
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
+    try:
+        return read_uvarint(data, pos)
+    except ValueError:  # past the frame, or longer than 5 bytes: kio decides
+        raise _Stop from None
 
 
 def _length(data, pos: int, flexible: bool, wide: bool) -> tuple[int, int]:
