@@ -148,9 +148,7 @@ def parse_command(argv: list[str], heredoc: str | None, cwd: Path, naming: bool 
     elif program == "make":
         targets = [a for a in argv[1:] if "=" not in a]
         variables = [a for a in argv[1:] if "=" in a]
-        result = subprocess.run(["make", "-n", "-f", str(ROOT / "Makefile"), "-o", ".venv/.installed", *targets,
-                                 *variables], cwd=cwd,
-                                capture_output=True, text=True, timeout=60)
+        result = make_dry_run([*targets, *variables], cwd)
         assert result.returncode == 0, f"make {' '.join(argv[1:])}: {result.stderr}"
     elif program.endswith("python") and argv[1:2] == ["-"]:
         compile(heredoc or "", "<heredoc>", "exec")
@@ -258,11 +256,18 @@ def test_a_renamed_flag_fails_the_parse():
         parse_tidemark(["groups", "describe", "g", "--bootstrap-servers", "127.0.0.1:1"])
 
 
+def make_dry_run(arguments: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`make -n` as a user's shell runs it: under `make test` the inherited MAKELEVEL and MAKEFLAGS would
+    make it a sub-make, which prints "Entering/Leaving directory" lines around the commands."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    return subprocess.run(["make", "-n", "--no-print-directory", "-f", str(ROOT / "Makefile"),
+                           "-o", ".venv/.installed", *arguments], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
 def serve_command(port: int, cwd: Path) -> list[str]:
     """What `make serve` runs, for the broker address the test chose (LISTEN=...)."""
-    result = subprocess.run(["make", "-n", "-f", str(ROOT / "Makefile"), "serve", f"LISTEN=127.0.0.1:{port}",
-                             "VENV=.venv", "-o", ".venv/.installed"], cwd=cwd, capture_output=True, text=True,
-                            timeout=60)
+    result = make_dry_run(["serve", f"LISTEN=127.0.0.1:{port}", "VENV=.venv"], cwd)
     assert result.returncode == 0, result.stderr
     line = result.stdout.strip().splitlines()[-1]
     assert line == f".venv/bin/tidemark serve --listen 127.0.0.1:{port} --data-dir tidemark-data", line
