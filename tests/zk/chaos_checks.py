@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,27 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from tidemark.log.direct_read import iter_log_records, topic_partition_dirs
 
 WAIT_S = 60
+
+
+class BoundedWaits:
+    """A chaos run's bounded waits: what does not come in time is recorded as a violation (not
+    raised), so the run goes on to its final checks, which say what else went wrong. The class
+    using it keeps `events` (what was done, newest last) and `violations`."""
+
+    events: list[str]
+    violations: list[str]
+
+    def violate(self, text: str) -> None:
+        self.violations.append(f"{text} [after: {'; '.join(self.events[-3:])}]")
+
+    def until(self, condition: Callable[[], bool], what: str, bound_s: float) -> bool:
+        deadline = time.monotonic() + bound_s
+        while not condition():
+            if time.monotonic() > deadline:
+                self.violate(f"not within {bound_s:.0f}s: {what}")
+                return False
+            time.sleep(0.1)
+        return True
 
 
 @dataclass

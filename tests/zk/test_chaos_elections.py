@@ -45,6 +45,7 @@ from tests.conftest import free_port
 from tests.fault_proxy import BLACKHOLE, DROP, RESPONSES, Delay, FaultProxy
 from tests.zk.chaos_checks import (
     WAIT_S,
+    BoundedWaits,
     Ledger,
     Workload,
     log_ends,
@@ -80,7 +81,7 @@ def _seed() -> int:
     return seed
 
 
-class Chaos:
+class Chaos(BoundedWaits):
     """The cluster under test, what was done to it, and what went wrong."""
 
     def __init__(self, make_broker, zookeeper, zk, chroot: str, seed: int, proxy: FaultProxy | None = None) -> None:
@@ -152,18 +153,7 @@ class Chaos:
     # -- bounded waits --------------------------------------------------------------------------------
 
     def until(self, condition: Callable[[], bool], what: str, bound_s: float = RECOVERY_S) -> bool:
-        """Wait for `condition`; a violation (not an exception) when it does not come: the run
-        goes on to the final checks, which say what else went wrong."""
-        deadline = time.monotonic() + bound_s
-        while not condition():
-            if time.monotonic() > deadline:
-                self.violate(f"not within {bound_s:.0f}s: {what}")
-                return False
-            time.sleep(0.1)
-        return True
-
-    def violate(self, text: str) -> None:
-        self.violations.append(f"{text} [after: {'; '.join(self.events[-3:])}]")
+        return super().until(condition, what, bound_s)
 
     def note(self, text: str) -> None:
         text = f"{time.monotonic() - self.started:.1f}s {text}"

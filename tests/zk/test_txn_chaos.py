@@ -48,6 +48,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
+from tests.zk.chaos_checks import BoundedWaits
 from tidemark.coordinator.partitioner import partition_for
 
 BROKERS = (1, 2, 3)
@@ -162,7 +163,7 @@ class Copier:
 
 
 @dataclass
-class Run:
+class Run(BoundedWaits):
     """The cluster, the copiers, what was done and what went wrong."""
 
     brokers: dict
@@ -196,17 +197,8 @@ class Run:
         self.events.append(text)
         print(f"txn chaos: {text}", flush=True)
 
-    def violate(self, text: str) -> None:
-        self.violations.append(f"{text} [after: {'; '.join(self.events[-3:])}]")
-
     def until(self, condition: Callable[[], bool], what: str, bound_s: float = RECOVERY_S) -> bool:
-        deadline = time.monotonic() + bound_s
-        while not condition():
-            if time.monotonic() > deadline:
-                self.violate(f"not within {bound_s:.0f}s: {what}")
-                return False
-            time.sleep(0.1)
-        return True
+        return super().until(condition, what, bound_s)
 
     def wait_event(self, predicate: Callable[[], bool], bound_s: float = WAIT_S) -> bool:
         with self.changed:
