@@ -1519,7 +1519,7 @@ class Simulation:
             self.violation("at most one leader per epoch", f"broker {broker.id} leads epoch {epoch}, which "
                            f"broker {known} led")
         log = broker.log
-        for offset, (value, acked_in, by, (leader_isr, zk_isr)) in self.acked.items():
+        for offset, (value, acked_in, by, (leader_isr, isr_in_zk)) in self.acked.items():
             if acked_in > epoch:
                 continue  # a leadership the controller already replaced, acting late: it commits nothing
             if offset >= log.log_end_offset or log.records[offset].value != value:
@@ -1532,7 +1532,7 @@ class Simulation:
                 self.violation("acknowledged records are on every later leader",
                                f"broker {broker.id} leads epoch {epoch} with {found!r} at offset {offset}, "
                                f"where {value!r} was acknowledged by broker {by} (ISR {sorted(leader_isr)} there, "
-                               f"{list(zk_isr)} in ZooKeeper)", cause)
+                               f"{list(isr_in_zk)} in ZooKeeper)", cause)
 
     def _acknowledged(self, broker: Broker, pending: Pending) -> None:
         self.log_event("broker %d: acknowledged %s at %d (appended in epoch %d)", (
