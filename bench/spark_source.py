@@ -38,7 +38,9 @@ triggerExecution, and the rest (query start, the Python planner process, the las
 Spark costs per query, what the Python data source API adds, and what tidemark adds.
 --profile DIR records this process and all its children (the broker, the JVM's pyspark.daemon Python
 workers, the driver) with py-spy (--subprocesses) during one extra Spark batch read, writes the raw
-collapsed stacks to DIR and prints the top functions per process kind; that read is not timed.
+collapsed stacks to DIR and prints the top functions per process kind; that read is not timed. With
+the stream contestant it also records --repeat availableNow queries of the warm-up topic (the
+streaming planner, a fresh interpreter per query, shows up as its own kind).
 """
 
 from __future__ import annotations
@@ -382,7 +384,8 @@ def register_format(spark) -> str:
 
 
 # Matched in order against a process's command line (planner workers are forked by pyspark.daemon too).
-_PROCESS_KINDS = (("pyspark.sql.worker", "Python planner workers (pyspark.sql.worker.*)"),
+_PROCESS_KINDS = (("python_streaming_source_runner", "streaming planner (a fresh interpreter per query)"),
+                  ("pyspark.sql.worker", "Python planner workers (pyspark.sql.worker.*)"),
                   ("pyspark.daemon", "Python task workers (pyspark.daemon)"), ("tidemark.cli", "broker"),
                   ("", "driver (this process) and others"))
 
@@ -584,10 +587,18 @@ def main(argv: list[str] | None = None) -> int:
             with console.status(f"profiling one Spark batch read into {output}"), profiler.record("spark-batch"):
                 profiled, _ = spark.batch(topic)
             console.print(f"profiled Spark batch read: {profiled.seconds:.2f} s under py-spy (not a number to quote)")
+            if "stream" in args.contestants:
+                # The fixed cost per query: --repeat availableNow queries of the small warm-up topic.
+                with console.status("profiling streaming queries"), profiler.record("spark-stream"):
+                    for _ in range(args.repeat):
+                        spark.stream(warmup_topic, args.timeout)
 
     if args.profile is not None:
-        for table in summarize_profile(args.profile / "spark-batch.txt"):
-            out.print(table)
+        for name in ("spark-batch", "spark-stream"):
+            if (args.profile / f"{name}.txt").exists():
+                out.print(f"[bold]{name}")
+                for table in summarize_profile(args.profile / f"{name}.txt"):
+                    out.print(table)
     return 0
 
 
