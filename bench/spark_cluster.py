@@ -12,8 +12,12 @@ Contestants, each reading the whole topic from offset 0 --repeat times, the medi
   plain     bench.spark_source's single confluent-kafka consumer loop;
   local[2]  spark-submit --master local[2] of this file's driver: one warm-up batch read, then
             timed batch reads (count and sum of value lengths, checked against the plain loop's);
+            then one warm-up and timed streaming queries (startingOffsets=earliest,
+            trigger(availableNow=True) into "noop", a fresh checkpoint each, timed from start() to
+            the end of awaitTermination(); their numInputRows must sum to --records);
   cluster   the same driver, spark-submit --master spark://... (executors in their own JVMs).
-The driver also reports how long spark-submit took to hand it a session ("session start").
+The driver also reports how long spark-submit took to hand it a session ("session start"), and
+each streaming query's micro-batch count and the durationMs of its batches (Spark's own split).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -51,9 +56,29 @@ def driver(bootstrap: str, topic: str, repeat: int, result: str, launched_at: fl
                .load().agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()[0])
         return time.perf_counter() - started, row["n"], row["b"]
 
+    def stream() -> tuple[float, int, int, list[dict]]:
+        checkpoint = tempfile.mkdtemp(prefix="checkpoint-", dir=Path(result).parent)
+        frame = (spark.readStream.format("tidemark").option("bootstrap.servers", bootstrap)
+                 .option("subscribe", topic).option("startingOffsets", "earliest").load())
+        started = time.perf_counter()
+        query = (frame.writeStream.format("noop").trigger(availableNow=True)
+                 .option("checkpointLocation", checkpoint).start())
+        try:
+            if not query.awaitTermination(TIMEOUT_S):
+                raise RuntimeError(f"streaming query not done after {TIMEOUT_S} s")
+            elapsed = time.perf_counter() - started
+            batches = [p for p in query.recentProgress if p["numInputRows"]]
+            records = sum(p["numInputRows"] for p in query.recentProgress)
+        finally:
+            query.stop()
+        # Every record's value is the bench's 100 bytes: the byte check is the batch reads'.
+        return elapsed, records, len(batches), [p["durationMs"] for p in batches]
+
     read()  # warm-up: executors' and Python workers' start, first planning
     runs = [read() for _ in range(repeat)]
-    Path(result).write_text(json.dumps({"session_start": session_start, "runs": runs,
+    stream()  # warm-up of the streaming path (its first planning and code generation)
+    stream_runs = [stream() for _ in range(repeat)]
+    Path(result).write_text(json.dumps({"session_start": session_start, "runs": runs, "stream_runs": stream_runs,
                                         "master": spark.sparkContext.master}))
     spark.stop()
 
@@ -107,19 +132,26 @@ def main(argv: list[str] | None = None) -> int:
                 if records != args.records or length != value_bytes:
                     raise BenchError(f"{label}: read {records} records, {length} value bytes; expected "
                                      f"{args.records}, {value_bytes}")
+            for seconds, records, batches, durations in results[label]["stream_runs"]:
+                if records != args.records:
+                    raise BenchError(f"{label} streaming: read {records} records; expected {args.records}")
+                console.print(f"  {label} streaming: {seconds:.2f} s, {batches} micro-batch(es), durationMs "
+                              + "; ".join(json.dumps(d, sort_keys=True) for d in durations))
         plain_s = statistics.median(run.seconds for run, _ in plain)
-        rows = [("plain confluent-kafka loop", plain_s, None, [run.seconds for run, _ in plain])]
-        rows += [(label, statistics.median(r[0] for r in result["runs"]), result["session_start"],
-                  [r[0] for r in result["runs"]]) for label, result in results.items()]
-        table = Table(title=f"{args.records:,} records, {args.partitions} partitions, median of {args.repeat} runs",
+        rows = [("plain confluent-kafka loop", plain_s, None, None, [run.seconds for run, _ in plain])]
+        for kind, key in (("batch", "runs"), ("streaming availableNow", "stream_runs")):
+            local_s = statistics.median(r[0] for r in results["local[2]"][key])
+            rows += [(f"{label}, {kind}", statistics.median(r[0] for r in result[key]), local_s,
+                      result["session_start"], [r[0] for r in result[key]]) for label, result in results.items()]
+        table = Table(title=f"{args.records:,} records, {args.partitions} partitions, median of {args.repeat} runs, "
+                            f"load average {os.getloadavg()[0]:.1f} at the end",
                       title_justify="left")
         for column in ("reader", "median s", "records/s", "vs plain", "vs local[2]", "session start s", "runs s"):
             table.add_column(column, justify="left" if column == "reader" else "right")
-        local_s = rows[1][1]
-        for label, seconds, start, runs in rows:
+        for label, seconds, local_s, start, runs in rows:
             table.add_row(label, f"{seconds:.2f}", f"{args.records / seconds:,.0f}", f"{plain_s / seconds:.2f}x",
-                          f"{local_s / seconds:.2f}x", "-" if start is None else f"{start:.1f}",
-                          ", ".join(f"{s:.2f}" for s in runs))
+                          "-" if local_s is None else f"{local_s / seconds:.2f}x",
+                          "-" if start is None else f"{start:.1f}", ", ".join(f"{s:.2f}" for s in runs))
         out.print(table)
     return 0
 

@@ -1,6 +1,7 @@
 """tidemark's PySpark topic source (format "tidemark") next to a plain confluent-kafka consumer loop.
 
-    python -m bench.spark_source [--records N] [--repeat R] [--kafka KEY=VALUE ...] [--profile DIR]
+    python -m bench.spark_source [--records N] [--repeat R] [--kafka KEY=VALUE ...] [--compare-sources]
+                                 [--profile DIR]
 
 Setup (not timed): a tidemark broker started here (free loopback port, temporary data dir), one
 --partitions topic (default 4), --records records (default 1,000,000; 100-byte values, small keys)
@@ -30,9 +31,16 @@ plain loop's Consumer gets KEY=VALUE, the Spark source the option kafka.KEY=VALU
 its consumers). By default every contestant runs fetch.queue.backoff.ms=10, which the Spark source
 sets on its own consumers: librdkafka's default of 1000 ms means a partition whose local queue holds
 queued.min.messages (100,000) is not fetched again for a second, which bounds a fast reader.
+--compare-sources then runs availableNow queries of --repeat rounds (after one warm-up round) of the
+warm-up topic's size from Spark's parquet file source, a trivial Python streaming source and the
+"tidemark" source, interleaved on the same session, and reports each one's query time, Spark's
+triggerExecution, and the rest (query start, the Python planner process, the last trigger): what
+Spark costs per query, what the Python data source API adds, and what tidemark adds.
 --profile DIR records this process and all its children (the broker, the JVM's pyspark.daemon Python
 workers, the driver) with py-spy (--subprocesses) during one extra Spark batch read, writes the raw
-collapsed stacks to DIR and prints the top functions per process kind; that read is not timed.
+collapsed stacks to DIR and prints the top functions per process kind; that read is not timed. With
+the stream contestant it also records --repeat availableNow queries of the warm-up topic (the
+streaming planner, a fresh interpreter per query, shows up as its own kind).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import contextlib
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -64,6 +73,8 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from rich.table import Table
 
 from bench.produce_fetch import (
@@ -237,6 +248,7 @@ class SparkBench:
             .getOrCreate()
         )
         self.spark.sparkContext.setLogLevel("ERROR")
+        self.last_durations: list[dict] = []
         self.registered_with = register_format(self.spark)
 
     def _options(self, reader, topic: str):
@@ -255,10 +267,12 @@ class SparkBench:
         elapsed = time.perf_counter() - started
         return Run(row["records"], elapsed), row["value_bytes"] or 0
 
-    def stream(self, topic: str, timeout: float) -> Run:
+    def stream(self, topic: str, timeout: float, frame=None) -> Run:
+        """An availableNow query of the topic (or of `frame`, another streaming source) into noop."""
         checkpoint = Path(tempfile.mkdtemp(prefix="checkpoint-", dir=self.tmp))
         try:
-            frame = self._options(self.spark.readStream, topic).option("startingOffsets", "earliest").load()
+            if frame is None:
+                frame = self._options(self.spark.readStream, topic).option("startingOffsets", "earliest").load()
             started = time.perf_counter()
             query = (frame.writeStream.format("noop").trigger(availableNow=True)
                      .option("checkpointLocation", str(checkpoint)).start())
@@ -267,6 +281,8 @@ class SparkBench:
                     raise BenchError(f"Spark streaming: not done after {timeout}s")
                 elapsed = time.perf_counter() - started
                 records = sum(progress["numInputRows"] for progress in query.recentProgress)
+                # Spark's own split of each micro-batch with data (one for the whole range, expected).
+                self.last_durations = [p["durationMs"] for p in query.recentProgress if p["numInputRows"]]
             finally:
                 query.stop()
         finally:
@@ -275,6 +291,77 @@ class SparkBench:
 
     def close(self) -> None:
         self.spark.stop()
+
+
+class CountingSource(DataSource):
+    """A Python streaming source with nothing to do: WARMUP_RECORDS integers in one partition. What
+    every availableNow query of a Python data source pays, whatever the source does."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench-counting"
+
+    def schema(self) -> str:
+        return "n long"
+
+    def streamReader(self, schema):
+        return CountingReader()
+
+
+class CountingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def initialOffset(self) -> dict:
+        return {"n": 0}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        return {"n": WARMUP_RECORDS}
+
+    def partitions(self, start: dict, end: dict) -> list:
+        return [InputPartition(0)] if end["n"] > start["n"] else []
+
+    def read(self, partition):
+        for n in range(WARMUP_RECORDS):
+            yield (n,)
+
+
+def compare_sources(spark: SparkBench, topic: str, repeat: int, timeout: float) -> Table:
+    """availableNow queries of WARMUP_RECORDS rows from Spark's parquet file source, the trivial
+    Python source above and the "tidemark" source, interleaved on one session: Spark's fixed cost per
+    query, then what the Python data source API adds, then what tidemark adds."""
+    session = spark.spark
+    session.dataSource.register(CountingSource)
+    files = spark.tmp / "compare-parquet"
+    session.range(WARMUP_RECORDS).write.parquet(str(files))
+    schema = session.read.parquet(str(files)).schema
+    kinds = {
+        "parquet files (Spark's own)": lambda: session.readStream.schema(schema).parquet(str(files)),
+        "trivial Python source": lambda: session.readStream.format(CountingSource.name()).load(),
+        "tidemark": lambda: spark._options(session.readStream, topic).option("startingOffsets", "earliest").load(),
+    }
+    measured: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
+    for attempt in range(repeat + 1):  # the first round warms each path up and is not counted
+        for kind, frame in kinds.items():
+            run = spark.stream(topic, timeout, frame())
+            if run.records != WARMUP_RECORDS:
+                raise BenchError(f"{kind}: {run.records} rows, expected {WARMUP_RECORDS}")
+            trigger = sum(d.get("triggerExecution", 0) for d in spark.last_durations) / 1000
+            if attempt:
+                measured[kind].append((run.seconds, trigger))
+            console.print(f"  {kind:28} {'warm-up' if not attempt else f'run {attempt}/{repeat}'}: "
+                          f"{run.seconds:.2f} s, triggerExecution {trigger:.2f} s "
+                          f"(load average {os.getloadavg()[0]:.1f})")
+    table = Table(title=f"availableNow queries of {WARMUP_RECORDS:,} rows on one local[2] session, median of "
+                        f"{repeat}, interleaved", title_justify="left")
+    for column in ("source", "query s", "triggerExecution s", "outside the trigger s", "runs s"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for kind, runs in measured.items():
+        total = statistics.median(r[0] for r in runs)
+        trigger = statistics.median(r[1] for r in runs)
+        outside = statistics.median(r[0] - r[1] for r in runs)
+        table.add_row(kind, f"{total:.2f}", f"{trigger:.2f}", f"{outside:.2f}", " ".join(f"{r[0]:.2f}" for r in runs))
+    return table
 
 
 def register_format(spark) -> str:
@@ -297,7 +384,8 @@ def register_format(spark) -> str:
 
 
 # Matched in order against a process's command line (planner workers are forked by pyspark.daemon too).
-_PROCESS_KINDS = (("pyspark.sql.worker", "Python planner workers (pyspark.sql.worker.*)"),
+_PROCESS_KINDS = (("python_streaming_source_runner", "streaming planner (a fresh interpreter per query)"),
+                  ("pyspark.sql.worker", "Python planner workers (pyspark.sql.worker.*)"),
                   ("pyspark.daemon", "Python task workers (pyspark.daemon)"), ("tidemark.cli", "broker"),
                   ("", "driver (this process) and others"))
 
@@ -360,19 +448,25 @@ def results_table(best: dict[str, Run], runs: dict[str, list[Run]], title: str) 
     table.add_column("seconds (best)", justify="right")
     table.add_column("records/s", justify="right")
     table.add_column("ratio to plain loop", justify="right")
+    table.add_column("median s", justify="right")
+    table.add_column("median ratio", justify="right")
     table.add_column("all runs (s)", justify="right")
     baseline = best.get(PLAIN)
+    medians = {name: statistics.median(r.seconds for r in rs) for name, rs in runs.items()}
+
+    def ratio(name: str, seconds: float, base: float | None) -> str:
+        if base is None:
+            return "-"
+        if name == PLAIN:
+            return "1.00x"
+        value = base / seconds  # same record count: the ratio of records/s
+        style = "green" if value >= 0.5 else "red"
+        return f"[{style}]{value:.2f}x[/{style}]"
+
     for name, run in best.items():
-        if baseline is None:
-            ratio = "-"
-        elif name == PLAIN:
-            ratio = "1.00x"
-        else:
-            value = run.per_s / baseline.per_s
-            style = "green" if value >= 0.5 else "red"
-            ratio = f"[{style}]{value:.2f}x[/{style}]"
-        table.add_row(name, f"{run.records:,}", f"{run.seconds:.2f}", f"{run.per_s:,.0f}", ratio,
-                      " ".join(f"{r.seconds:.2f}" for r in runs[name]))
+        table.add_row(name, f"{run.records:,}", f"{run.seconds:.2f}", f"{run.per_s:,.0f}",
+                      ratio(name, run.seconds, baseline and baseline.seconds), f"{medians[name]:.2f}",
+                      ratio(name, medians[name], medians.get(PLAIN)), " ".join(f"{r.seconds:.2f}" for r in runs[name]))
     return table
 
 
@@ -388,6 +482,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE",
                         help="librdkafka consumer property for every contestant (repeatable)")
     parser.add_argument("--timeout", type=float, default=300.0, help="bound on each phase (s)")
+    parser.add_argument("--compare-sources", action="store_true",
+                        help="also run availableNow queries of Spark's parquet file source, a trivial Python "
+                             "source and tidemark over the warm-up topic, interleaved (the fixed cost per query)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="py-spy one extra (untimed) Spark batch read into DIR and print the top functions")
     args = parser.parse_args(argv)
@@ -465,6 +562,11 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {label:16} run {attempt + 1}/{args.repeat}: {run.records:,} records in "
                               f"{run.seconds:6.2f} s = {run.per_s:>10,.0f} records/s "
                               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+                if name == "stream":
+                    assert spark is not None
+                    console.print(f"    {len(spark.last_durations)} micro-batch(es), durationMs "
+                                  + "; ".join(", ".join(f"{k} {v}" for k, v in sorted(d.items()))
+                                              for d in spark.last_durations))
 
         best = {name: min(rs, key=lambda r: r.seconds) for name, rs in runs.items()}
         options = f", consumer settings {args.kafka}" if args.kafka else ", librdkafka defaults"
@@ -473,6 +575,11 @@ def main(argv: list[str] | None = None) -> int:
                  f"{time.monotonic() - run_started:.0f} s total")
         out.print(results_table(best, runs, title))
 
+        if args.compare_sources:
+            if spark is None:
+                raise BenchError("--compare-sources needs a Spark contestant")
+            out.print(compare_sources(spark, warmup_topic, args.repeat, args.timeout))
+
         if args.profile is not None:
             assert spark is not None
             output = args.profile / "spark-batch.txt"
@@ -480,10 +587,18 @@ def main(argv: list[str] | None = None) -> int:
             with console.status(f"profiling one Spark batch read into {output}"), profiler.record("spark-batch"):
                 profiled, _ = spark.batch(topic)
             console.print(f"profiled Spark batch read: {profiled.seconds:.2f} s under py-spy (not a number to quote)")
+            if "stream" in args.contestants:
+                # The fixed cost per query: --repeat availableNow queries of the small warm-up topic.
+                with console.status("profiling streaming queries"), profiler.record("spark-stream"):
+                    for _ in range(args.repeat):
+                        spark.stream(warmup_topic, args.timeout)
 
     if args.profile is not None:
-        for table in summarize_profile(args.profile / "spark-batch.txt"):
-            out.print(table)
+        for name in ("spark-batch", "spark-stream"):
+            if (args.profile / f"{name}.txt").exists():
+                out.print(f"[bold]{name}")
+                for table in summarize_profile(args.profile / f"{name}.txt"):
+                    out.print(table)
     return 0
 
 

@@ -168,6 +168,21 @@ def test_stream_commits_each_batch_and_the_last_to_the_group(spark, kafka, tmp_p
     assert committed(kafka, "stream-pipeline") == {("stream", 0): 100, ("stream", 1): 100, ("stream", 2): 100}
 
 
+def test_available_now_reads_the_backlog_in_one_batch_and_commits_its_end(spark, kafka, tmp_path):
+    # Without maxOffsetsPerTrigger an availableNow run is one micro-batch over everything there
+    # at its start (Spark pays its per-batch cost once), and the group ends at the log end offsets.
+    create_topic(kafka, "one-batch", 3)
+    sent = produce(kafka, "one-batch", 300, 3)
+    df = read_stream(spark, kafka, subscribe="one-batch", startingOffsets="earliest",
+                     **{"group.id": "one-batch-pipeline"})
+    progress = run_available_now(df, tmp_path / "checkpoint", query_name="one_batch_rows")
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [300]
+    rows = spark.sql("SELECT partition, offset, value FROM one_batch_rows").collect()
+    assert {(r.partition, r.offset, r.value) for r in rows} == expected_offsets(sent, 3)
+    assert len(rows) == 300
+    assert committed(kafka, "one-batch-pipeline") == {("one-batch", p): 100 for p in range(3)}
+
+
 def test_restart_from_checkpoint_has_no_duplicates_or_gaps(spark, kafka, tmp_path):
     create_topic(kafka, "restart-a", 2)
     sent = produce(kafka, "restart-a", 100, 2)
