@@ -208,6 +208,7 @@ class GroupCoordinatorShard:
         records: list[OffsetsRecord] = []
         append = records.append
         new_tuple = tuple.__new__
+        none = ErrorCode.none  # an enum member's lookup costs ~0.1-0.2 us each time (Python 3.11)
         topics = []
         for topic in request.topics:
             name = topic_names(topic)
@@ -215,7 +216,7 @@ class GroupCoordinatorShard:
             partitions = []
             for p in topic.partitions:
                 index = p.partition_index
-                code = ErrorCode.none
+                code = none
                 metadata = p.committed_metadata
                 if name is None or not partition_exists(name, index):
                     code = ErrorCode.unknown_topic_or_partition
@@ -281,6 +282,7 @@ class GroupCoordinatorShard:
         records: list[OffsetsRecord] = []
         append = records.append
         new_tuple = tuple.__new__
+        none = ErrorCode.none
         topics = []
         for topic in request.topics:
             name = topic.name
@@ -288,7 +290,7 @@ class GroupCoordinatorShard:
             partitions = []
             for p in topic.partitions:
                 index = p.partition_index
-                code = ErrorCode.none
+                code = none
                 metadata = p.committed_metadata
                 if not partition_exists(name, index):
                     code = ErrorCode.unknown_topic_or_partition
