@@ -131,3 +131,25 @@ async def _rounds_without_the_loop(tmp_path) -> None:
         await flusher.stop()
         partition.log.local.before_sync = original
         partition.log.close()
+
+
+def test_a_flusher_started_again_after_stop_runs_rounds_on_one_thread(tmp_path):
+    """Stop then start (a broker restarted in the same process): the new start's thread runs the
+    rounds and the stopped one's does not come back."""
+    async def scenario() -> None:
+        flusher = Flusher()
+        flusher.start()
+        first_thread = flusher._thread
+        await flusher.stop()
+        flusher.start()
+        partition = _partition(tmp_path, "again", 2)
+        try:
+            flusher.mark_dirty(partition)
+            await asyncio.wait_for(_flushed(partition, 2), BOUND_S)
+            first_thread.join(BOUND_S)
+            assert not first_thread.is_alive()
+        finally:
+            await flusher.stop()
+            partition.log.close()
+
+    asyncio.run(scenario())

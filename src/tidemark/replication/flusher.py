@@ -49,7 +49,6 @@ class Flusher:
         self._truncations: list[tuple[list[Partition], asyncio.Future[list[BaseException | None]]]] = []
         self._lock = threading.Lock()
         self._work = threading.Event()  # set: something for the disk thread
-        self._stopping = False
         self._replicated: dict[int, Partition] = {}  # replicated in sync: flushed within the interval
         self._replica_flush_interval_s = replica_flush_interval_ms / 1000
         self._replica_timer: asyncio.TimerHandle | None = None
@@ -60,10 +59,13 @@ class Flusher:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._work = threading.Event()  # the thread of an earlier start keeps its own, set by stop
+        if self._dirty:
+            self._work.set()  # marked before the start
         if self._flush_threads > 1:
             self._fsyncs = ThreadPoolExecutor(max_workers=self._flush_threads, thread_name_prefix="tidemark-fsync")
         # One thread: rounds run one after another (a round waits for the previous one).
-        self._thread = threading.Thread(target=self._disk_loop, name="tidemark-disk", daemon=True)
+        self._thread = threading.Thread(target=self._disk_loop, args=(self._work,), name="tidemark-disk", daemon=True)
         self._thread.start()
 
     async def stop(self) -> None:
@@ -72,9 +74,8 @@ class Flusher:
             self._replica_timer = None
         # A round still fsyncing finishes on its own (its results go nowhere once the loop is
         # gone); the logs' close flushes again anyway.
-        self._stopping = True
+        self._thread = None  # the disk thread ends at its next wake-up
         self._work.set()
-        self._thread = None
         with self._lock:
             truncations, self._truncations = self._truncations, []
         for _, future in truncations:
@@ -125,13 +126,13 @@ class Flusher:
 
     # -- the disk thread ----------------------------------------------------------------------
 
-    def _disk_loop(self) -> None:
+    def _disk_loop(self, work: threading.Event) -> None:
         while True:
-            self._work.wait()
-            if self._stopping:
-                return
+            work.wait()
+            if self._thread is not threading.current_thread():
+                return  # stopped (and perhaps started again, with a thread of its own)
             with self._lock:
-                self._work.clear()
+                work.clear()
                 batch, self._dirty = list(self._dirty.values()), {}
                 truncations, self._truncations = self._truncations, []
             try:
@@ -148,7 +149,7 @@ class Flusher:
 
     def _post(self, callback, *args) -> None:  # type: ignore[no-untyped-def]
         loop = self._loop
-        if loop is None or self._stopping:
+        if loop is None or self._thread is not threading.current_thread():
             return
         try:
             loop.call_soon_threadsafe(callback, *args)
