@@ -2,6 +2,7 @@
 
     python -m bench.commit_path [--partitions N] [--commits N] [--repeats R] [--profile FILE]
     python -m bench.commit_path --load RECORDS [--repeats R]
+    python -m bench.commit_path --txn [--partitions N] [--commits N] [--repeats R]
 
 One OffsetCommit v9 frame (what confluent-kafka 2.16 sends) of --partitions partitions of one
 topic, from a standalone consumer (generation -1), goes through the steps the broker runs:
@@ -11,6 +12,10 @@ frame. The same for OffsetFetch v8 of those partitions (decode, read, response).
 median over --repeats of CPU microseconds (this thread's CPU time, not wall clock: the
 machine is shared) per request and per partition, step by step; with
 --profile, a cProfile of one repeat of the whole path sorted by own time.
+
+--txn: the same for TxnOffsetCommit v3 (a producer's transactional offsets): decoding, the
+handler, the transactional batch, both replays, then the COMMIT marker's replay, which moves the
+pending offsets into the committed view.
 
 --load: the scan that loading an offsets partition makes of its log, over RECORDS offset commit
 records of 1,000 keys in batches of 5,000 (in memory: no log, no replay of the kept records),
@@ -41,7 +46,8 @@ from tidemark.wire.codec import decode_request, encode_response, response_schema
 from tidemark.wire.fast_responses import encode_fast
 
 GROUP, TOPIC = "bench-commit-path", "bench-commit-path-topic"
-SUPPORTED = {ApiKey.OFFSET_COMMIT: (0, 9), ApiKey.OFFSET_FETCH: (0, 9)}
+SUPPORTED = {ApiKey.OFFSET_COMMIT: (0, 9), ApiKey.OFFSET_FETCH: (0, 9), ApiKey.TXN_OFFSET_COMMIT: (0, 3)}
+PRODUCER_ID = 4_000
 
 
 def _frame(api_key: int, version: int, body: dict) -> bytes:
@@ -51,6 +57,15 @@ def _frame(api_key: int, version: int, body: dict) -> bytes:
 def commit_frame(partitions: int, offset: int) -> bytes:
     return _frame(ApiKey.OFFSET_COMMIT, 9, {
         "group_id": GROUP, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+        "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": p, "committed_offset": offset + p, "committed_leader_epoch": -1,
+             "committed_metadata": ""} for p in range(partitions)]}]})
+
+
+def txn_commit_frame(partitions: int, offset: int) -> bytes:
+    return _frame(ApiKey.TXN_OFFSET_COMMIT, 3, {
+        "transactional_id": "bench-txn", "group_id": GROUP, "producer_id": PRODUCER_ID, "producer_epoch": 0,
+        "generation_id": -1, "member_id": "", "group_instance_id": None,
         "topics": [{"name": TOPIC, "partitions": [
             {"partition_index": p, "committed_offset": offset + p, "committed_leader_epoch": -1,
              "committed_metadata": ""} for p in range(partitions)]}]})
@@ -104,6 +119,33 @@ class Path:
         s["response"] += t6 - t5
         return frame
 
+    def txn_commit(self, frame: bytes, now: int) -> None:
+        """One TxnOffsetCommit, then its transaction's COMMIT marker (replayed once committed)."""
+        from tidemark.coordinator.txn_offsets import TxnMarkerKey
+        s, clock = self.seconds, time.thread_time
+        t0 = clock()
+        request = decode_request(frame, SUPPORTED)
+        t1 = clock()
+        result = self.shard.txn_commit_offsets(request.body, 1, now)
+        t2 = clock()
+        build_txn_batch([(r.key.key, r.value) for r in result.records], now)
+        t3 = clock()
+        first = self.log_end
+        for offset, record in enumerate(result.records, start=first):
+            self.shard.replay_appended(offset, record, now_ms=now)
+        t4 = clock()
+        for offset, record in enumerate(result.records, start=first):
+            self.shard.replay(offset, record.key, record.value, now_ms=now, decoded=record.decoded)
+        marker = first + len(result.records)
+        self.shard.replay(marker, TxnMarkerKey(PRODUCER_ID, 0, True, 0, marker), None, now_ms=now)
+        self.log_end = marker + 1
+        t5 = clock()
+        s["decode"] += t1 - t0
+        s["handler"] += t2 - t1
+        s["batch"] += t3 - t2
+        s["replay_appended"] += t4 - t3
+        s["replay"] += t5 - t4
+
     def fetch(self, frame: bytes) -> tuple[float, float, float]:
         clock = time.thread_time
         t0 = clock()
@@ -135,6 +177,25 @@ def run(partitions: int, commits: int) -> tuple[dict[str, float], dict[str, floa
     fetch_us = {step: seconds / commits * 1e6 for step, seconds in zip(("decode", "read", "response"), totals)}
     fetch_us["total"] = sum(fetch_us.values())
     return commit_us, fetch_us
+
+
+def build_txn_batch(pairs, timestamp):
+    try:
+        return build_key_value_batch(pairs, timestamp, producer_id=PRODUCER_ID, producer_epoch=0,
+                                     is_transactional=True)
+    except TypeError:  # the fallback above: no transactional batches
+        return build_key_value_batch(pairs, timestamp)
+
+
+def run_txn(partitions: int, commits: int) -> dict[str, float]:
+    path = Path()
+    del path.seconds["response"]  # answered by the broker's generic encoder: not this path's
+    frames = [txn_commit_frame(partitions, i * partitions) for i in range(min(commits, 50))]
+    for i in range(commits):
+        path.txn_commit(frames[i % len(frames)], 1_700_000_000_000 + i)
+    us = {step: seconds / commits * 1e6 for step, seconds in path.seconds.items()}
+    us["total"] = sum(us.values())
+    return us
 
 
 def load_rate(records: int, repeats: int) -> float:
@@ -181,7 +242,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", help="write a cProfile of one repeat here (and print its top 25)")
     parser.add_argument("--load", type=int, metavar="RECORDS", help="time loading's scan instead")
+    parser.add_argument("--txn", action="store_true", help="TxnOffsetCommit and its marker instead")
     args = parser.parse_args()
+    if args.txn:
+        runs = [run_txn(args.partitions, args.commits) for _ in range(args.repeats)]
+        print(f"TxnOffsetCommit of {args.partitions} partitions (+ COMMIT marker), median of {args.repeats} x "
+              f"{args.commits} requests:")
+        for step in runs[0]:
+            us = statistics.median(r[step] for r in runs)
+            print(f"  {step:16} {us:9.1f} us/request {us / args.partitions:7.2f} us/partition")
+        return
     if args.load:
         print(f"load scan: {load_rate(args.load, args.repeats):,.0f} records per CPU second")
         return

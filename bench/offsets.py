@@ -23,7 +23,7 @@ Cases (confluent-kafka Consumers, assign() only, never subscribe(); one group pe
 After (a) and (b) every committed offset is read back and checked. tidemark runs with
 group.initial.rebalance.delay.ms=0 and offsets.topic.num.partitions=50; its commits are durable
 (the offsets partition is fsync'd before the commit is answered); the mock keeps them in memory.
---profile DIR records the tidemark broker with py-spy during (a), (b) and (e).
+--profile DIR records the tidemark broker with py-spy during (a), both (b)s, (c) and (e).
 """
 
 from __future__ import annotations
@@ -297,15 +297,17 @@ def run_client_cases(target, args, profiler: Profiler | None) -> ClientResults:
     wide_topic = topic("batch-wide", args.batch_partitions * args.batch_clients)
     wide_group = f"bench-batch-wide-{tag}"
     sets = [list(range(i * args.batch_partitions, (i + 1) * args.batch_partitions)) for i in range(args.batch_clients)]
-    results.batched_concurrent, last = run_clients(target.bootstrap, wide_topic, wide_group, sets, seconds)
+    with maybe_profile("commit-batched-wide"):
+        results.batched_concurrent, last = run_clients(target.bootstrap, wide_topic, wide_group, sets, seconds)
     check_committed(target.bootstrap, wide_topic, wide_group, last)
     console.print(f"  {target.name:8} (b) {args.batch_clients} clients x {args.batch_partitions} partitions/commit: "
                   f"{results.batched_concurrent.items_per_s:,.0f} partition offsets/s")
 
     # (c) paced single-partition commits
     paced_topic, paced_group = topic("paced", args.paced_clients), f"bench-paced-{tag}"
-    results.paced, _ = run_clients(target.bootstrap, paced_topic, paced_group,
-                                   [[p] for p in range(args.paced_clients)], seconds, paced_rate=args.paced_rate)
+    with maybe_profile("commit-paced"):
+        results.paced, _ = run_clients(target.bootstrap, paced_topic, paced_group,
+                                       [[p] for p in range(args.paced_clients)], seconds, paced_rate=args.paced_rate)
     console.print(f"  {target.name:8} (c) paced {args.paced_rate:,.0f}/s: achieved {results.paced.ops_per_s:,.0f}/s, "
                   f"p50 {results.paced.p(0.5):.2f} ms, p99 {results.paced.p(0.99):.2f} ms")
 
@@ -538,7 +540,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="smoke run: 1 s cases, 50,000 records to load, 50 x 1,000 offsets cached")
     parser.add_argument("--targets", default="tidemark,mock", help="comma-separated subset of tidemark,mock")
     parser.add_argument("--skip", default="", help="comma-separated cases to skip: clients (a-d), load, memory")
-    parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the tidemark broker in (a), (b), (e)")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the tidemark broker in (a), (b), (c), (e)")
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds = 1.0
@@ -585,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{time.monotonic() - run_started:.0f} s total (tidemark: durable, fsync'd commits; mock: memory)")
     out.print(results_table(client, load, memory, args, title))
     if args.profile is not None:
-        for label in ("commit-many", "commit-batched", "load"):
+        for label in ("commit-many", "commit-batched", "commit-batched-wide", "commit-paced", "load"):
             paths = sorted(args.profile.glob(f"{label}.txt"))
             if paths:
                 out.print(summarize_profile(label, paths))

@@ -96,3 +96,60 @@ async def _side_by_side(tmp_path) -> None:
         for partition, metadata in zip((first, second), originals):
             partition.log.local.before_sync = metadata  # close() flushes each alone
             partition.log.close()
+
+
+def test_rounds_run_while_the_event_loop_is_busy(tmp_path):
+    """The disk thread runs a round as soon as a partition is marked dirty, and the next one
+    as soon as that ends, without waiting for the event loop's turn: here the loop is held the
+    whole time, and two appends made in turn are both fsynced."""
+    asyncio.run(_rounds_without_the_loop(tmp_path))
+
+
+async def _rounds_without_the_loop(tmp_path) -> None:
+    flusher = Flusher()
+    flusher.start()
+    partition = _partition(tmp_path, "busy", 1)
+    synced = threading.Semaphore(0)
+    original = partition.log.local.before_sync
+
+    def counted() -> None:
+        original()
+        synced.release()
+    partition.log.local.before_sync = counted
+    try:
+        await asyncio.sleep(0)
+        flusher.mark_dirty(partition)  # the loop is held from here on: no await until both rounds ran
+        assert synced.acquire(timeout=BOUND_S), "no round ran while the event loop was busy"
+        partition.log.append(build_batch([(None, b"second", (), NOW)]), now_ms=NOW)
+        flusher.mark_dirty(partition)
+        assert synced.acquire(timeout=BOUND_S), "the next round waited for the event loop"
+        deadline = asyncio.get_running_loop().time() + BOUND_S
+        while partition.log.local.recovery_point < 2 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.001)  # the flush writes the recovery point after its fsync
+        assert partition.log.local.recovery_point == 2
+    finally:
+        await flusher.stop()
+        partition.log.local.before_sync = original
+        partition.log.close()
+
+
+def test_a_flusher_started_again_after_stop_runs_rounds_on_one_thread(tmp_path):
+    """Stop then start (a broker restarted in the same process): the new start's thread runs the
+    rounds and the stopped one's does not come back."""
+    async def scenario() -> None:
+        flusher = Flusher()
+        flusher.start()
+        first_thread = flusher._thread
+        await flusher.stop()
+        flusher.start()
+        partition = _partition(tmp_path, "again", 2)
+        try:
+            flusher.mark_dirty(partition)
+            await asyncio.wait_for(_flushed(partition, 2), BOUND_S)
+            first_thread.join(BOUND_S)
+            assert not first_thread.is_alive()
+        finally:
+            await flusher.stop()
+            partition.log.close()
+
+    asyncio.run(scenario())

@@ -277,6 +277,7 @@ def test_an_event_queued_before_the_lease_ended_is_answered_not_coordinator(coor
         await h.start()
         leading = [True]
         h.coordinator.may_lead = lambda: leading[0]
+        h.shard._idle = False  # the shard's event task is busy: the request queues behind it
         pending = asyncio.ensure_future(h.commit(7))
         while h.shard._queue.empty():  # accepted and queued, not yet run
             await asyncio.sleep(0)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidemark.broker.coordinator_io import LogPartitionWriter
+from tidemark.coordinator.offsets import unpack_fetched
 from tidemark.coordinator.shard import CoordinatorConfig, GroupCoordinatorShard
 from tidemark.log import UnifiedLog
 from tidemark.log.cleaner import Cleaner
@@ -50,7 +51,7 @@ def replay(log: UnifiedLog) -> tuple:
         shard.replay(offset, key, value, now_ms=NOW)
     offsets = {g: {tp: (o.offset, o.metadata) for tp, o in shard.offsets.group_offsets(g).items()}
                for g in GROUPS if shard.offsets.group_offsets(g)}
-    pending = {pid: {g: {tp: (at, v.offset) for tp, (at, v) in tps.items()} for g, tps in groups.items()}
+    pending = {pid: {g: {tp: (at, unpack_fetched(v)[0]) for tp, (at, v) in tps.items()} for g, tps in groups.items()}
                for pid, groups in shard.txn_offsets.committed.items()}
     return offsets, set(shard.groups), pending
 

@@ -46,6 +46,12 @@ class LogPartitionWriter:
         self.load_buffer_size = load_buffer_size
         self._waiting: asyncio.Future[None] | None = None  # the replay's current wait
         self._lost: BaseException | None = None  # a leadership ended under our appends, not yet told
+        # One wait tied to the leadership per round of appends, not one per append: the wait for
+        # the end of the first append not yet committed, and the end of the last one since,
+        # which a new wait takes over once the first is committed (see _append_committed).
+        self._tied: asyncio.Future[None] | None = None
+        self._tied_epoch = -1
+        self._appended_end = 0
 
     @property
     def log_start_offset(self) -> int:
@@ -79,11 +85,27 @@ class LogPartitionWriter:
             else:
                 batch = build_key_value_batch([(r.key, r.value) for r in records], now_ms, compression=self.compression)
             end = self.replicas.append(self.partition, batch).last_offset + 1
-        self.partition.wait_for_high_watermark(end, epoch).add_done_callback(self._append_committed)
+        self._appended_end = end
+        tied = self._tied
+        if tied is None or tied.done() or self._tied_epoch != epoch:
+            self._tie(end, epoch)
         return end
 
+    def _tie(self, end: int, epoch: int) -> None:
+        """Watch the leadership that appended up to `end` at `epoch` until the high watermark
+        passes `end` (it fails if that leadership ends first)."""
+        self._tied_epoch = epoch
+        tied = self._tied = self.partition.wait_for_high_watermark(end, epoch)
+        tied.add_done_callback(self._append_committed)
+
     def _append_committed(self, future: asyncio.Future[None]) -> None:
-        if future.cancelled() or future.exception() is None:
+        if future.cancelled():
+            return
+        if future.exception() is None:
+            # Appended since under the same epoch and not yet committed: watch on to their end
+            # (a leadership that ended meanwhile fails the new wait at once).
+            if future is self._tied and self._appended_end > self.partition.high_watermark:
+                self._tie(self._appended_end, self._tied_epoch)
             return
         exc = future.exception()
         waiting = self._waiting
@@ -118,22 +140,12 @@ class LogPartitionWriter:
         if lost is not None:
             waiting.set_exception(lost)
             return waiting
+        # The partition's own waiter, not a future chained to it: the replay wakes one hop
+        # after the high watermark moves. A cancelled replay cancels it, so it leaves the
+        # partition's waiters at once; a lost leadership fails it (_append_committed).
         watched = self.partition.watch_high_watermark(offset)
-
-        def reached(future: asyncio.Future[None]) -> None:
-            if waiting.done():
-                return
-            if future.cancelled():
-                waiting.cancel()
-            elif future.exception() is not None:
-                waiting.set_exception(future.exception())
-            else:
-                waiting.set_result(None)
-
-        watched.add_done_callback(reached)
-        waiting.add_done_callback(lambda _: watched.cancel())  # a cancelled replay leaves no waiter behind
-        self._waiting = waiting
-        return waiting
+        self._waiting = watched
+        return watched
 
     def on_truncation(self, listener: Callable[[int], None]) -> Callable[[], None]:
         listeners = self.partition.log.truncation_listeners

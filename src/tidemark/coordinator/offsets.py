@@ -52,7 +52,8 @@ def pack_tail(offset: int, leader_epoch: int, metadata: bytes, commit_timestamp:
     return _TAIL.pack(offset, leader_epoch, commit_timestamp, expire_timestamp) + metadata
 
 
-def _pack(value: OffsetCommitValue, log_offset: int) -> bytes:
+def pack_value(value: OffsetCommitValue, log_offset: int) -> bytes:
+    """A decoded value as the cache keeps it at `log_offset`."""
     return _PACKED.pack(log_offset, value.offset, value.leader_epoch, value.commit_timestamp,
                         value.expire_timestamp) + value.metadata.encode()
 
@@ -101,7 +102,7 @@ class OffsetStore:
         current = partitions.get(tp[1])
         if current is not None and _log_offset(current) >= log_offset:
             return  # already have this record or a later one
-        partitions[tp[1]] = packed if packed is not None else _pack(value, log_offset)
+        partitions[tp[1]] = packed if packed is not None else pack_value(value, log_offset)
 
     def replay_own_commit(self, log_offset: int, commit: PackedCommit) -> bool:
         """The record at `log_offset`, a commit this store's shard appended, is committed: it
@@ -138,7 +139,7 @@ class OffsetStore:
     # -- the latest view: replay of appended records --------------------------------------
 
     def append_commit(self, log_offset: int, group: str, tp: TopicPartition, value: OffsetCommitValue) -> None:
-        self.append_packed(log_offset, group, tp, _pack(value, log_offset))
+        self.append_packed(log_offset, group, tp, pack_value(value, log_offset))
 
     def append_packed(self, log_offset: int, group: str, tp: TopicPartition, packed: bytes) -> None:
         """`packed`: the value packed at this log offset (`LOG_OFFSET` + `PackedCommit.tail`)."""

@@ -17,7 +17,7 @@ per key) keeps every transactional record and marker, in log order.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 TopicPartition = tuple[str, int]
 
@@ -29,6 +29,17 @@ class TxnRecordKey(NamedTuple):
     producer_epoch: int
     key: bytes
     offset: int = -1  # the log offset, when read back from the log
+
+
+class PackedTxnCommit(NamedTuple):
+    """A TxnOffsetCommit record as the shard that wrote it knows it (its `OffsetsRecord.decoded`,
+    as `PackedCommit` is an OffsetCommit's): the key's fields and the cached value without its
+    log offset, so replaying it into either view decodes nothing and builds no objects."""
+
+    group: str
+    topic: str
+    partition: int
+    tail: bytes  # offsets.pack_tail's: offset, leader epoch, timestamps, then the metadata
 
 
 class TxnMarkerKey(NamedTuple):
@@ -45,11 +56,11 @@ class PendingTxnOffsets:
     """The transactional offsets awaiting their marker, per producer id.
 
     `committed`: records below the high watermark (replayed), group -> partition -> (log
-    offset, OffsetCommitValue); `appended`: (group, partition) of records appended and not yet
+    offset, the value packed as the offsets cache keeps it); `appended`: (group, partition) of records appended and not yet
     committed, so require_stable sees a transaction as soon as it wrote."""
 
     def __init__(self) -> None:
-        self.committed: dict[int, dict[str, dict[TopicPartition, tuple[int, Any]]]] = {}
+        self.committed: dict[int, dict[str, dict[TopicPartition, tuple[int, bytes]]]] = {}
         self.appended: dict[int, set[tuple[str, TopicPartition]]] = {}
 
     def append(self, producer_id: int, group: str, tp: TopicPartition) -> None:
@@ -58,8 +69,8 @@ class PendingTxnOffsets:
     def drop_appended(self) -> None:
         self.appended.clear()
 
-    def replay(self, producer_id: int, log_offset: int, group: str, tp: TopicPartition, value: Any) -> None:
-        """A committed transactional record: `value` its OffsetCommitValue."""
+    def replay(self, producer_id: int, log_offset: int, group: str, tp: TopicPartition, value: bytes) -> None:
+        """A committed transactional record: `value` packed at `log_offset` (offsets.pack_value)."""
         offsets = self.committed.setdefault(producer_id, {}).setdefault(group, {})
         current = offsets.get(tp)
         if current is None or current[0] < log_offset:
@@ -79,7 +90,7 @@ class PendingTxnOffsets:
             if offsets is not None and offsets.pop(tp, None) is not None and not offsets:
                 del groups[group]
 
-    def complete(self, producer_id: int) -> dict[str, dict[TopicPartition, tuple[int, Any]]]:
+    def complete(self, producer_id: int) -> dict[str, dict[TopicPartition, tuple[int, bytes]]]:
         """The producer's transaction ended: its pending offsets, removed."""
         self.appended.pop(producer_id, None)
         return self.committed.pop(producer_id, {})

@@ -11,7 +11,12 @@ alone in its ISR (just elected, or its followers dropped out) is flushed at once
 counts only once durable.
 
 The fsyncs run on the flusher's own disk thread, never on asyncio's default executor (where a
-stalled ZooKeeper call could hold every thread) nor on the event loop. A round with several logs
+stalled ZooKeeper call could hold every thread) nor on the event loop. The thread runs its rounds
+by itself: an append marks its partition dirty and sets the thread's event, and the thread, once
+a round ends, hands its results to the event loop (`call_soon_threadsafe`) and starts the next
+round at once with whatever was marked meanwhile. The loop is not asked for each round, so a
+round no longer waits for the loop to take the last one's results and submit the next (on a busy
+machine that hop, two thread wake-ups and the loop's turn, took longer than the fsync itself). A round with several logs
 to sync hands them to a few fsync threads at once (tidemark.log.flush.threads): the disk takes
 concurrent fsyncs of different files in about the time of one, so a round costs one fsync's wait
 rather than one per dirty partition, and every commit waiting on it (a transaction's
@@ -25,6 +30,7 @@ a write or an fsync.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,46 +44,52 @@ log = structlog.get_logger("tidemark.flusher")
 
 class Flusher:
     def __init__(self, replica_flush_interval_ms: int = 0, flush_threads: int = 1) -> None:
-        self._dirty: dict[int, Partition] = {}  # flushed in the next round
+        # Flushed in the next round; shared with the disk thread (under _lock).
+        self._dirty: dict[int, Partition] = {}
+        self._truncations: list[tuple[list[Partition], asyncio.Future[list[BaseException | None]]]] = []
+        self._lock = threading.Lock()
+        self._work = threading.Event()  # set: something for the disk thread
         self._replicated: dict[int, Partition] = {}  # replicated in sync: flushed within the interval
         self._replica_flush_interval_s = replica_flush_interval_ms / 1000
         self._replica_timer: asyncio.TimerHandle | None = None
-        self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._disk: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._flush_threads = flush_threads
         self._fsyncs: ThreadPoolExecutor | None = None  # a round's logs synced side by side
 
     def start(self) -> None:
-        # One thread: rounds run one after another (a round waits for the previous one).
-        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tidemark-disk")
+        self._loop = asyncio.get_running_loop()
+        self._work = threading.Event()  # the thread of an earlier start keeps its own, set by stop
+        if self._dirty:
+            self._work.set()  # marked before the start
         if self._flush_threads > 1:
             self._fsyncs = ThreadPoolExecutor(max_workers=self._flush_threads, thread_name_prefix="tidemark-fsync")
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="flusher")
+        # One thread: rounds run one after another (a round waits for the previous one).
+        self._thread = threading.Thread(target=self._disk_loop, args=(self._work,), name="tidemark-disk", daemon=True)
+        self._thread.start()
 
     async def stop(self) -> None:
         if self._replica_timer is not None:
             self._replica_timer.cancel()
             self._replica_timer = None
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-        if self._disk is not None:
-            # A round still fsyncing finishes on its own; the logs' close flushes again anyway.
-            self._disk.shutdown(wait=False, cancel_futures=True)
-            self._disk = None
+        # A round still fsyncing finishes on its own (its results go nowhere once the loop is
+        # gone); the logs' close flushes again anyway.
+        self._thread = None  # the disk thread ends at its next wake-up
+        self._work.set()
+        with self._lock:
+            truncations, self._truncations = self._truncations, []
+        for _, future in truncations:
+            if not future.done():
+                future.cancel()
         if self._fsyncs is not None:
             self._fsyncs.shutdown(wait=False, cancel_futures=True)
             self._fsyncs = None
 
     def mark_dirty(self, partition: Partition) -> None:
         self._replicated.pop(id(partition), None)
-        self._dirty[id(partition)] = partition
-        self._wakeup.set()
+        with self._lock:
+            self._dirty[id(partition)] = partition
+        self._work.set()
 
     def mark_replicated(self, partition: Partition) -> None:
         """`partition` was appended to while replicated in sync: flush it within the replica
@@ -96,32 +108,67 @@ class Flusher:
             self.mark_dirty(partition)
 
     def forget(self, partition: Partition) -> None:
-        self._dirty.pop(id(partition), None)
+        with self._lock:
+            self._dirty.pop(id(partition), None)
         self._replicated.pop(id(partition), None)
 
     async def sync_truncations(self, partitions: list[Partition]) -> list[BaseException | None]:
         """Make the truncations of `partitions` durable (UnifiedLog.sync_truncation) on the disk
         thread, after the round running now: what each failed with, or None. The fetcher
         awaits it before fetching those partitions on."""
-        if self._disk is None:
+        if self._thread is None or self._loop is None:
             raise RuntimeError("the flusher is not running")
-        return await asyncio.get_running_loop().run_in_executor(self._disk, _sync_truncations, partitions)
+        future: asyncio.Future[list[BaseException | None]] = self._loop.create_future()
+        with self._lock:
+            self._truncations.append((partitions, future))
+        self._work.set()
+        return await future
 
-    async def _run(self) -> None:
+    # -- the disk thread ----------------------------------------------------------------------
+
+    def _disk_loop(self, work: threading.Event) -> None:
         while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            batch, self._dirty = list(self._dirty.values()), {}
-            started = time.perf_counter()
-            # One hop to a worker thread per round, however many partitions are dirty.
-            results = await asyncio.get_running_loop().run_in_executor(self._disk, _flush_all, batch, self._fsyncs)
-            metrics.FLUSH_SECONDS.observe(time.perf_counter() - started)
-            for partition, result in zip(batch, results):
-                if isinstance(result, BaseException):
-                    log.error("flush_failed", topic=partition.topic, partition=partition.index, error=repr(result))
-                    partition.fail_waiters(result)
-                    continue
-                partition.flushed_to(result)
+            work.wait()
+            if self._thread is not threading.current_thread():
+                return  # stopped (and perhaps started again, with a thread of its own)
+            with self._lock:
+                work.clear()
+                batch, self._dirty = list(self._dirty.values()), {}
+                truncations, self._truncations = self._truncations, []
+            try:
+                # Truncations asked for during the last round first ("after the round running now").
+                for partitions, future in truncations:
+                    self._post(_resolve, future, _sync_truncations(partitions))
+                if batch:
+                    started = time.perf_counter()
+                    results = _flush_all(batch, self._fsyncs)
+                    metrics.FLUSH_SECONDS.observe(time.perf_counter() - started)
+                    self._post(self._flushed, batch, results)
+            except Exception:  # noqa: BLE001 - the thread must outlive a bug: every round after it counts
+                log.exception("flusher_round_failed")
+
+    def _post(self, callback, *args) -> None:  # type: ignore[no-untyped-def]
+        loop = self._loop
+        if loop is None or self._thread is not threading.current_thread():
+            return
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop closed under a last round: nothing waits for it any more
+            pass
+
+    def _flushed(self, batch: list[Partition], results: list[int | BaseException]) -> None:
+        """A round's results, on the event loop."""
+        for partition, result in zip(batch, results):
+            if isinstance(result, BaseException):
+                log.error("flush_failed", topic=partition.topic, partition=partition.index, error=repr(result))
+                partition.fail_waiters(result)
+                continue
+            partition.flushed_to(result)
+
+
+def _resolve(future: asyncio.Future[list[BaseException | None]], result: list[BaseException | None]) -> None:
+    if not future.done():
+        future.set_result(result)
 
 
 def _flush_one(partition: Partition) -> int | BaseException:
