@@ -30,6 +30,12 @@ FLUSH_SECONDS = Histogram(
     "Duration of one group-commit flush round",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
+GC_PAUSE_SECONDS = Histogram(
+    "tidemark_gc_pause_seconds",
+    "Duration of one garbage collection by generation: the event loop stands still meanwhile",
+    ["generation"],
+    buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
 PARTITIONS = Gauge("tidemark_partitions", "Partitions hosted by this broker")
 CONNECTIONS_REFUSED = Counter(
     "tidemark_connections_refused_total", "Connections closed at once for exceeding a limit, by setting", ["limit"]

@@ -166,9 +166,10 @@ def _check_port_free(host: str, port: int, option: str) -> None:
 
 
 async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int, metrics: bool) -> None:
-    from tidemark.broker import lag_metrics
+    from tidemark.broker import heap, lag_metrics
     from tidemark.broker.server import Broker
 
+    heap.observe_gc_pauses()
     broker = Broker(config, data_dir, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -197,6 +198,8 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int, met
     if starting.done():
         starting.result()  # a failed start raises here, as it always did
         lag_collector = lag_metrics.install(broker) if metrics else None
+        frozen = heap.freeze_startup_heap()
+        structlog.get_logger("tidemark.cli").info("startup_heap_frozen", objects=frozen)
         # A line tests and scripts can wait for, with the real port when 0 was asked for.
         print(f"tidemark listening on {broker.host}:{broker.port}", file=sys.stderr, flush=True)
         for listener, (bound_host, bound_port) in list(broker.bound.items())[1:]:
