@@ -2,15 +2,15 @@
 load): hypothesis writes plain offset commits, transactional ones (TxnOffsetCommit: the
 coordinator's transactional batches, then a COMMIT or ABORT marker), offset tombstones, and
 runs cleanings (within and past delete.retention.ms); after each cleaning and after a reload,
-the committed offsets, the groups and the transactions' pending offsets are exactly those of a
-replay before it."""
+the committed offsets and the transactions' pending offsets are exactly those of a replay before
+it."""
 
 from __future__ import annotations
 
 import time
 from types import SimpleNamespace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tidemark.broker.coordinator_io import LogPartitionWriter
@@ -53,7 +53,11 @@ def replay(log: UnifiedLog) -> tuple:
                for g in GROUPS if shard.offsets.group_offsets(g)}
     pending = {pid: {g: {tp: (at, unpack_fetched(v)[0]) for tp, (at, v) in tps.items()} for g, tps in groups.items()}
                for pid, groups in shard.txn_offsets.committed.items()}
-    return offsets, set(shard.groups), pending
+    # Not the groups themselves: replaying a commit makes its group (an empty "simple" group, as
+    # Kafka's coordinator does), and when a tombstone has since deleted every offset the group
+    # held, compaction drops the records that made it, in Kafka as here; expiry deletes such a
+    # group anyway. What a group holds, its offsets and pending offsets, is compared.
+    return offsets, pending
 
 
 tp_st = st.tuples(st.sampled_from(GROUPS), st.integers(0, 2))
@@ -67,6 +71,8 @@ step = st.one_of(
 )
 
 
+@example(steps=[("commit", ("g1", 0), 0), ("txn", 12, [(("g1", 0), 0)]), ("end", 12, True),
+                ("tombstone", ("g1", 0))], finish=False)  # the group its pending offset made is dropped
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=1, max_size=60), finish=st.booleans())
