@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import os
+from bisect import bisect_left, bisect_right
 import struct
 import threading
 import time
@@ -50,6 +51,7 @@ from tidemark.records import (
     BatchHeader,
     CorruptRecordError,
     iter_key_values,
+    map_key_offsets,
     read_header,
     records_section,
     walk_records,
@@ -247,13 +249,13 @@ class Cleaner:
         to swap(group, cleaned), which swaps it in (or, in the worker, hands it to the broker)
         or returns False to stop the cleaning there."""
         txns = CleanedTransactions(aborted)
-        offset_map, end = self._build_offset_map(segments, fds, first_dirty, end, txns, stats)
+        offset_map, end, survivors = self._build_offset_map(segments, fds, first_dirty, end, txns, stats)
         segments = [seg for seg in segments if seg.next_offset <= end]
         last_markers = self._last_markers(segments, fds, active)
         horizon = now - delete_retention_ms
         for group in self._group_segments(segments, segment_bytes):
-            if self.abort.is_set() or not self._clean_group(new_cleaned, swap, group, fds, offset_map, producers,
-                                                            last_markers, txns, horizon, now, stats):
+            if self.abort.is_set() or not self._clean_group(new_cleaned, swap, group, fds, offset_map, survivors,
+                                                            producers, last_markers, txns, horizon, now, stats):
                 _logger.info("cleaning_stopped", log=name, at=group[0].base_offset, aborted=self.abort.is_set())
                 end = max(first_dirty_offset, group[0].base_offset)
                 break
@@ -283,11 +285,14 @@ class Cleaner:
         return last
 
     def _build_offset_map(self, segments: list[LogSegment], fds: dict[int, int], first_dirty: int, end: int,
-                          txns: CleanedTransactions, stats: CleanerStats) -> tuple[dict[bytes, int], int]:
+                          txns: CleanedTransactions, stats: CleanerStats) -> tuple[dict[bytes, int], int, _Survivors]:
         """key -> last offset over [first_dirty, end), whole segments at a time; if the map
         fills up, the cleaning ends after the segment that filled it. Records of aborted
-        transactions are not mapped: they must not shadow an older committed value."""
+        transactions are not mapped: they must not shadow an older committed value. Also
+        returns what the copy pass needs to keep or drop a mapped batch without reading its
+        records again (_Survivors)."""
         offset_map: dict[bytes, int] = {}
+        tombstones: set[int] = set()
         for i, seg in enumerate(segments):
             if seg.next_offset <= first_dirty:
                 continue
@@ -300,7 +305,13 @@ class Cleaner:
                 if h.is_control or h.base_offset + h.last_offset_delta < first_dirty or txns.is_aborted(h):
                     continue
                 try:
-                    for offset, key, _ in iter_key_values(data):
+                    if h.base_offset >= first_dirty:
+                        keyed, tombstone = map_key_offsets(data, 0, offset_map)
+                        stats.map_records += keyed
+                        if tombstone:
+                            tombstones.add(h.base_offset)
+                        continue
+                    for offset, key, _ in iter_key_values(data):  # a batch across first_dirty: rare
                         if key is not None and offset >= first_dirty:
                             offset_map[bytes(key)] = offset
                             stats.map_records += 1
@@ -309,7 +320,7 @@ class Cleaner:
             if len(offset_map) >= self.max_map_entries and i + 1 < len(segments):
                 end = segments[i + 1].base_offset
                 break
-        return offset_map, end
+        return offset_map, end, _Survivors(offset_map, first_dirty, tombstones)
 
     @staticmethod
     def _group_segments(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
@@ -327,7 +338,7 @@ class Cleaner:
 
     def _clean_group(self, new_cleaned: Callable[[int], LogSegment], swap: Callable[[list, LogSegment], bool],
                      group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
-                     producers: dict[int, int], last_markers: dict[int, int], txns: CleanedTransactions,
+                     survivors: _Survivors, producers: dict[int, int], last_markers: dict[int, int], txns: CleanedTransactions,
                      horizon: int, now: int, stats: CleanerStats) -> bool:
         cleaned = new_cleaned(group[0].base_offset)
         try:
@@ -358,7 +369,7 @@ class Cleaner:
                             h.producer_id >= 0 and producers.get(h.producer_id) == h.base_offset + h.last_offset_delta)
                         try:
                             out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep,
-                                                     txns.on_batch(h), stats)
+                                                     txns.on_batch(h), stats, survivors)
                         except CorruptRecordError as exc:
                             raise _in_batch(seg, pos, exc) from None
                     if out is not None:
@@ -400,11 +411,20 @@ class Cleaner:
 
     @staticmethod
     def _filter_batch(h: BatchHeader, data: bytes, offset_map: dict[bytes, int], retain_deletes: bool,
-                      must_keep: bool, aborted: bool, stats: CleanerStats) -> bytes | None:
+                      must_keep: bool, aborted: bool, stats: CleanerStats,
+                      survivors: _Survivors | None = None) -> bytes | None:
         """The data batch with only the records to keep: itself if all are kept, None if none
-        (an aborted transaction's keeps none)."""
+        (an aborted transaction's keeps none). A batch the offset map read whole is decided
+        from `survivors` when it keeps all its records or none; only the others are walked."""
         if aborted:
             stats.records_read += h.records_count
+            return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
+        kept_count = survivors.count(h, retain_deletes) if survivors is not None else None
+        if kept_count is not None:
+            stats.records_read += h.records_count
+            stats.records_written += kept_count
+            if kept_count == h.records_count:  # every record (an empty batch: the none it has)
+                return data
             return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
         _, section, first, last = records_section(data)
         base = h.base_offset
@@ -440,6 +460,35 @@ class Cleaner:
 
 class _Aborted(Exception):
     pass
+
+
+class _Survivors:
+    """Which mapped records survive, for the copy pass: a record the offset map read (a data
+    batch at or past first_dirty, not aborted) is kept exactly when the map holds its offset
+    under its key, and a map holds one offset per key, so the offsets of a batch's survivors
+    are the map's values within the batch's offset range. A batch whose records all survive
+    (none of them a tombstone about to go) is kept whole, one with none dropped, neither read
+    again."""
+
+    def __init__(self, offset_map: dict[bytes, int], first_dirty: int, tombstones: set[int]):
+        self.offsets = sorted(offset_map.values())
+        self.first_dirty = first_dirty
+        self.tombstones = tombstones  # base offsets of mapped batches with a keyed null value
+
+    def count(self, h: BatchHeader, retain_deletes: bool) -> int | None:
+        """How many records of the mapped data batch `h` survive, if all or none; None if some
+        (or the batch was not mapped): its records must be walked."""
+        if h.base_offset < self.first_dirty:
+            return None
+        offsets = self.offsets
+        last = h.base_offset + h.last_offset_delta
+        lo = bisect_left(offsets, h.base_offset)
+        if lo == len(offsets) or offsets[lo] > last:
+            return 0
+        kept = bisect_right(offsets, last, lo) - lo
+        if kept == h.records_count and (retain_deletes or h.base_offset not in self.tombstones):
+            return kept
+        return None
 
 
 def discard_cleaned(cleaned: LogSegment) -> None:
