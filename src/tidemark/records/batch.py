@@ -675,36 +675,37 @@ def iter_timestamped_key_values(batch, position: int = 0) -> Iterator[tuple[int,
         raise CorruptRecordError(f"malformed record: {e}") from None
 
 
+
 def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
     """Put each keyed record's offset into `offsets` under its key, later records replacing
     earlier ones (the log cleaner's offset map); returns (how many keyed records, whether one of
     them has a null value: a tombstone). One loop per record like collect_latest, values never
-    sliced, and as strict as walk_records on the framing: every record must fill exactly its
-    length (a record with headers is checked by walk_records itself) and the records the whole
-    section, so a batch the cleaner then drops unread was still checked."""
+    sliced. As strict as walk_records: a record that does not end where its length says, one
+    with headers, or records that do not fill the section exactly send the batch through
+    walk_records, which raises its CorruptRecordError (or, for valid headers, passes), so a
+    batch the cleaner then drops unread was still checked."""
     header, buf, pos = _lean_section(batch, position)
     base_offset = header.base_offset
+    start = pos
     size = len(buf) if buf is not batch else position + header.size
     count = header.records_count
-    keyed = 0
+    null_keys = 0
     tombstone = False
-    index = 0
+    walked = False
     try:
-        for index in range(count):
-            start = pos
+        for _ in range(count):
             b = buf[pos]
             if b < 0x80:
-                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+                record_end = pos + 1 + ((b >> 1) ^ -(b & 1))
+                pos += 1
             elif buf[pos + 1] < 0x80:  # two bytes: a record of 64 to 8191 bytes
                 z = (b & 0x7F) | (buf[pos + 1] << 7)
-                length, pos = (z >> 1) ^ -(z & 1), pos + 2
+                pos += 2
+                record_end = pos + ((z >> 1) ^ -(z & 1))
             else:
                 length, pos = read_varint(buf, pos)
-            record_end = pos + length
-            if length <= 0 or record_end > size:
-                raise CorruptRecordError(f"record {index} of {count} runs past the batch")
-            b = buf[pos + 1]  # after the attributes byte: the timestamp delta
-            at = pos + 2 if b < 0x80 else read_varint(buf, pos + 1)[1]
+                record_end = pos + length
+            at = pos + 2 if buf[pos + 1] < 0x80 else read_varint(buf, pos + 1)[1]  # attributes, timestamp delta
             b = buf[at]
             if b < 0x80:
                 offset_delta, at = (b >> 1) ^ -(b & 1), at + 1
@@ -718,9 +719,11 @@ def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
                 n, at = (b >> 1) ^ -(b & 1), at + 1
             else:
                 n, at = read_varint(buf, at)
-            key = buf[at : at + n] if n >= 0 else None
-            if n > 0:
+            if n >= 0:
+                offsets[buf[at : at + n]] = base_offset + offset_delta
                 at += n
+            else:
+                null_keys += 1
             b = buf[at]
             if b < 0x80:
                 n, at = (b >> 1) ^ -(b & 1), at + 1
@@ -728,17 +731,18 @@ def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
                 n, at = read_varint(buf, at)
             if n > 0:
                 at += n
-            if at + 1 != record_end or buf[at] != 0:  # not "no headers, then the end": the strict walk
-                for _ in walk_records(buf, 1, start, record_end):
-                    pass
-            if key is not None:
-                offsets[key] = base_offset + offset_delta
-                keyed += 1
-                if n < 0:
-                    tombstone = True
+            elif n < 0:  # a null value (of a keyed record or not: the caller only looks closer)
+                tombstone = True
+            if at + 1 != record_end or buf[at]:  # not "no headers, then the end"
+                if not walked:
+                    for _ in walk_records(buf, count, start, size):  # raises if the batch is malformed
+                        pass
+                    walked = True
             pos = record_end
-    except IndexError:  # a varint ran off the end of the buffer
-        raise CorruptRecordError(f"record {index} of {count} is malformed: it runs past the buffer") from None
-    if pos != size:
-        raise CorruptRecordError(f"{size - pos} bytes after the batch's {count} records")
-    return keyed, tombstone
+    except IndexError:  # a field ran off the end of the buffer
+        pos = -1
+    if pos != size and not walked:
+        for _ in walk_records(buf, count, start, size):  # raises the precise error
+            pass
+        raise CorruptRecordError(f"the batch's {count} records do not fill its records section")
+    return count - null_keys, tombstone
