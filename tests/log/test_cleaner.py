@@ -456,3 +456,33 @@ def test_batch_whose_records_do_not_fill_it_aborts_the_cleaning(tmp_path):
         assert _files(log.directory) == before
     finally:
         log.close()
+
+
+def test_a_log_truncated_while_cleaning_in_process_gets_nothing_swapped_in(tmp_path):
+    """The in-process Cleaner refuses its swaps as the worker's do: a truncation after the offset
+    map was built removes the newest segments (and so the newest value of every key); the map
+    still points at those, so no cleaned segment may replace the older ones, or the values the
+    truncation left would be dropped."""
+    log = UnifiedLog.open(tmp_path / "t-0", compact_config(), now_ms=NOW)
+    for i in range(200):
+        write(log, [(b"k%d" % (i % 5), b"value-%d" % i)])
+    assert len(log.segments) > 6
+    truncated: list = []
+
+    class TruncatedMeanwhile(Cleaner):
+        def _clean_group(self, *args, **kwargs):
+            if not truncated:  # the map is built; a follower truncates before the first swap
+                log.truncate_to(log.segments[-4].base_offset)
+                log.update_high_watermark(log.log_end_offset)
+                truncated.append(read_all(log))
+            return super()._clean_group(*args, **kwargs)
+
+    try:
+        end, _ = TruncatedMeanwhile().clean(log, 0)
+        assert truncated
+        assert read_all(log) == truncated[0]  # every record the truncation left is still there
+        assert latest(read_all(log)) == latest(truncated[0])
+        assert end == 0
+        assert not [p for p in os.listdir(log.directory) if p.endswith((".cleaned", ".swap"))]
+    finally:
+        log.close()

@@ -86,36 +86,53 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class ThrottlePeriod:
+    """A Throttler's current period: when it began and the bytes reported since, and the lock
+    over both. Throttlers sharing one period share one rate (cleaner_worker keeps one in
+    shared memory for every worker process)."""
+
+    def __init__(self, start: float):
+        self.start = start
+        self.observed = 0.0
+        self.lock = threading.Lock()
+
+
 class Throttler:
     """Kafka's Throttler for log.cleaner.io.max.bytes.per.second: callers report the bytes they
-    read or wrote; once they run ahead of the rate, they sleep until they are back on it."""
+    read or wrote; once they run ahead of the rate, they sleep until they are back on it.
+    Every cleaner shares one period (Kafka's cleaner threads share one Throttler): a cleaner
+    that reports bytes while another sleeps off the period waits for the end of that sleep, as
+    Kafka's threads wait for its lock. The sleep itself is outside the lock, so a worker process
+    killed while throttled leaves no lock held."""
 
     def __init__(self, bytes_per_second: float = math.inf, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, check_interval_s: float = 0.1):
+                 sleep: Callable[[float], None] = time.sleep, check_interval_s: float = 0.1,
+                 period: ThrottlePeriod | None = None):
         self.rate = bytes_per_second
         self.clock, self.sleep = clock, sleep
         self.check_interval_s = check_interval_s
-        self._start = clock()
-        self._observed = 0.0
+        self.period = period if period is not None else ThrottlePeriod(clock())
         self.throttled_s = 0.0
-        self._lock = threading.Lock()  # shared by every cleaner thread: one rate for all, as Kafka's
 
     def maybe_throttle(self, nbytes: int) -> None:
-        if self.rate == math.inf or self.rate <= 0:
+        rate = self.rate
+        if rate == math.inf or rate <= 0:
             return
-        with self._lock:
-            self._throttle(nbytes)
-
-    def _throttle(self, nbytes: int) -> None:
-        self._observed += nbytes
-        elapsed = self.clock() - self._start
-        if elapsed < self.check_interval_s:
-            return
-        needed = self._observed / self.rate
-        if needed > elapsed:
-            self.sleep(needed - elapsed)
-            self.throttled_s += needed - elapsed
-        self._start, self._observed = self.clock(), 0.0
+        period = self.period
+        with period.lock:
+            period.observed += nbytes
+            now = self.clock()
+            elapsed = now - period.start
+            if elapsed < 0:  # another cleaner sleeps until the period starts: wait with it
+                delay = -elapsed
+            elif elapsed < self.check_interval_s:
+                return
+            else:
+                delay = max(0.0, period.observed / rate - elapsed)
+                period.start, period.observed = now + delay, 0.0
+        if delay > 0:
+            self.sleep(delay)
+            self.throttled_s += delay
 
 
 @dataclass
@@ -221,6 +238,7 @@ class Cleaner:
         offset, and the statistics of the run."""
         stats = CleanerStats()
         now = self.clock()
+        truncations = log.local.truncations  # read first: a truncation after it shows
         snapshot, active_base, hw = log.cleaning_snapshot()
         try:
             segments = [seg for seg, _ in snapshot]
@@ -232,9 +250,18 @@ class Cleaner:
                 return first_dirty_offset, stats
             aborted = aborted_transactions(log, segments, end)
             producers, active = known_producers(log)
+            sizes = {id(seg): seg.size for seg in segments}
+
+            def swap(old: list[LogSegment], cleaned: LogSegment) -> bool:
+                # As the worker's swap_in, under the log's lock: no truncation since the offset
+                # map was built (it may hold keys whose newer records a truncation removed;
+                # Kafka aborts a cleaning before truncating), the segments still as read.
+                return log.replace_segments(old, cleaned, unchanged=lambda: log.local.truncations == truncations and all(
+                    seg.size == sizes.get(id(seg)) for seg in old))
+
             return self.clean_segments(segments, fds, first_dirty_offset, first_dirty, end, aborted, producers, active,
                                        log.config.delete_retention_ms, log.config.segment_bytes, now, stats,
-                                       log.new_cleaned_segment, log.replace_segments, log.directory.name)
+                                       log.new_cleaned_segment, swap, log.directory.name)
         finally:
             for _, fd in snapshot:
                 os.close(fd)
