@@ -694,14 +694,15 @@ def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
     walked = False
     try:
         for _ in range(count):
+            # Lengths are zigzag varints: an even first byte is a length >= 0 (of one byte below
+            # 0x80, else of two if the second is below 0x80); the rest takes read_varint.
             b = buf[pos]
-            if b < 0x80:
-                record_end = pos + 1 + ((b >> 1) ^ -(b & 1))
+            if b < 0x80 and not b & 1:
                 pos += 1
-            elif buf[pos + 1] < 0x80:  # two bytes: a record of 64 to 8191 bytes
-                z = (b & 0x7F) | (buf[pos + 1] << 7)
+                record_end = pos + (b >> 1)
+            elif not b & 1 and buf[pos + 1] < 0x80:  # a record of 64 to 8191 bytes
+                record_end = pos + 2 + ((b & 0x7F) >> 1 | buf[pos + 1] << 6)
                 pos += 2
-                record_end = pos + ((z >> 1) ^ -(z & 1))
             else:
                 length, pos = read_varint(buf, pos)
                 record_end = pos + length
@@ -715,24 +716,28 @@ def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
             else:
                 offset_delta, at = read_varint(buf, at)
             b = buf[at]
-            if b < 0x80:
-                n, at = (b >> 1) ^ -(b & 1), at + 1
+            if b < 0x80 and not b & 1:  # a key of up to 63 bytes
+                at += 1
+                offsets[buf[at : at + (b >> 1)]] = base_offset + offset_delta
+                at += b >> 1
             else:
                 n, at = read_varint(buf, at)
-            if n >= 0:
-                offsets[buf[at : at + n]] = base_offset + offset_delta
-                at += n
-            else:
-                null_keys += 1
+                if n >= 0:
+                    offsets[buf[at : at + n]] = base_offset + offset_delta
+                    at += n
+                else:
+                    null_keys += 1
             b = buf[at]
-            if b < 0x80:
-                n, at = (b >> 1) ^ -(b & 1), at + 1
+            if b < 0x80 and not b & 1:  # a value of up to 63 bytes
+                at += 1 + (b >> 1)
+            elif not b & 1 and buf[at + 1] < 0x80:  # 64 to 8191 bytes
+                at += 2 + ((b & 0x7F) >> 1 | buf[at + 1] << 6)
             else:
                 n, at = read_varint(buf, at)
-            if n > 0:
-                at += n
-            elif n < 0:  # a null value (of a keyed record or not: the caller only looks closer)
-                tombstone = True
+                if n > 0:
+                    at += n
+                elif n < 0:  # a null value (of a keyed record or not: the caller only looks closer)
+                    tombstone = True
             if at + 1 != record_end or buf[at]:  # not "no headers, then the end"
                 if not walked:
                     for _ in walk_records(buf, count, start, size):  # raises if the batch is malformed
