@@ -15,6 +15,9 @@ offsets.topic.segment.bytes=--segment-bytes so the partition spans several segme
       then a copy of the dirty partition (taken before) cleaned as the broker's cleaner does now,
       by a cleaner worker process (tidemark.log.cleaner_worker), timed by the worker (its
       CleanerStats, without the process start); both against (2)'s load rate.
+      Also in CPU seconds, which the machine's load and the worker's lower priority do not
+      skew: the worker's own (CleanerStats.cpu_s) against loading's scan of the same dirty
+      partition (the broker's LogPartitionWriter.read_latest run here, median of 3).
   (4) the broker restarted again (cleaner disabled): load time of the cleaned partition.
   (5) a second data dir: a larger dirty partition of another group, made cleanable only after a
       while through log.cleaner.min.compaction.lag.ms (its records carry the write time), under a
@@ -32,6 +35,7 @@ import contextlib
 import json
 import math
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -46,6 +50,7 @@ from rich.table import Table
 from bench.offsets import FIND_COORDINATOR, LOAD_BATCH, OFFSETS_PARTITIONS, TIDEMARK_SETTINGS, Latencies, run_clients
 from bench.produce_fetch import BenchError, BrokerProcess, TidemarkTarget, console, out
 from tests.integration.raw import RawClient
+from tidemark.broker.coordinator_io import LogPartitionWriter
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.log import LogConfig, UnifiedLog
 from tidemark.log.cleaner import DEFAULT_MAX_MAP_ENTRIES, Cleaner, CleanerStats
@@ -184,6 +189,27 @@ def measure_load(data_dir: Path, broker_settings: dict[str, str], group: str, ex
     return Load(line["records"], line["seconds"], size)
 
 
+def load_scan_cpu(data_dir: Path, group: str, segment_bytes: int, repeats: int = 3) -> tuple[int, float]:
+    """(keyed records, CPU seconds) of loading's scan of the partition: the broker's
+    LogPartitionWriter.read_latest from the log start to the high watermark, the median of
+    `repeats` runs in this process."""
+    log = offsets_log(data_dir, group, segment_bytes)
+    try:
+        reader = object.__new__(LogPartitionWriter)  # only its reading half: the log and the buffer size
+        reader.partition, reader.load_buffer_size = argparse.Namespace(log=log), int(TIDEMARK_SETTINGS.get(
+            "offsets.load.buffer.size", 5 * 1024 * 1024))
+        runs = []
+        for _ in range(repeats):
+            started, records, position, latest = time.process_time(), 0, log.log_start_offset, {}
+            while position < log.log_end_offset:
+                keyed, position = reader.read_latest(position, log.log_end_offset, latest)
+                records += keyed
+            runs.append(time.process_time() - started)
+        return records, statistics.median(runs)
+    finally:
+        log.close()
+
+
 @dataclass
 class Cleaning:
     stats: CleanerStats
@@ -199,6 +225,10 @@ class Cleaning:
     @property
     def records_per_s(self) -> float:
         return self.stats.records_read / self.seconds
+
+    @property
+    def records_per_cpu_s(self) -> float:
+        return self.stats.records_read / self.stats.cpu_s if self.stats.cpu_s > 0 else math.inf
 
 
 def clean_in_worker(data_dir: Path, group: str, segment_bytes: int) -> Cleaning:
@@ -347,7 +377,7 @@ def _met(ok: bool) -> str:
 
 
 def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, worker: Cleaning, after: Load,
-                  commits: UnderCleaning | None, title: str) -> Table:
+                  commits: UnderCleaning | None, title: str, scan: tuple[int, float]) -> Table:
     table = Table(title=title, title_justify="left")
     for name, justify in (("step", "left"), ("metric", "left"), ("value", "right"), ("goal", "right"),
                           ("met", "center")):
@@ -375,6 +405,11 @@ def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, work
     table.add_row("", "cleaning / load rate (in-process, worker)",
                   f"{cleaning.records_per_s / before.records_per_s:.2f}x, "
                   f"{worker.records_per_s / before.records_per_s:.2f}x", ">= 1x", "")
+    scan_rate = scan[0] / scan[1] if scan[1] > 0 else math.inf
+    table.add_row("", "records per CPU-second (loading's scan, worker)",
+                  f"{scan_rate:,.0f}, {worker.records_per_cpu_s:,.0f}", "", "")
+    table.add_row("", "cleaning / loading's scan, per CPU-second", f"{worker.records_per_cpu_s / scan_rate:.2f}x",
+                  ">= 1x", _met(worker.records_per_cpu_s >= scan_rate))
     table.add_section()
     table.add_row("(4) load after cleaning", "seconds", f"{after.seconds:.2f}", "", "")
     table.add_row("", "records", f"{after.records:,}", "", "")
@@ -440,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         with console.status("(2) loading the dirty partition"):
             before = measure_load(data_dir, base, group, dirty.records, dirty.bytes, load_timeout)
         console.print(f"  (2) loaded in {before.seconds:.2f} s: {before.records_per_s:,.0f} records/s")
+        scan = load_scan_cpu(data_dir, group, args.segment_bytes)
         shutil.copytree(data_dir, tmp / "worker-data")
         with console.status("(3) cleaning in-process"):
             cleaning = clean_in_process(data_dir, group, args.segment_bytes)
@@ -472,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
                 commits = run_under_cleaning(tmp, args, big_records, before.records_per_s)
     title = (f"log cleaner on __consumer_offsets: {args.records:,} records, {args.keys:,} keys, "
              f"{args.segment_bytes / 2**20:g} MiB segments, {time.monotonic() - run_started:.0f} s total")
-    out.print(results_table(args, dirty, before, cleaning, worker, after, commits, title))
+    out.print(results_table(args, dirty, before, cleaning, worker, after, commits, title, scan))
     return 0
 
 

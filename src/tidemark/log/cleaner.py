@@ -51,6 +51,7 @@ from tidemark.records import (
     BatchHeader,
     CorruptRecordError,
     iter_key_values,
+    latest_record_ranges,
     map_key_offsets,
     read_header,
     records_section,
@@ -147,6 +148,7 @@ class CleanerStats:
     segments_written: int = 0
     start: float = field(default_factory=time.monotonic)
     end: float = 0.0
+    cpu_s: float = 0.0  # CPU seconds of the cleaning's thread (the worker's process)
 
     @property
     def elapsed_s(self) -> float:
@@ -237,6 +239,7 @@ class Cleaner:
         first_dirty_offset on). Returns the offset to checkpoint as the next first dirty
         offset, and the statistics of the run."""
         stats = CleanerStats()
+        cpu = time.thread_time()
         now = self.clock()
         truncations = log.local.truncations  # read first: a truncation after it shows
         snapshot, active_base, hw = log.cleaning_snapshot()
@@ -266,6 +269,7 @@ class Cleaner:
             for _, fd in snapshot:
                 os.close(fd)
             stats.end = time.monotonic()
+            stats.cpu_s = time.thread_time() - cpu
 
     def clean_segments(self, segments: list, fds: dict[int, int], first_dirty_offset: int, first_dirty: int, end: int,
                        aborted: list[AbortedTxn], producers: dict[int, int], active: set[int], delete_retention_ms: int,
@@ -446,42 +450,53 @@ class Cleaner:
         if aborted:
             stats.records_read += h.records_count
             return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
-        kept_count = survivors.count(h, retain_deletes) if survivors is not None else None
-        if kept_count is not None:
-            stats.records_read += h.records_count
-            stats.records_written += kept_count
-            if kept_count == h.records_count:  # every record (an empty batch: the none it has)
-                return data
-            return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
+        if survivors is not None and h.base_offset >= survivors.first_dirty:  # a batch the map read whole
+            kept_count = survivors.count(h, retain_deletes)
+            if kept_count is not None:
+                stats.records_read += h.records_count
+                stats.records_written += kept_count
+                if kept_count == h.records_count:  # every record (an empty batch: the none it has)
+                    return data
+                return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
+            _, section, first, last = records_section(data)
+            ranges, kept, max_ts = latest_record_ranges(section, first, last, h.records_count, h.base_offset,
+                                                        offset_map, retain_deletes)
+            return Cleaner._rebuilt(h, data, section, ranges, kept, max_ts, must_keep, stats)
         _, section, first, last = records_section(data)
         base = h.base_offset
-        kept: list[tuple[int, int]] = []
+        ranges = []
         max_ts = -1
-        count = 0
         get = offset_map.get
         for (start, end, _, ts_delta, offset_delta, key_pos, key_len, _, value_len,
              _) in walk_records(section, h.records_count, first, last):
-            count += 1
             if (key_len < 0 or get(section[key_pos:key_pos + key_len], -1) > base + offset_delta
                     or (value_len < 0 and not retain_deletes)):  # a null value is a tombstone
                 continue
-            kept.append((start, end))
+            ranges.append((start, end))
             if ts_delta > max_ts:
                 max_ts = ts_delta
+        return Cleaner._rebuilt(h, data, section, ranges, len(ranges), max_ts, must_keep, stats)
+
+    @staticmethod
+    def _rebuilt(h: BatchHeader, data: bytes, section, ranges: list[tuple[int, int]], kept: int, max_ts: int,
+                 must_keep: bool, stats: CleanerStats) -> bytes | None:
+        """The batch rebuilt around the kept records (their byte ranges in `section`): itself if
+        all are kept, None if none (or, must_keep, an empty batch)."""
+        count = h.records_count
         stats.records_read += count
-        stats.records_written += len(kept)
-        if len(kept) == count:
+        stats.records_written += kept
+        if kept == count:
             return data
         log_append = h.attributes & _TIMESTAMP_TYPE_BIT
         if not kept:
             if not must_keep:
                 return None
             return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"")
-        payload = b"".join(section[s:e] for s, e in kept)
+        payload = b"".join(section[s:e] for s, e in ranges)
         codec = h.attributes & _COMPRESSION_MASK
         if codec:
             payload = compress(codec, bytes(payload))
-        return _build(h, h.attributes, len(kept), h.max_timestamp if log_append else h.base_timestamp + max_ts,
+        return _build(h, h.attributes, kept, h.max_timestamp if log_append else h.base_timestamp + max_ts,
                       bytes(payload))
 
 

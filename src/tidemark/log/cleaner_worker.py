@@ -41,10 +41,11 @@ from .cleaner import (
     known_producers,
 )
 from .local_log import CLEANED_SUFFIX
-from .segment import LOG_SUFFIX, LogSegment, segment_name
-from .txn_index import AbortedTxn
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_name
+from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from .unified_log import UnifiedLog
 
+_SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _POLL_S = 0.2  # how often the broker's side looks whether a silent worker still lives
 _PR_SET_PDEATHSIG = 1
 # The worker's CPU priority below the broker's: where cores are scarce, the event loop (commits,
@@ -145,8 +146,9 @@ def swap_in(log: UnifiedLog, job: CleaningJob, old: list[LogSegment], cleaned_ba
 
 
 def delete_cleaned(directory: Path, base_offset: int) -> None:
-    for path in directory.glob(segment_name(base_offset) + ".*" + CLEANED_SUFFIX):
-        path.unlink(missing_ok=True)
+    name = segment_name(base_offset)
+    for suffix in _SEGMENT_FILE_SUFFIXES:  # named, not globbed: a glob compiles a pattern per segment
+        (directory / (name + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
 
 
 # -- the broker's side ----------------------------------------------------------------------------
@@ -300,6 +302,7 @@ def run_job(job: CleaningJob, send: Callable[[tuple], None], abort, throttler: T
     sending ("group", old bases, cleaned base) as each is complete."""
     directory = Path(job.directory)
     stats = CleanerStats()
+    cpu = time.process_time()
     fds: dict[int, int] = {}
     segments = []
     try:
@@ -334,6 +337,7 @@ def run_job(job: CleaningJob, send: Callable[[tuple], None], abort, throttler: T
         for fd in fds.values():
             os.close(fd)
         stats.end = time.monotonic()
+        stats.cpu_s = time.process_time() - cpu
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -751,3 +751,65 @@ def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
             pass
         raise CorruptRecordError(f"the batch's {count} records do not fill its records section")
     return count - null_keys, tombstone
+
+
+def latest_record_ranges(buf, start: int, end: int, count: int, base_offset: int, offsets: dict,
+                         retain_tombstones: bool) -> tuple[list[tuple[int, int]], int, int]:
+    """The records of buf[start:end] (a records section of `count` records, as records_section
+    gives it) that `offsets` holds as their key's latest: (their byte ranges, adjacent ones
+    merged; how many; the largest timestamp delta among them, -1 if none). Records without a
+    key go, and tombstones (null values) unless retain_tombstones. For a batch map_key_offsets
+    read already (so checked): one-byte varints inline, headers not parsed (a record ends where
+    its length says)."""
+    ranges: list[tuple[int, int]] = []
+    kept = 0
+    max_ts = -1
+    pos = start
+    get = offsets.get
+    try:
+        for _ in range(count):
+            record_start = pos
+            b = buf[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif buf[pos + 1] < 0x80:  # two bytes: a record of 64 to 8191 bytes
+                z = (b & 0x7F) | (buf[pos + 1] << 7)
+                length, pos = (z >> 1) ^ -(z & 1), pos + 2
+            else:
+                length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            b = buf[pos + 1]  # after the attributes byte: the timestamp delta
+            if b < 0x80:
+                ts_delta, at = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                ts_delta, at = read_varint(buf, pos + 1)
+            b = buf[at]
+            if b < 0x80:
+                offset_delta, at = (b >> 1) ^ -(b & 1), at + 1
+            elif buf[at + 1] < 0x80:  # two bytes: deltas 64 to 8191
+                z = (b & 0x7F) | (buf[at + 1] << 7)
+                offset_delta, at = (z >> 1) ^ -(z & 1), at + 2
+            else:
+                offset_delta, at = read_varint(buf, at)
+            b = buf[at]
+            if b < 0x80:
+                n, at = (b >> 1) ^ -(b & 1), at + 1
+            else:
+                n, at = read_varint(buf, at)
+            pos = record_end
+            if n < 0 or get(buf[at : at + n]) != base_offset + offset_delta:
+                continue
+            if not retain_tombstones and buf[at + n] & 1:  # a zigzag varint's sign: a null value
+                continue
+            kept += 1
+            if ts_delta > max_ts:
+                max_ts = ts_delta
+            if ranges and ranges[-1][1] == record_start:
+                ranges[-1] = (ranges[-1][0], record_end)
+            else:
+                ranges.append((record_start, record_end))
+    except IndexError:
+        raise CorruptRecordError("malformed record: it runs past the batch") from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes after the batch's {count} records")
+    return ranges, kept, max_ts
