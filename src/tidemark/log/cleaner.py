@@ -465,7 +465,7 @@ class Cleaner:
         _, section, first, last = records_section(data)
         base = h.base_offset
         ranges = []
-        max_ts = -1
+        max_ts = None  # the largest kept timestamp delta (a record may be older than the batch's first)
         get = offset_map.get
         for (start, end, _, ts_delta, offset_delta, key_pos, key_len, _, value_len,
              _) in walk_records(section, h.records_count, first, last):
@@ -473,12 +473,12 @@ class Cleaner:
                     or (value_len < 0 and not retain_deletes)):  # a null value is a tombstone
                 continue
             ranges.append((start, end))
-            if ts_delta > max_ts:
+            if max_ts is None or ts_delta > max_ts:
                 max_ts = ts_delta
         return Cleaner._rebuilt(h, data, section, ranges, len(ranges), max_ts, must_keep, stats)
 
     @staticmethod
-    def _rebuilt(h: BatchHeader, data: bytes, section, ranges: list[tuple[int, int]], kept: int, max_ts: int,
+    def _rebuilt(h: BatchHeader, data: bytes, section, ranges: list[tuple[int, int]], kept: int, max_ts: int | None,
                  must_keep: bool, stats: CleanerStats) -> bytes | None:
         """The batch rebuilt around the kept records (their byte ranges in `section`): itself if
         all are kept, None if none (or, must_keep, an empty batch)."""

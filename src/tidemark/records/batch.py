@@ -754,16 +754,17 @@ def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
 
 
 def latest_record_ranges(buf, start: int, end: int, count: int, base_offset: int, offsets: dict,
-                         retain_tombstones: bool) -> tuple[list[tuple[int, int]], int, int]:
+                         retain_tombstones: bool) -> tuple[list[tuple[int, int]], int, int | None]:
     """The records of buf[start:end] (a records section of `count` records, as records_section
     gives it) that `offsets` holds as their key's latest: (their byte ranges, adjacent ones
-    merged; how many; the largest timestamp delta among them, -1 if none). Records without a
+    merged; how many; the largest timestamp delta among them, None if none: deltas may be
+    negative). Records without a
     key go, and tombstones (null values) unless retain_tombstones. For a batch map_key_offsets
     read already (so checked): one-byte varints inline, headers not parsed (a record ends where
     its length says)."""
     ranges: list[tuple[int, int]] = []
     kept = 0
-    max_ts = -1
+    max_ts = None
     pos = start
     get = offsets.get
     try:
@@ -802,7 +803,7 @@ def latest_record_ranges(buf, start: int, end: int, count: int, base_offset: int
             if not retain_tombstones and buf[at + n] & 1:  # a zigzag varint's sign: a null value
                 continue
             kept += 1
-            if ts_delta > max_ts:
+            if max_ts is None or ts_delta > max_ts:
                 max_ts = ts_delta
             if ranges and ranges[-1][1] == record_start:
                 ranges[-1] = (ranges[-1][0], record_end)
