@@ -10,7 +10,9 @@ never cleaned). A cleaning builds a key -> last offset map over the dirty part, 
 segment below that end, in groups of consecutive segments that fit into one segment, keeping a
 record only if no later offset has its key and dropping tombstones whose segment was last
 modified more than delete.retention.ms ago. Each group's ".cleaned" segment is swapped in with
-LocalLog.replace_segments.
+LocalLog.replace_segments. The map pass reads records without per-record objects
+(records.map_key_offsets); the copy pass keeps or drops a batch the map read without reading its
+records again when all or none of them survive (_Survivors), and walks only the others.
 
 Rewritten batches, as Kafka does for magic 2: each keeps its base offset, last offset delta,
 base timestamp, partition leader epoch, attributes and producer id/epoch/base sequence, so
