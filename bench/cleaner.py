@@ -2,6 +2,13 @@
 after cleaning, and commit latency while the broker's cleaner runs.
 
     python -m bench.cleaner [--records N] [--keys K] [--seconds S] [--quick]
+    python -m bench.cleaner --cpu-only [--records N] [--repeats R]
+
+--cpu-only runs no broker: it writes the dirty partition in a temporary directory and, R times,
+times loading's scan of it (LogPartitionWriter.read_latest) and the worker's cleaning of it
+(cleaner_worker.run_job, in this process at this process's priority), both in CPU seconds, and
+prints records per CPU-second of each and their ratio (the issue's "cleaning rate vs loading
+rate" without the machine's load or the worker's nice level in it).
 
 Steps, all in one run (tidemark brokers as child processes, temporary data dirs,
 offsets.topic.segment.bytes=--segment-bytes so the partition spans several segments):
@@ -38,6 +45,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -53,8 +61,8 @@ from tests.integration.raw import RawClient
 from tidemark.broker.coordinator_io import LogPartitionWriter
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.log import LogConfig, UnifiedLog
-from tidemark.log.cleaner import DEFAULT_MAX_MAP_ENTRIES, Cleaner, CleanerStats
-from tidemark.log.cleaner_worker import CleanerWorker, make_job, swap_in
+from tidemark.log.cleaner import DEFAULT_MAX_MAP_ENTRIES, Cleaner, CleanerStats, Throttler
+from tidemark.log.cleaner_worker import CleanerWorker, make_job, run_job, swap_in
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
     OffsetCommitKey,
@@ -429,6 +437,40 @@ def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, work
     return table
 
 
+# ------------------------------------------------------------------------------------ --cpu-only
+
+
+def cpu_only(args) -> int:
+    group = "bench-cleaner-load"
+    ratios = []
+    table = Table(title=f"cleaning vs loading's scan in CPU seconds: {args.records:,} records, {args.keys:,} keys, "
+                        f"{args.segment_bytes / 2**20:g} MiB segments", title_justify="left")
+    for name in ("run", "loading's scan, records/CPU-s", "cleaning (run_job), records/CPU-s", "cleaning / loading"):
+        table.add_column(name, justify="right")
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-cleaner-cpu-") as tmp_name:
+        tmp = Path(tmp_name)
+        write_dirty(tmp / "pristine", group, args.records, args.keys, args.segment_bytes, int(time.time() * 1000))
+        for run in range(1, args.repeats + 1):
+            shutil.rmtree(tmp / "data", ignore_errors=True)
+            shutil.copytree(tmp / "pristine", tmp / "data")
+            records, scan_cpu = load_scan_cpu(tmp / "data", group, args.segment_bytes, repeats=1)
+            log = offsets_log(tmp / "data", group, args.segment_bytes)
+            try:
+                made = make_job(log, 0, int(time.time() * 1000), DEFAULT_MAX_MAP_ENTRIES)
+                if made is None:
+                    raise BenchError("nothing to clean")
+                _end, stats = run_job(made[0], lambda message: None, threading.Event(), Throttler())
+            finally:
+                log.close()
+            scan_rate, clean_rate = records / scan_cpu, stats.records_read / stats.cpu_s
+            ratios.append(clean_rate / scan_rate)
+            table.add_row(str(run), f"{scan_rate:,.0f}", f"{clean_rate:,.0f}", f"{clean_rate / scan_rate:.2f}x")
+    table.add_section()
+    table.add_row("median", "", "", f"{statistics.median(ratios):.2f}x")
+    out.print(table)
+    return 0
+
+
 # ------------------------------------------------------------------------------------------ main
 
 
@@ -444,6 +486,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="(5) the cleaned partition's size in --records (default: from (3)'s rate, "
                              f"enough for 3x --seconds + 2 s of cleaning, at most {MAX_BIG_FACTOR})")
     parser.add_argument("--skip-commits", action="store_true", help="skip (5)")
+    parser.add_argument("--cpu-only", action="store_true",
+                        help="no broker: loading's scan against the worker's cleaning, in CPU seconds")
+    parser.add_argument("--repeats", type=int, default=3, help="--cpu-only: runs (default 3)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 100,000 records, 1 MiB segments, 2 s windows")
     args = parser.parse_args(argv)
     if args.quick:
@@ -459,6 +504,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.cpu_only:
+        return cpu_only(args)
     run_started = time.monotonic()
     group = "bench-cleaner-load"
     base = settings(args.segment_bytes)
