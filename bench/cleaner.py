@@ -73,7 +73,7 @@ from tidemark.records.offsets_schema import (
 
 MB = 1_000_000
 CLEANER_BACKOFF_MS = 100
-MAX_BIG_FACTOR = 20  # (5)'s partition holds at most this many times --records
+MAX_BIG_FACTOR = 40  # (5)'s partition holds at most this many times --records
 P99_RATIO_GOAL = 1.5
 EVENT_POLL_S = 0.1
 
@@ -483,7 +483,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--paced-rate", type=float, default=500.0, help="(5) commits/s in total (default 500)")
     parser.add_argument("--paced-clients", type=int, default=5, help="(5) consumers sharing the schedule")
     parser.add_argument("--big-factor", type=float, default=None,
-                        help="(5) the cleaned partition's size in --records (default: from (3)'s rate, "
+                        help="(5) the cleaned partition's size in --records (default: from (3)'s worker rate, "
                              f"enough for 3x --seconds + 2 s of cleaning, at most {MAX_BIG_FACTOR})")
     parser.add_argument("--skip-commits", action="store_true", help="skip (5)")
     parser.add_argument("--cpu-only", action="store_true",
@@ -548,8 +548,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_commits:
             factor = args.big_factor
             if factor is None:
-                # (3)'s rate for 3 windows and 2 s more: the broker's cleaner shares its process.
-                factor = (3 * args.seconds + 2) * cleaning.records_per_s / args.records
+                # The broker's cleaner (the worker) at (3)'s rate for 3 windows and 2 s more.
+                factor = (3 * args.seconds + 2) * worker.records_per_s / args.records
             big_records = max(args.keys, int(args.records * min(MAX_BIG_FACTOR, max(1.0, factor))))
             with console.status(f"(5) commits with the cleaner idle, then cleaning {big_records:,} records"):
                 commits = run_under_cleaning(tmp, args, big_records, before.records_per_s)
