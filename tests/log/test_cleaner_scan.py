@@ -161,7 +161,6 @@ def test_cleaning_is_the_per_record_cleaning_byte_for_byte(tmp_path_factory, ste
     reference = UnifiedLog.open(root / "reference" / "t-0", compact_config(), now_ms=NOW)
     try:
         real_now = int(time.time() * 1000)
-        dirty = {"fast": 0, "reference": 0}
         # a checkpoint inside the log too: batches below it are walked, the others decided by the map
         start = min(first_dirty_at * 7, fast.log_end_offset)
         dirty = {"fast": start, "reference": start}
