@@ -486,3 +486,21 @@ def test_a_log_truncated_while_cleaning_in_process_gets_nothing_swapped_in(tmp_p
         assert not [p for p in os.listdir(log.directory) if p.endswith((".cleaned", ".swap"))]
     finally:
         log.close()
+
+
+def test_a_rebuilt_batch_has_the_max_timestamp_of_its_kept_records_even_before_its_first(tmp_path):
+    """A batch whose kept record is older than its first record (a producer may stamp records out
+    of order): the rebuilt batch's max timestamp is that record's, as Kafka's cleaner computes it,
+    not one below the batch's base timestamp."""
+    log = UnifiedLog.open(tmp_path / "t-0", compact_config(), now_ms=NOW)
+    try:
+        log.append(build_batch([(b"newer", b"1", (), NOW + 10), (b"older", b"2", (), NOW)]), now_ms=NOW)
+        for i in range(40):  # "newer" overwritten; rolls the first segment
+            write(log, [(b"newer", b"value-%d" % i)])
+        Cleaner(clock=lambda: NOW).clean(log, 0)
+        data = log.read(0, 1 << 20)
+        _, first = next(iter_batches(data))
+        assert [(r.key, r.timestamp) for r in decode_records(data)] == [(b"older", NOW)]
+        assert (first.base_timestamp, first.max_timestamp) == (NOW + 10, NOW)
+    finally:
+        log.close()
