@@ -2,6 +2,13 @@
 after cleaning, and commit latency while the broker's cleaner runs.
 
     python -m bench.cleaner [--records N] [--keys K] [--seconds S] [--quick]
+    python -m bench.cleaner --cpu-only [--records N] [--repeats R]
+
+--cpu-only runs no broker: it writes the dirty partition in a temporary directory and, R times,
+times loading's scan of it (LogPartitionWriter.read_latest) and the worker's cleaning of it
+(cleaner_worker.run_job, in this process at this process's priority), both in CPU seconds, and
+prints records per CPU-second of each and their ratio (the issue's "cleaning rate vs loading
+rate" without the machine's load or the worker's nice level in it).
 
 Steps, all in one run (tidemark brokers as child processes, temporary data dirs,
 offsets.topic.segment.bytes=--segment-bytes so the partition spans several segments):
@@ -15,6 +22,9 @@ offsets.topic.segment.bytes=--segment-bytes so the partition spans several segme
       then a copy of the dirty partition (taken before) cleaned as the broker's cleaner does now,
       by a cleaner worker process (tidemark.log.cleaner_worker), timed by the worker (its
       CleanerStats, without the process start); both against (2)'s load rate.
+      Also in CPU seconds, which the machine's load and the worker's lower priority do not
+      skew: the worker's own (CleanerStats.cpu_s) against loading's scan of the same dirty
+      partition (the broker's LogPartitionWriter.read_latest run here, median of 3).
   (4) the broker restarted again (cleaner disabled): load time of the cleaned partition.
   (5) a second data dir: a larger dirty partition of another group, made cleanable only after a
       while through log.cleaner.min.compaction.lag.ms (its records carry the write time), under a
@@ -32,8 +42,10 @@ import contextlib
 import json
 import math
 import shutil
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,10 +58,11 @@ from rich.table import Table
 from bench.offsets import FIND_COORDINATOR, LOAD_BATCH, OFFSETS_PARTITIONS, TIDEMARK_SETTINGS, Latencies, run_clients
 from bench.produce_fetch import BenchError, BrokerProcess, TidemarkTarget, console, out
 from tests.integration.raw import RawClient
+from tidemark.broker.coordinator_io import LogPartitionWriter
 from tidemark.coordinator.partitioner import partition_for
 from tidemark.log import LogConfig, UnifiedLog
-from tidemark.log.cleaner import DEFAULT_MAX_MAP_ENTRIES, Cleaner, CleanerStats
-from tidemark.log.cleaner_worker import CleanerWorker, make_job, swap_in
+from tidemark.log.cleaner import DEFAULT_MAX_MAP_ENTRIES, Cleaner, CleanerStats, Throttler
+from tidemark.log.cleaner_worker import CleanerWorker, make_job, run_job, swap_in
 from tidemark.records import build_batch
 from tidemark.records.offsets_schema import (
     OffsetCommitKey,
@@ -60,7 +73,7 @@ from tidemark.records.offsets_schema import (
 
 MB = 1_000_000
 CLEANER_BACKOFF_MS = 100
-MAX_BIG_FACTOR = 20  # (5)'s partition holds at most this many times --records
+MAX_BIG_FACTOR = 40  # (5)'s partition holds at most this many times --records
 P99_RATIO_GOAL = 1.5
 EVENT_POLL_S = 0.1
 
@@ -184,6 +197,27 @@ def measure_load(data_dir: Path, broker_settings: dict[str, str], group: str, ex
     return Load(line["records"], line["seconds"], size)
 
 
+def load_scan_cpu(data_dir: Path, group: str, segment_bytes: int, repeats: int = 3) -> tuple[int, float]:
+    """(keyed records, CPU seconds) of loading's scan of the partition: the broker's
+    LogPartitionWriter.read_latest from the log start to the high watermark, the median of
+    `repeats` runs in this process."""
+    log = offsets_log(data_dir, group, segment_bytes)
+    try:
+        reader = object.__new__(LogPartitionWriter)  # only its reading half: the log and the buffer size
+        reader.partition, reader.load_buffer_size = argparse.Namespace(log=log), int(TIDEMARK_SETTINGS.get(
+            "offsets.load.buffer.size", 5 * 1024 * 1024))
+        runs = []
+        for _ in range(repeats):
+            started, records, position, latest = time.process_time(), 0, log.log_start_offset, {}
+            while position < log.log_end_offset:
+                keyed, position = reader.read_latest(position, log.log_end_offset, latest)
+                records += keyed
+            runs.append(time.process_time() - started)
+        return records, statistics.median(runs)
+    finally:
+        log.close()
+
+
 @dataclass
 class Cleaning:
     stats: CleanerStats
@@ -199,6 +233,10 @@ class Cleaning:
     @property
     def records_per_s(self) -> float:
         return self.stats.records_read / self.seconds
+
+    @property
+    def records_per_cpu_s(self) -> float:
+        return self.stats.records_read / self.stats.cpu_s if self.stats.cpu_s > 0 else math.inf
 
 
 def clean_in_worker(data_dir: Path, group: str, segment_bytes: int) -> Cleaning:
@@ -347,7 +385,7 @@ def _met(ok: bool) -> str:
 
 
 def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, worker: Cleaning, after: Load,
-                  commits: UnderCleaning | None, title: str) -> Table:
+                  commits: UnderCleaning | None, title: str, scan: tuple[int, float]) -> Table:
     table = Table(title=title, title_justify="left")
     for name, justify in (("step", "left"), ("metric", "left"), ("value", "right"), ("goal", "right"),
                           ("met", "center")):
@@ -375,6 +413,11 @@ def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, work
     table.add_row("", "cleaning / load rate (in-process, worker)",
                   f"{cleaning.records_per_s / before.records_per_s:.2f}x, "
                   f"{worker.records_per_s / before.records_per_s:.2f}x", ">= 1x", "")
+    scan_rate = scan[0] / scan[1] if scan[1] > 0 else math.inf
+    table.add_row("", "records per CPU-second (loading's scan, worker)",
+                  f"{scan_rate:,.0f}, {worker.records_per_cpu_s:,.0f}", "", "")
+    table.add_row("", "cleaning / loading's scan, per CPU-second", f"{worker.records_per_cpu_s / scan_rate:.2f}x",
+                  ">= 1x", _met(worker.records_per_cpu_s >= scan_rate))
     table.add_section()
     table.add_row("(4) load after cleaning", "seconds", f"{after.seconds:.2f}", "", "")
     table.add_row("", "records", f"{after.records:,}", "", "")
@@ -394,6 +437,40 @@ def results_table(args, dirty: Partition, before: Load, cleaning: Cleaning, work
     return table
 
 
+# ------------------------------------------------------------------------------------ --cpu-only
+
+
+def cpu_only(args) -> int:
+    group = "bench-cleaner-load"
+    ratios = []
+    table = Table(title=f"cleaning vs loading's scan in CPU seconds: {args.records:,} records, {args.keys:,} keys, "
+                        f"{args.segment_bytes / 2**20:g} MiB segments", title_justify="left")
+    for name in ("run", "loading's scan, records/CPU-s", "cleaning (run_job), records/CPU-s", "cleaning / loading"):
+        table.add_column(name, justify="right")
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-cleaner-cpu-") as tmp_name:
+        tmp = Path(tmp_name)
+        write_dirty(tmp / "pristine", group, args.records, args.keys, args.segment_bytes, int(time.time() * 1000))
+        for run in range(1, args.repeats + 1):
+            shutil.rmtree(tmp / "data", ignore_errors=True)
+            shutil.copytree(tmp / "pristine", tmp / "data")
+            records, scan_cpu = load_scan_cpu(tmp / "data", group, args.segment_bytes, repeats=1)
+            log = offsets_log(tmp / "data", group, args.segment_bytes)
+            try:
+                made = make_job(log, 0, int(time.time() * 1000), DEFAULT_MAX_MAP_ENTRIES)
+                if made is None:
+                    raise BenchError("nothing to clean")
+                _end, stats = run_job(made[0], lambda message: None, threading.Event(), Throttler())
+            finally:
+                log.close()
+            scan_rate, clean_rate = records / scan_cpu, stats.records_read / stats.cpu_s
+            ratios.append(clean_rate / scan_rate)
+            table.add_row(str(run), f"{scan_rate:,.0f}", f"{clean_rate:,.0f}", f"{clean_rate / scan_rate:.2f}x")
+    table.add_section()
+    table.add_row("median", "", "", f"{statistics.median(ratios):.2f}x")
+    out.print(table)
+    return 0
+
+
 # ------------------------------------------------------------------------------------------ main
 
 
@@ -406,9 +483,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--paced-rate", type=float, default=500.0, help="(5) commits/s in total (default 500)")
     parser.add_argument("--paced-clients", type=int, default=5, help="(5) consumers sharing the schedule")
     parser.add_argument("--big-factor", type=float, default=None,
-                        help="(5) the cleaned partition's size in --records (default: from (3)'s rate, "
+                        help="(5) the cleaned partition's size in --records (default: from (3)'s worker rate, "
                              f"enough for 3x --seconds + 2 s of cleaning, at most {MAX_BIG_FACTOR})")
     parser.add_argument("--skip-commits", action="store_true", help="skip (5)")
+    parser.add_argument("--cpu-only", action="store_true",
+                        help="no broker: loading's scan against the worker's cleaning, in CPU seconds")
+    parser.add_argument("--repeats", type=int, default=3, help="--cpu-only: runs (default 3)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 100,000 records, 1 MiB segments, 2 s windows")
     args = parser.parse_args(argv)
     if args.quick:
@@ -424,6 +504,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.cpu_only:
+        return cpu_only(args)
     run_started = time.monotonic()
     group = "bench-cleaner-load"
     base = settings(args.segment_bytes)
@@ -440,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         with console.status("(2) loading the dirty partition"):
             before = measure_load(data_dir, base, group, dirty.records, dirty.bytes, load_timeout)
         console.print(f"  (2) loaded in {before.seconds:.2f} s: {before.records_per_s:,.0f} records/s")
+        scan = load_scan_cpu(data_dir, group, args.segment_bytes)
         shutil.copytree(data_dir, tmp / "worker-data")
         with console.status("(3) cleaning in-process"):
             cleaning = clean_in_process(data_dir, group, args.segment_bytes)
@@ -465,14 +548,14 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_commits:
             factor = args.big_factor
             if factor is None:
-                # (3)'s rate for 3 windows and 2 s more: the broker's cleaner shares its process.
-                factor = (3 * args.seconds + 2) * cleaning.records_per_s / args.records
+                # The broker's cleaner (the worker) at (3)'s rate for 3 windows and 2 s more.
+                factor = (3 * args.seconds + 2) * worker.records_per_s / args.records
             big_records = max(args.keys, int(args.records * min(MAX_BIG_FACTOR, max(1.0, factor))))
             with console.status(f"(5) commits with the cleaner idle, then cleaning {big_records:,} records"):
                 commits = run_under_cleaning(tmp, args, big_records, before.records_per_s)
     title = (f"log cleaner on __consumer_offsets: {args.records:,} records, {args.keys:,} keys, "
              f"{args.segment_bytes / 2**20:g} MiB segments, {time.monotonic() - run_started:.0f} s total")
-    out.print(results_table(args, dirty, before, cleaning, worker, after, commits, title))
+    out.print(results_table(args, dirty, before, cleaning, worker, after, commits, title, scan))
     return 0
 
 

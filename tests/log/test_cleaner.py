@@ -456,3 +456,51 @@ def test_batch_whose_records_do_not_fill_it_aborts_the_cleaning(tmp_path):
         assert _files(log.directory) == before
     finally:
         log.close()
+
+
+def test_a_log_truncated_while_cleaning_in_process_gets_nothing_swapped_in(tmp_path):
+    """The in-process Cleaner refuses its swaps as the worker's do: a truncation after the offset
+    map was built removes the newest segments (and so the newest value of every key); the map
+    still points at those, so no cleaned segment may replace the older ones, or the values the
+    truncation left would be dropped."""
+    log = UnifiedLog.open(tmp_path / "t-0", compact_config(), now_ms=NOW)
+    for i in range(200):
+        write(log, [(b"k%d" % (i % 5), b"value-%d" % i)])
+    assert len(log.segments) > 6
+    truncated: list = []
+
+    class TruncatedMeanwhile(Cleaner):
+        def _clean_group(self, *args, **kwargs):
+            if not truncated:  # the map is built; a follower truncates before the first swap
+                log.truncate_to(log.segments[-4].base_offset)
+                log.update_high_watermark(log.log_end_offset)
+                truncated.append(read_all(log))
+            return super()._clean_group(*args, **kwargs)
+
+    try:
+        end, _ = TruncatedMeanwhile().clean(log, 0)
+        assert truncated
+        assert read_all(log) == truncated[0]  # every record the truncation left is still there
+        assert latest(read_all(log)) == latest(truncated[0])
+        assert end == 0
+        assert not [p for p in os.listdir(log.directory) if p.endswith((".cleaned", ".swap"))]
+    finally:
+        log.close()
+
+
+def test_a_rebuilt_batch_has_the_max_timestamp_of_its_kept_records_even_before_its_first(tmp_path):
+    """A batch whose kept record is older than its first record (a producer may stamp records out
+    of order): the rebuilt batch's max timestamp is that record's, as Kafka's cleaner computes it,
+    not one below the batch's base timestamp."""
+    log = UnifiedLog.open(tmp_path / "t-0", compact_config(), now_ms=NOW)
+    try:
+        log.append(build_batch([(b"newer", b"1", (), NOW + 10), (b"older", b"2", (), NOW)]), now_ms=NOW)
+        for i in range(40):  # "newer" overwritten; rolls the first segment
+            write(log, [(b"newer", b"value-%d" % i)])
+        Cleaner(clock=lambda: NOW).clean(log, 0)
+        data = log.read(0, 1 << 20)
+        _, first = next(iter_batches(data))
+        assert [(r.key, r.timestamp) for r in decode_records(data)] == [(b"older", NOW)]
+        assert (first.base_timestamp, first.max_timestamp) == (NOW + 10, NOW)
+    finally:
+        log.close()

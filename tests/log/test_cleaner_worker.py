@@ -11,6 +11,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from tidemark.hold import HOLD_AT, HOLD_RELEASE
 from tidemark.log import UnifiedLog
 from tidemark.log import log_cleaner
@@ -182,6 +184,59 @@ def test_stop_ends_a_worker_that_does_not_come_back(tmp_path, monkeypatch):
 
 def test_the_worker_throttles_to_the_rate_the_broker_sets():
     worker = CleanerWorker(1000.0)
-    throttler = _SharedRateThrottler(worker.rate)
+    throttler = _SharedRateThrottler(worker.throttle)
     worker.rate.value = 5.0  # log.cleaner.io.max.bytes.per.second changed dynamically
     assert throttler.rate == 5.0
+
+
+class _Clock:
+    """One clock for the throttlers of every worker; sleeping moves it on."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+        self.slept: list[tuple[str, float]] = []
+
+    def sleeper(self, name: str):
+        def sleep(seconds: float) -> None:
+            self.slept.append((name, seconds))
+            self.now += seconds
+        return sleep
+
+
+def test_all_workers_together_stay_under_one_rate():
+    """log.cleaner.io.max.bytes.per.second bounds the cleaner, not each worker (Kafka's cleaner
+    threads share one Throttler): two workers each reading half the budget's worth of bytes
+    together sleep as one cleaner reading all of it would."""
+    cleaner = log_cleaner.LogCleaner(Path("unused"), dict, CleanerConfig(threads=2, io_max_bytes_per_second=1000.0))
+    clock = _Clock()
+    clock.now = cleaner.throttle.start
+    first, second = CleanerWorker(cleaner.throttle), CleanerWorker(cleaner.throttle)  # as cleaner.worker(i) makes them
+    a = _SharedRateThrottler(first.throttle, clock=lambda: clock.now, sleep=clock.sleeper("a"))
+    b = _SharedRateThrottler(second.throttle, clock=lambda: clock.now, sleep=clock.sleeper("b"))
+    a.maybe_throttle(500)
+    clock.now += 0.2
+    b.maybe_throttle(500)  # 1,000 bytes in 0.2 s: 1 s worth at 1,000 B/s
+    assert clock.slept == [("b", pytest.approx(0.8))]
+    a.maybe_throttle(100)  # the next period started when b woke up: not due yet
+    assert len(clock.slept) == 1
+    b.maybe_throttle(0)
+    clock.now += 0.05
+    a.maybe_throttle(100)  # 200 bytes 0.05 s into the period: still inside it
+    assert len(clock.slept) == 1
+    clock.now += 0.05
+    b.maybe_throttle(100)  # 300 bytes by 0.1 s: 0.3 s worth
+    assert clock.slept[1:] == [("b", pytest.approx(0.2))]
+
+
+def test_a_worker_reporting_while_another_sleeps_waits_for_it():
+    """A worker that reports bytes while another sleeps off the shared period waits until that
+    sleep ends (Kafka's threads wait for the throttler's lock meanwhile)."""
+    throttle = log_cleaner.LogCleaner(Path("unused"), dict, CleanerConfig(io_max_bytes_per_second=1000.0)).throttle
+    clock = _Clock()
+    clock.now = throttle.start + 0.5
+    a = _SharedRateThrottler(throttle, clock=lambda: clock.now, sleep=lambda s: clock.slept.append(("a", s)))
+    b = _SharedRateThrottler(throttle, clock=lambda: clock.now, sleep=clock.sleeper("b"))
+    a.maybe_throttle(2000)  # a sleeps 1.5 s (its sleep does not move this clock)
+    clock.now += 0.5
+    b.maybe_throttle(10)
+    assert clock.slept == [("a", pytest.approx(1.5)), ("b", pytest.approx(1.0))]

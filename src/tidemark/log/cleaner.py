@@ -10,7 +10,9 @@ never cleaned). A cleaning builds a key -> last offset map over the dirty part, 
 segment below that end, in groups of consecutive segments that fit into one segment, keeping a
 record only if no later offset has its key and dropping tombstones whose segment was last
 modified more than delete.retention.ms ago. Each group's ".cleaned" segment is swapped in with
-LocalLog.replace_segments.
+LocalLog.replace_segments. The map pass reads records without per-record objects
+(records.map_key_offsets); the copy pass keeps or drops a batch the map read without reading its
+records again when all or none of them survive (_Survivors), and walks only the others.
 
 Rewritten batches, as Kafka does for magic 2: each keeps its base offset, last offset delta,
 base timestamp, partition leader epoch, attributes and producer id/epoch/base sequence, so
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+from bisect import bisect_left, bisect_right
 import struct
 import threading
 import time
@@ -50,6 +53,8 @@ from tidemark.records import (
     BatchHeader,
     CorruptRecordError,
     iter_key_values,
+    latest_record_ranges,
+    map_key_offsets,
     read_header,
     records_section,
     walk_records,
@@ -84,36 +89,53 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class ThrottlePeriod:
+    """A Throttler's current period: when it began and the bytes reported since, and the lock
+    over both. Throttlers sharing one period share one rate (cleaner_worker keeps one in
+    shared memory for every worker process)."""
+
+    def __init__(self, start: float):
+        self.start = start
+        self.observed = 0.0
+        self.lock = threading.Lock()
+
+
 class Throttler:
     """Kafka's Throttler for log.cleaner.io.max.bytes.per.second: callers report the bytes they
-    read or wrote; once they run ahead of the rate, they sleep until they are back on it."""
+    read or wrote; once they run ahead of the rate, they sleep until they are back on it.
+    Every cleaner shares one period (Kafka's cleaner threads share one Throttler): a cleaner
+    that reports bytes while another sleeps off the period waits for the end of that sleep, as
+    Kafka's threads wait for its lock. The sleep itself is outside the lock, so a worker process
+    killed while throttled leaves no lock held."""
 
     def __init__(self, bytes_per_second: float = math.inf, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, check_interval_s: float = 0.1):
+                 sleep: Callable[[float], None] = time.sleep, check_interval_s: float = 0.1,
+                 period: ThrottlePeriod | None = None):
         self.rate = bytes_per_second
         self.clock, self.sleep = clock, sleep
         self.check_interval_s = check_interval_s
-        self._start = clock()
-        self._observed = 0.0
+        self.period = period if period is not None else ThrottlePeriod(clock())
         self.throttled_s = 0.0
-        self._lock = threading.Lock()  # shared by every cleaner thread: one rate for all, as Kafka's
 
     def maybe_throttle(self, nbytes: int) -> None:
-        if self.rate == math.inf or self.rate <= 0:
+        rate = self.rate
+        if rate == math.inf or rate <= 0:
             return
-        with self._lock:
-            self._throttle(nbytes)
-
-    def _throttle(self, nbytes: int) -> None:
-        self._observed += nbytes
-        elapsed = self.clock() - self._start
-        if elapsed < self.check_interval_s:
-            return
-        needed = self._observed / self.rate
-        if needed > elapsed:
-            self.sleep(needed - elapsed)
-            self.throttled_s += needed - elapsed
-        self._start, self._observed = self.clock(), 0.0
+        period = self.period
+        with period.lock:
+            period.observed += nbytes
+            now = self.clock()
+            elapsed = now - period.start
+            if elapsed < 0:  # another cleaner sleeps until the period starts: wait with it
+                delay = -elapsed
+            elif elapsed < self.check_interval_s:
+                return
+            else:
+                delay = max(0.0, period.observed / rate - elapsed)
+                period.start, period.observed = now + delay, 0.0
+        if delay > 0:
+            self.sleep(delay)
+            self.throttled_s += delay
 
 
 @dataclass
@@ -128,6 +150,7 @@ class CleanerStats:
     segments_written: int = 0
     start: float = field(default_factory=time.monotonic)
     end: float = 0.0
+    cpu_s: float = 0.0  # CPU seconds of the cleaning's thread (the worker's process)
 
     @property
     def elapsed_s(self) -> float:
@@ -218,7 +241,9 @@ class Cleaner:
         first_dirty_offset on). Returns the offset to checkpoint as the next first dirty
         offset, and the statistics of the run."""
         stats = CleanerStats()
+        cpu = time.thread_time()
         now = self.clock()
+        truncations = log.local.truncations  # read first: a truncation after it shows
         snapshot, active_base, hw = log.cleaning_snapshot()
         try:
             segments = [seg for seg, _ in snapshot]
@@ -230,13 +255,23 @@ class Cleaner:
                 return first_dirty_offset, stats
             aborted = aborted_transactions(log, segments, end)
             producers, active = known_producers(log)
+            sizes = {id(seg): seg.size for seg in segments}
+
+            def swap(old: list[LogSegment], cleaned: LogSegment) -> bool:
+                # As the worker's swap_in, under the log's lock: no truncation since the offset
+                # map was built (it may hold keys whose newer records a truncation removed;
+                # Kafka aborts a cleaning before truncating), the segments still as read.
+                return log.replace_segments(old, cleaned, unchanged=lambda: log.local.truncations == truncations and all(
+                    seg.size == sizes.get(id(seg)) for seg in old))
+
             return self.clean_segments(segments, fds, first_dirty_offset, first_dirty, end, aborted, producers, active,
                                        log.config.delete_retention_ms, log.config.segment_bytes, now, stats,
-                                       log.new_cleaned_segment, log.replace_segments, log.directory.name)
+                                       log.new_cleaned_segment, swap, log.directory.name)
         finally:
             for _, fd in snapshot:
                 os.close(fd)
             stats.end = time.monotonic()
+            stats.cpu_s = time.thread_time() - cpu
 
     def clean_segments(self, segments: list, fds: dict[int, int], first_dirty_offset: int, first_dirty: int, end: int,
                        aborted: list[AbortedTxn], producers: dict[int, int], active: set[int], delete_retention_ms: int,
@@ -247,13 +282,13 @@ class Cleaner:
         to swap(group, cleaned), which swaps it in (or, in the worker, hands it to the broker)
         or returns False to stop the cleaning there."""
         txns = CleanedTransactions(aborted)
-        offset_map, end = self._build_offset_map(segments, fds, first_dirty, end, txns, stats)
+        offset_map, end, survivors = self._build_offset_map(segments, fds, first_dirty, end, txns, stats)
         segments = [seg for seg in segments if seg.next_offset <= end]
         last_markers = self._last_markers(segments, fds, active)
         horizon = now - delete_retention_ms
         for group in self._group_segments(segments, segment_bytes):
-            if self.abort.is_set() or not self._clean_group(new_cleaned, swap, group, fds, offset_map, producers,
-                                                            last_markers, txns, horizon, now, stats):
+            if self.abort.is_set() or not self._clean_group(new_cleaned, swap, group, fds, offset_map, survivors,
+                                                            producers, last_markers, txns, horizon, now, stats):
                 _logger.info("cleaning_stopped", log=name, at=group[0].base_offset, aborted=self.abort.is_set())
                 end = max(first_dirty_offset, group[0].base_offset)
                 break
@@ -283,11 +318,14 @@ class Cleaner:
         return last
 
     def _build_offset_map(self, segments: list[LogSegment], fds: dict[int, int], first_dirty: int, end: int,
-                          txns: CleanedTransactions, stats: CleanerStats) -> tuple[dict[bytes, int], int]:
+                          txns: CleanedTransactions, stats: CleanerStats) -> tuple[dict[bytes, int], int, _Survivors]:
         """key -> last offset over [first_dirty, end), whole segments at a time; if the map
         fills up, the cleaning ends after the segment that filled it. Records of aborted
-        transactions are not mapped: they must not shadow an older committed value."""
+        transactions are not mapped: they must not shadow an older committed value. Also
+        returns what the copy pass needs to keep or drop a mapped batch without reading its
+        records again (_Survivors)."""
         offset_map: dict[bytes, int] = {}
+        tombstones: set[int] = set()
         for i, seg in enumerate(segments):
             if seg.next_offset <= first_dirty:
                 continue
@@ -300,7 +338,13 @@ class Cleaner:
                 if h.is_control or h.base_offset + h.last_offset_delta < first_dirty or txns.is_aborted(h):
                     continue
                 try:
-                    for offset, key, _ in iter_key_values(data):
+                    if h.base_offset >= first_dirty:
+                        keyed, tombstone = map_key_offsets(data, 0, offset_map)
+                        stats.map_records += keyed
+                        if tombstone:
+                            tombstones.add(h.base_offset)
+                        continue
+                    for offset, key, _ in iter_key_values(data):  # a batch across first_dirty: rare
                         if key is not None and offset >= first_dirty:
                             offset_map[bytes(key)] = offset
                             stats.map_records += 1
@@ -309,7 +353,7 @@ class Cleaner:
             if len(offset_map) >= self.max_map_entries and i + 1 < len(segments):
                 end = segments[i + 1].base_offset
                 break
-        return offset_map, end
+        return offset_map, end, _Survivors(offset_map, first_dirty, tombstones)
 
     @staticmethod
     def _group_segments(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
@@ -327,7 +371,7 @@ class Cleaner:
 
     def _clean_group(self, new_cleaned: Callable[[int], LogSegment], swap: Callable[[list, LogSegment], bool],
                      group: list[LogSegment], fds: dict[int, int], offset_map: dict[bytes, int],
-                     producers: dict[int, int], last_markers: dict[int, int], txns: CleanedTransactions,
+                     survivors: _Survivors, producers: dict[int, int], last_markers: dict[int, int], txns: CleanedTransactions,
                      horizon: int, now: int, stats: CleanerStats) -> bool:
         cleaned = new_cleaned(group[0].base_offset)
         try:
@@ -358,7 +402,7 @@ class Cleaner:
                             h.producer_id >= 0 and producers.get(h.producer_id) == h.base_offset + h.last_offset_delta)
                         try:
                             out = self._filter_batch(h, data, offset_map, retain_deletes, must_keep,
-                                                     txns.on_batch(h), stats)
+                                                     txns.on_batch(h), stats, survivors)
                         except CorruptRecordError as exc:
                             raise _in_batch(seg, pos, exc) from None
                     if out is not None:
@@ -400,46 +444,95 @@ class Cleaner:
 
     @staticmethod
     def _filter_batch(h: BatchHeader, data: bytes, offset_map: dict[bytes, int], retain_deletes: bool,
-                      must_keep: bool, aborted: bool, stats: CleanerStats) -> bytes | None:
+                      must_keep: bool, aborted: bool, stats: CleanerStats,
+                      survivors: _Survivors | None = None) -> bytes | None:
         """The data batch with only the records to keep: itself if all are kept, None if none
-        (an aborted transaction's keeps none)."""
+        (an aborted transaction's keeps none). A batch the offset map read whole is decided
+        from `survivors` when it keeps all its records or none; only the others are walked."""
         if aborted:
             stats.records_read += h.records_count
             return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
+        if survivors is not None and h.base_offset >= survivors.first_dirty:  # a batch the map read whole
+            kept_count = survivors.count(h, retain_deletes)
+            if kept_count is not None:
+                stats.records_read += h.records_count
+                stats.records_written += kept_count
+                if kept_count == h.records_count:  # every record (an empty batch: the none it has)
+                    return data
+                return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
+            _, section, first, last = records_section(data)
+            ranges, kept, max_ts = latest_record_ranges(section, first, last, h.records_count, h.base_offset,
+                                                        offset_map, retain_deletes)
+            return Cleaner._rebuilt(h, data, section, ranges, kept, max_ts, must_keep, stats)
         _, section, first, last = records_section(data)
         base = h.base_offset
-        kept: list[tuple[int, int]] = []
-        max_ts = -1
-        count = 0
+        ranges = []
+        max_ts = None  # the largest kept timestamp delta (a record may be older than the batch's first)
         get = offset_map.get
         for (start, end, _, ts_delta, offset_delta, key_pos, key_len, _, value_len,
              _) in walk_records(section, h.records_count, first, last):
-            count += 1
             if (key_len < 0 or get(section[key_pos:key_pos + key_len], -1) > base + offset_delta
                     or (value_len < 0 and not retain_deletes)):  # a null value is a tombstone
                 continue
-            kept.append((start, end))
-            if ts_delta > max_ts:
+            ranges.append((start, end))
+            if max_ts is None or ts_delta > max_ts:
                 max_ts = ts_delta
+        return Cleaner._rebuilt(h, data, section, ranges, len(ranges), max_ts, must_keep, stats)
+
+    @staticmethod
+    def _rebuilt(h: BatchHeader, data: bytes, section, ranges: list[tuple[int, int]], kept: int, max_ts: int | None,
+                 must_keep: bool, stats: CleanerStats) -> bytes | None:
+        """The batch rebuilt around the kept records (their byte ranges in `section`): itself if
+        all are kept, None if none (or, must_keep, an empty batch)."""
+        count = h.records_count
         stats.records_read += count
-        stats.records_written += len(kept)
-        if len(kept) == count:
+        stats.records_written += kept
+        if kept == count:
             return data
         log_append = h.attributes & _TIMESTAMP_TYPE_BIT
         if not kept:
             if not must_keep:
                 return None
             return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"")
-        payload = b"".join(section[s:e] for s, e in kept)
+        payload = b"".join(section[s:e] for s, e in ranges)
         codec = h.attributes & _COMPRESSION_MASK
         if codec:
             payload = compress(codec, bytes(payload))
-        return _build(h, h.attributes, len(kept), h.max_timestamp if log_append else h.base_timestamp + max_ts,
+        return _build(h, h.attributes, kept, h.max_timestamp if log_append else h.base_timestamp + max_ts,
                       bytes(payload))
 
 
 class _Aborted(Exception):
     pass
+
+
+class _Survivors:
+    """Which mapped records survive, for the copy pass: a record the offset map read (a data
+    batch at or past first_dirty, not aborted) is kept exactly when the map holds its offset
+    under its key, and a map holds one offset per key, so the offsets of a batch's survivors
+    are the map's values within the batch's offset range. A batch whose records all survive
+    (none of them a tombstone about to go) is kept whole, one with none dropped, neither read
+    again."""
+
+    def __init__(self, offset_map: dict[bytes, int], first_dirty: int, tombstones: set[int]):
+        self.offsets = sorted(offset_map.values())
+        self.first_dirty = first_dirty
+        self.tombstones = tombstones  # base offsets of mapped batches with a keyed null value
+
+    def count(self, h: BatchHeader, retain_deletes: bool) -> int | None:
+        """How many records of the mapped data batch `h` survive, if all or none; None if some
+        (or the batch was not mapped): its records must be walked."""
+        if h.base_offset < self.first_dirty:
+            return None
+        offsets = self.offsets
+        last = h.base_offset + h.last_offset_delta
+        lo = bisect_left(offsets, h.base_offset)
+        if lo == len(offsets) or offsets[lo] > last:
+            return 0
+        kept = bisect_right(offsets, last, lo) - lo
+        if kept == h.records_count and (retain_deletes or h.base_offset not in self.tombstones):
+            return kept
+        return None
 
 
 def discard_cleaned(cleaned: LogSegment) -> None:

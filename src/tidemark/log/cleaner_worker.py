@@ -11,8 +11,9 @@ from are still in the log, the very objects with the sizes the job read: a log t
 deleted or cleaned meanwhile never gets stale segments back; the job is then aborted.
 
 The worker dies with the broker (PR_SET_PDEATHSIG), runs at a lower CPU priority (the event
-loop first where cores are scarce), throttles itself to the shared
-log.cleaner.io.max.bytes.per.second, and stops between batches when the abort event is set.
+loop first where cores are scarce), throttles itself to log.cleaner.io.max.bytes.per.second
+through a SharedThrottle every worker of the broker uses (one rate for all of them, as Kafka's
+cleaner threads share one Throttler), and stops between batches when the abort event is set.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import structlog
 from .cleaner import (
     Cleaner,
     CleanerStats,
+    ThrottlePeriod,
     Throttler,
     aborted_transactions,
     discard_cleaned,
@@ -39,10 +41,11 @@ from .cleaner import (
     known_producers,
 )
 from .local_log import CLEANED_SUFFIX
-from .segment import LOG_SUFFIX, LogSegment, segment_name
-from .txn_index import AbortedTxn
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_name
+from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from .unified_log import UnifiedLog
 
+_SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _POLL_S = 0.2  # how often the broker's side looks whether a silent worker still lives
 _PR_SET_PDEATHSIG = 1
 # The worker's CPU priority below the broker's: where cores are scarce, the event loop (commits,
@@ -143,27 +146,62 @@ def swap_in(log: UnifiedLog, job: CleaningJob, old: list[LogSegment], cleaned_ba
 
 
 def delete_cleaned(directory: Path, base_offset: int) -> None:
-    for path in directory.glob(segment_name(base_offset) + ".*" + CLEANED_SUFFIX):
-        path.unlink(missing_ok=True)
+    name = segment_name(base_offset)
+    for suffix in _SEGMENT_FILE_SUFFIXES:  # named, not globbed: a glob compiles a pattern per segment
+        (directory / (name + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
 
 
 # -- the broker's side ----------------------------------------------------------------------------
 
 
-class CleanerWorker:
-    """The broker's handle on one worker process: start, run a job, stop. Start and restart it
-    from the event loop's thread (the worker dies when the thread that started it ends)."""
+class SharedThrottle(ThrottlePeriod):
+    """log.cleaner.io.max.bytes.per.second for every worker process of a broker: the rate (set
+    by the broker, changed without a restart) and the throttler's current period, in shared
+    memory under one lock, so all the workers together stay under the rate."""
 
     def __init__(self, rate: float):
+        ctx = multiprocessing.get_context("spawn")
+        self.rate = ctx.Value("d", rate, lock=False)
+        self._period = ctx.Array("d", [time.monotonic(), 0.0], lock=False)  # CLOCK_MONOTONIC: one for all processes
+        self.lock = ctx.Lock()
+
+    @property
+    def start(self) -> float:
+        return self._period[0]
+
+    @start.setter
+    def start(self, value: float) -> None:
+        self._period[0] = value
+
+    @property
+    def observed(self) -> float:
+        return self._period[1]
+
+    @observed.setter
+    def observed(self, value: float) -> None:
+        self._period[1] = value
+
+
+class CleanerWorker:
+    """The broker's handle on one worker process: start, run a job, stop. Start and restart it
+    from the event loop's thread (the worker dies when the thread that started it ends).
+    `throttle`: the SharedThrottle of all the broker's workers (a rate: one of its own)."""
+
+    def __init__(self, throttle: SharedThrottle | float):
         self._ctx = multiprocessing.get_context("spawn")
         self.abort = self._ctx.Event()
-        self.rate = self._ctx.Value("d", rate, lock=False)  # log.cleaner.io.max.bytes.per.second
+        self.throttle = throttle if isinstance(throttle, SharedThrottle) else SharedThrottle(throttle)
         self.process: multiprocessing.process.BaseProcess | None = None
         self._conn = None
 
+    @property
+    def rate(self):
+        """The shared log.cleaner.io.max.bytes.per.second (its `.value`)."""
+        return self.throttle.rate
+
     def start(self) -> None:
         parent, child = self._ctx.Pipe()
-        self.process = self._ctx.Process(target=_worker_main, args=(child, self.abort, self.rate, os.getpid()),
+        self.process = self._ctx.Process(target=_worker_main, args=(child, self.abort, self.throttle, os.getpid()),
                                          name="tidemark-log-cleaner", daemon=True)
         self.process.start()
         child.close()
@@ -227,15 +265,15 @@ class CleanerWorker:
 
 
 class _SharedRateThrottler(Throttler):
-    """Throttles to the rate the broker sets in shared memory (changed without a restart)."""
+    """A worker's Throttler on the broker's SharedThrottle: its rate and period."""
 
-    def __init__(self, shared):
+    def __init__(self, shared: SharedThrottle, **kw):
         self._shared = shared
-        super().__init__(shared.value)
+        super().__init__(shared.rate.value, period=shared, **kw)
 
     @property
     def rate(self) -> float:
-        return self._shared.value
+        return self._shared.rate.value
 
     @rate.setter
     def rate(self, value: float) -> None:
@@ -264,6 +302,7 @@ def run_job(job: CleaningJob, send: Callable[[tuple], None], abort, throttler: T
     sending ("group", old bases, cleaned base) as each is complete."""
     directory = Path(job.directory)
     stats = CleanerStats()
+    cpu = time.process_time()
     fds: dict[int, int] = {}
     segments = []
     try:
@@ -298,6 +337,7 @@ def run_job(job: CleaningJob, send: Callable[[tuple], None], abort, throttler: T
         for fd in fds.values():
             os.close(fd)
         stats.end = time.monotonic()
+        stats.cpu_s = time.process_time() - cpu
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -307,7 +347,7 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
-def _worker_main(conn, abort, rate, parent_pid: int) -> None:
+def _worker_main(conn, abort, throttle: SharedThrottle, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICE)
@@ -315,7 +355,7 @@ def _worker_main(conn, abort, rate, parent_pid: int) -> None:
     from tidemark.logging import configure
 
     configure()
-    throttler = _SharedRateThrottler(rate)
+    throttler = _SharedRateThrottler(throttle)
     while True:
         try:
             job = conn.recv()

@@ -15,8 +15,8 @@ import structlog
 from prometheus_client import Counter, Gauge
 
 from .cleaner import DEFAULT_MAX_MAP_ENTRIES, CleanerStats, LogCleanerManager, LogToClean
-from .cleaner_worker import (CleanerWorker, CleaningFailed, StaleJob, WorkerDied, delete_cleaned, make_job,
-                             swap_in)
+from .cleaner_worker import (CleanerWorker, CleaningFailed, SharedThrottle, StaleJob, WorkerDied, delete_cleaned,
+                             make_job, swap_in)
 from .config import CleanerConfig
 from .unified_log import UnifiedLog
 
@@ -40,7 +40,8 @@ MAX_DIRTY_PERCENT = Gauge("tidemark_log_cleaner_max_dirty_percent", "Largest dir
 class LogCleaner:
     """Owns the cleaner tasks (log.cleaner.threads of them, Kafka's cleaner threads) over the
     logs of one data directory (`logs()` lists them): each cleans the dirtiest log no other is
-    cleaning, in its own worker process, each worker throttled to log.cleaner.io.max.bytes.per.second.
+    cleaning, in its own worker process, all the workers together throttled to
+    log.cleaner.io.max.bytes.per.second (one SharedThrottle).
     A worker that dies is noticed, its job abandoned (the log keeps its checkpoint) and the
     worker restarted."""
 
@@ -51,7 +52,7 @@ class LogCleaner:
         self.threads = config.threads
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.manager = LogCleanerManager(data_dir, logs)
-        self.rate = config.io_max_bytes_per_second
+        self.throttle = SharedThrottle(config.io_max_bytes_per_second)
         self.max_map_entries = DEFAULT_MAX_MAP_ENTRIES
         self.workers: dict[int, CleanerWorker] = {}  # by task index
         self._tasks: dict[int, asyncio.Task] = {}
@@ -62,9 +63,7 @@ class LogCleaner:
         check, a pause ends at the new back-off, new tasks start at once and surplus ones end
         after their current cleaning (log.cleaner.enable is read-only, as in Kafka)."""
         self.backoff_s = config.backoff_ms / 1000
-        self.rate = config.io_max_bytes_per_second
-        for worker in self.workers.values():
-            worker.rate.value = self.rate
+        self.throttle.rate.value = config.io_max_bytes_per_second
         self.threads = config.threads
         self._backoff_changed.set()
         if self._tasks:
@@ -84,7 +83,7 @@ class LogCleaner:
         """Task `index`'s worker process, started if need be (from the event loop's thread)."""
         worker = self.workers.get(index)
         if worker is None:
-            worker = self.workers[index] = CleanerWorker(self.rate)
+            worker = self.workers[index] = CleanerWorker(self.throttle)
         if not worker.alive:
             worker.restart()
         return worker

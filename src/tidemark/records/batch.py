@@ -673,3 +673,144 @@ def iter_timestamped_key_values(batch, position: int = 0) -> Iterator[tuple[int,
                    base_timestamp + timestamp_delta if log_append_time is None else log_append_time, key, value)
     except IndexError as e:
         raise CorruptRecordError(f"malformed record: {e}") from None
+
+
+
+def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
+    """Put each keyed record's offset into `offsets` under its key, later records replacing
+    earlier ones (the log cleaner's offset map); returns (how many keyed records, whether one of
+    them has a null value: a tombstone). One loop per record like collect_latest, values never
+    sliced. As strict as walk_records: a record that does not end where its length says, one
+    with headers, or records that do not fill the section exactly send the batch through
+    walk_records, which raises its CorruptRecordError (or, for valid headers, passes), so a
+    batch the cleaner then drops unread was still checked."""
+    header, buf, pos = _lean_section(batch, position)
+    base_offset = header.base_offset
+    start = pos
+    size = len(buf) if buf is not batch else position + header.size
+    count = header.records_count
+    null_keys = 0
+    tombstone = False
+    walked = False
+    try:
+        for _ in range(count):
+            # Lengths are zigzag varints: an even first byte is a length >= 0 (of one byte below
+            # 0x80, else of two if the second is below 0x80); the rest takes read_varint.
+            b = buf[pos]
+            if b < 0x80 and not b & 1:
+                pos += 1
+                record_end = pos + (b >> 1)
+            elif not b & 1 and buf[pos + 1] < 0x80:  # a record of 64 to 8191 bytes
+                record_end = pos + 2 + ((b & 0x7F) >> 1 | buf[pos + 1] << 6)
+                pos += 2
+            else:
+                length, pos = read_varint(buf, pos)
+                record_end = pos + length
+            at = pos + 2 if buf[pos + 1] < 0x80 else read_varint(buf, pos + 1)[1]  # attributes, timestamp delta
+            b = buf[at]
+            if b < 0x80:
+                offset_delta, at = (b >> 1) ^ -(b & 1), at + 1
+            elif buf[at + 1] < 0x80:  # two bytes: deltas 64 to 8191
+                z = (b & 0x7F) | (buf[at + 1] << 7)
+                offset_delta, at = (z >> 1) ^ -(z & 1), at + 2
+            else:
+                offset_delta, at = read_varint(buf, at)
+            b = buf[at]
+            if b < 0x80 and not b & 1:  # a key of up to 63 bytes
+                at += 1
+                offsets[buf[at : at + (b >> 1)]] = base_offset + offset_delta
+                at += b >> 1
+            else:
+                n, at = read_varint(buf, at)
+                if n >= 0:
+                    offsets[buf[at : at + n]] = base_offset + offset_delta
+                    at += n
+                else:
+                    null_keys += 1
+            b = buf[at]
+            if b < 0x80 and not b & 1:  # a value of up to 63 bytes
+                at += 1 + (b >> 1)
+            elif not b & 1 and buf[at + 1] < 0x80:  # 64 to 8191 bytes
+                at += 2 + ((b & 0x7F) >> 1 | buf[at + 1] << 6)
+            else:
+                n, at = read_varint(buf, at)
+                if n > 0:
+                    at += n
+                elif n < 0:  # a null value (of a keyed record or not: the caller only looks closer)
+                    tombstone = True
+            if at + 1 != record_end or buf[at]:  # not "no headers, then the end"
+                if not walked:
+                    for _ in walk_records(buf, count, start, size):  # raises if the batch is malformed
+                        pass
+                    walked = True
+            pos = record_end
+    except IndexError:  # a field ran off the end of the buffer
+        pos = -1
+    if pos != size and not walked:
+        for _ in walk_records(buf, count, start, size):  # raises the precise error
+            pass
+        raise CorruptRecordError(f"the batch's {count} records do not fill its records section")
+    return count - null_keys, tombstone
+
+
+def latest_record_ranges(buf, start: int, end: int, count: int, base_offset: int, offsets: dict,
+                         retain_tombstones: bool) -> tuple[list[tuple[int, int]], int, int | None]:
+    """The records of buf[start:end] (a records section of `count` records, as records_section
+    gives it) that `offsets` holds as their key's latest: (their byte ranges, adjacent ones
+    merged; how many; the largest timestamp delta among them, None if none: deltas may be
+    negative). Records without a
+    key go, and tombstones (null values) unless retain_tombstones. For a batch map_key_offsets
+    read already (so checked): one-byte varints inline, headers not parsed (a record ends where
+    its length says)."""
+    ranges: list[tuple[int, int]] = []
+    kept = 0
+    max_ts = None
+    pos = start
+    get = offsets.get
+    try:
+        for _ in range(count):
+            record_start = pos
+            b = buf[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif buf[pos + 1] < 0x80:  # two bytes: a record of 64 to 8191 bytes
+                z = (b & 0x7F) | (buf[pos + 1] << 7)
+                length, pos = (z >> 1) ^ -(z & 1), pos + 2
+            else:
+                length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            b = buf[pos + 1]  # after the attributes byte: the timestamp delta
+            if b < 0x80:
+                ts_delta, at = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                ts_delta, at = read_varint(buf, pos + 1)
+            b = buf[at]
+            if b < 0x80:
+                offset_delta, at = (b >> 1) ^ -(b & 1), at + 1
+            elif buf[at + 1] < 0x80:  # two bytes: deltas 64 to 8191
+                z = (b & 0x7F) | (buf[at + 1] << 7)
+                offset_delta, at = (z >> 1) ^ -(z & 1), at + 2
+            else:
+                offset_delta, at = read_varint(buf, at)
+            b = buf[at]
+            if b < 0x80:
+                n, at = (b >> 1) ^ -(b & 1), at + 1
+            else:
+                n, at = read_varint(buf, at)
+            pos = record_end
+            if n < 0 or get(buf[at : at + n]) != base_offset + offset_delta:
+                continue
+            if not retain_tombstones and buf[at + n] & 1:  # a zigzag varint's sign: a null value
+                continue
+            kept += 1
+            if max_ts is None or ts_delta > max_ts:
+                max_ts = ts_delta
+            if ranges and ranges[-1][1] == record_start:
+                ranges[-1] = (ranges[-1][0], record_end)
+            else:
+                ranges.append((record_start, record_end))
+    except IndexError:
+        raise CorruptRecordError("malformed record: it runs past the batch") from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes after the batch's {count} records")
+    return ranges, kept, max_ts
