@@ -10,7 +10,7 @@ import struct
 
 from .errors import FrameTooLarge
 
-__all__ = ("FrameDecoder", "frame")
+__all__ = ("FrameDecoder", "OutboundFrame", "frame")
 
 _SIZE = struct.Struct(">i")
 _pack_size = _SIZE.pack
@@ -20,6 +20,28 @@ _unpack_size_from = _SIZE.unpack_from
 def frame(payload: bytes) -> bytes:
     """Prepend the 4-byte big-endian length to ``payload``."""
     return _pack_size(len(payload)) + payload
+
+
+class OutboundFrame:
+    """A frame (size prefix included) as the buffers it is made of, in order, written to the
+    transport one by one and never joined: large records go out as the objects the log read.
+    len() is the frame's size, which back-pressure accounts for."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list, size: int) -> None:
+        self.parts = parts
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    def write_to(self, transport) -> None:
+        for part in self.parts:
+            transport.write(part)
 
 
 class FrameDecoder:
