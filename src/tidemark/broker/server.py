@@ -459,7 +459,8 @@ class Connection(asyncio.BufferedProtocol):
         # SASL listeners: the authenticator until authentication completes (then None)
         self._auth: sasl.SaslAuthenticator | None = None
         self._auth_step: asyncio.Task[bytes | None] | None = None
-        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+        # Produce frames stay views of the receive buffer: their records reach the log uncopied.
+        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"], frozenset((ApiKey.PRODUCE,)))
         self.transport: asyncio.Transport | None = None
         self.peer: object = None
         self._host: str | None = None  # set once admitted under the connection limits
@@ -515,7 +516,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             for frame in self.decoder.buffer_updated(nbytes):
                 if self._auth is not None and self._auth.raw_tokens:
-                    self._waiting.append(sasl.RawToken(frame))  # after a v0 handshake
+                    self._waiting.append(sasl.RawToken(bytes(frame)))  # after a v0 handshake
                 else:
                     request = decode_request(frame, self.broker.supported_versions)
                     self.client_id = request.client_id
