@@ -156,7 +156,13 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
         if request_guard.needs_walk(api_key, schema):
             read_body = _guarded(schema, read_body)
 
+    # Only the Produce v3+ reader keeps views of the frame; every other reader gets bytes (kio's
+    # native readers refuse writable buffers).
+    takes_views = api_key == ApiKey.PRODUCE and api_version >= produce_request.FIRST_VERSION
+
     def decode(frame) -> Request:
+        if not takes_views and type(frame) is memoryview:
+            frame = bytes(frame)
         try:
             header, offset = read_header(frame, 0)
             body, size = read_body(frame, offset)
