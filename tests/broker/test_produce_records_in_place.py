@@ -63,8 +63,8 @@ def test_produced_records_are_appended_from_the_receive_buffer_and_stay_intact(t
             client = socket.socket()
             client.setblocking(False)
             await loop.sock_connect(client, ("127.0.0.1", broker.port))
-            for i, value in enumerate(values):
-                await _send(client, PRODUCE, 9, i, {"acks": 1, "timeout": 30000, "topic_data": [
+            for i, value in enumerate(values):  # acks=-1: the fetch below reads under the high watermark
+                await _send(client, PRODUCE, 9, i, {"acks": -1, "timeout": 30000, "topic_data": [
                     {"name": "t", "partition_data": [{"index": 0, "records": build_batch([(b"k", value, (), 1)])}]}]})
                 _, produced = await _response(client, PRODUCE, 9)
                 assert produced.responses[0].partition_responses[0].base_offset == i

@@ -67,7 +67,8 @@ class FrameDecoder:
     ``get_buffer()`` to receive straight into the decoder's buffer (asyncio's
     ``BufferedProtocol``) followed by ``buffer_updated(nbytes)``. Each frame payload is
     copied out exactly once, except requests of the API keys in ``view_api_keys`` (the broker's
-    Produce): those are memoryviews of the buffer itself, and the bytes under a live view are
+    Produce) of at least an eighth of the buffer: those are memoryviews of the buffer itself,
+    and the bytes under a live view are
     never written again (the decoder receives past them, or into a new buffer), so a request may
     keep its records for as long as it likes.
 
@@ -119,7 +120,9 @@ class FrameDecoder:
         if self._lent and _exported(self._buffer):
             # Bytes before _start are a frame someone still reads: receive into a new buffer,
             # with the partial frame (if any) moved there.
-            fresh = bytearray(max(self.MIN_RECEIVE, pending + wanted))
+            # As large as the old one (up to RETAIN_BYTES): regrowing from MIN_RECEIVE for every
+            # large produce would copy it again and again.
+            fresh = bytearray(max(min(len(self._buffer), self.RETAIN_BYTES), pending + wanted))
             fresh[:pending] = self._buffer[self._start : self._end]
             self._buffer, self._start, self._end, self._lent = fresh, 0, pending, False
             return
@@ -159,7 +162,10 @@ class FrameDecoder:
                 self._check(size)
                 if end - pos - 4 < size:
                     break
-                if size >= 2 and _unpack_key_from(buffer, pos + 4)[0] in view_keys:
+                # A view keeps the whole buffer alive: only frames of at least an eighth of it
+                # are lent (smaller ones cost little to copy), so what a view holds stays within
+                # eight times what it reads.
+                if size >= len(buffer) >> 3 and size >= 2 and _unpack_key_from(buffer, pos + 4)[0] in view_keys:
                     frames.append(buffer[pos + 4 : pos + 4 + size])
                     self._lent = True
                 else:
