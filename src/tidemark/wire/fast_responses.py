@@ -6,7 +6,8 @@ a small fraction of that. Fetch is the other half of a replicated commit: every 
 fetch answer to each follower, and building and encoding them with kio was a tenth of a leader's
 CPU; OffsetFetch is what lag monitors ask of every group. Each takes the
 handler's response dict (Kafka field names, as `wire.build` does) and returns exactly the bytes
-kio would write; tests/wire/test_fast_responses.py holds them to that for every version.
+kio would write (Fetch: a frame of parts whose bytes are those, its records not copied);
+tests/wire/test_fast_responses.py holds them to that for every version.
 """
 
 from __future__ import annotations
