@@ -9,10 +9,10 @@ import struct
 
 from tests.integration.raw import decode_response, encode_request, fetch_body
 from tidemark.broker.config import BrokerConfig
-from tidemark.broker.server import MAX_UNSENT_BYTES_PER_CONNECTION, Broker
+from tidemark.broker.server import MAX_UNSENT_BYTES_PER_CONNECTION, Broker, Connection
 from tidemark.records.batch import build_batch
 
-PRODUCE, FETCH, METADATA = 0, 1, 3
+PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
 FETCHES = 6
 BATCH_VALUE = 1_000_000
 # One response is more than the bound, even after the kernel's socket buffers took their share.
@@ -98,3 +98,33 @@ def test_pipelined_fetches_from_a_client_that_does_not_read(tmp_path):
             await broker.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=120))
+
+
+def test_a_frame_is_counted_before_the_writer_takes_it(tmp_path, monkeypatch):
+    """A handler that never waits ends before the connection's writer wakes, and the writer
+    takes its frame at once: the frame must already count among the bytes held then. (Counted
+    only by a later callback, the writer's subtraction left the count a frame below what the
+    connection holds, loosening its bound by that much until the callback ran.)"""
+    held_at_write: list[int] = []
+    write = Connection._write
+
+    def recording_write(self, frame):
+        held_at_write.append(self._held)
+        write(self, frame)
+
+    monkeypatch.setattr(Connection, "_write", recording_write)
+
+    async def scenario() -> None:
+        broker = Broker(BrokerConfig({}), tmp_path, port=0)
+        await broker.start()
+        try:
+            client = await _connect(broker.port)
+            await _send(client, API_VERSIONS, 3, 1, {"client_software_name": "t", "client_software_version": "1"})
+            correlation_id, _ = await _response(client, API_VERSIONS, 3)
+            assert correlation_id == 1
+            client.close()
+        finally:
+            await broker.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    assert held_at_write == [0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from kio.serial import entity_writer
 
 from tidemark.wire.build import build
 from tidemark.wire.codec import Request, encode_response
+from tidemark.wire import fast_responses
 from tidemark.wire.fast_responses import FAST_ENCODERS, encode_fast
 from tidemark.wire.api_keys import ApiKey
 
@@ -73,7 +75,36 @@ def test_fetch_response_matches_kio(version, topics, error_code, session_id, cor
     request = Request(1, version, correlation_id, "c", None, False)
     response = {"throttle_time": 0, "error_code": error_code, "session_id": session_id, "responses": topics}
     expected = encode_response(request, build(load_response_schema(ApiKey.FETCH, version), response))
-    assert encode_fast(request, response) == expected
+    assert bytes(encode_fast(request, response)) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(version=st.sampled_from(list(FAST_ENCODERS[1][0])), topics=FETCHED_TOPICS,
+       session_id=st.integers(0, 2**31 - 1), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_fetch_frame_written_in_parts_is_what_kio_writes(version, topics, session_id, correlation_id):
+    """Records written as parts of their own (here from 1 byte on) make the same frame."""
+    request = Request(1, version, correlation_id, "c", None, False)
+    response = {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": topics}
+    expected = encode_response(request, build(load_response_schema(ApiKey.FETCH, version), response))
+    with mock.patch.object(fast_responses, "SEPARATE_RECORDS_BYTES", 1):
+        frame = encode_fast(request, response)
+    assert len(frame) == len(expected)
+    assert bytes(frame) == expected
+
+
+def test_fetch_frame_carries_the_records_object_the_log_read():
+    """Large records are a part of the frame as they are: the same object, never copied."""
+    records = bytes(range(256)) * 256  # 64 KiB
+    response = {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": [
+        {"topic": "t", "topic_id": None, "partitions": [
+            {"partition_index": i, "error_code": 0, "high_watermark": 10, "last_stable_offset": 10,
+             "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+             "records": records if i != 1 else b"small"} for i in range(3)]}]}
+    for version in (4, 12, 13):
+        frame = encode_fast(Request(1, version, 7, "c", None, False), response)
+        assert [part is records for part in frame.parts] == [False, True, False, True, False]
+        assert bytes(frame) == encode_response(Request(1, version, 7, "c", None, False),
+                                               build(load_response_schema(ApiKey.FETCH, version), response))
 
 
 def test_apis_without_a_fast_encoder_are_left_to_kio():

@@ -138,3 +138,70 @@ def test_shrinking_keeps_the_partial_next_frame():
     assert decoder.feed(data) == [big]
     assert decoder.capacity <= FrameDecoder.RETAIN_BYTES and decoder.buffered == 6
     assert decoder.feed(frame(b"tail")[6:]) == [b"tail"]
+
+
+PRODUCE_KEY = b"\x00\x00"  # a request payload starts with its api key
+
+
+def _receive(decoder: FrameDecoder, data: bytes) -> list:
+    """As asyncio's BufferedProtocol transports do: receive into get_buffer(), then report."""
+    frames = []
+    view = memoryview(data)
+    while view:
+        target = decoder.get_buffer(-1)
+        count = min(len(target), len(view))
+        target[:count] = view[:count]
+        del target
+        view = view[count:]
+        frames += decoder.buffer_updated(count)
+    return frames
+
+
+LENT = FrameDecoder.MIN_RECEIVE // 8  # the smallest frame lent as a view of a fresh buffer
+
+
+@given(payloads=st.lists(st.integers(LENT, 3 * LENT).map(lambda n: PRODUCE_KEY + bytes([n % 251]) * n),
+                         min_size=1, max_size=30),
+       others=st.lists(st.binary(min_size=2, max_size=500).filter(lambda b: b[:2] != PRODUCE_KEY), max_size=5))
+def test_views_handed_out_are_never_written_over(payloads, others):
+    """Produce frames come out as views of the receive buffer; everything received after them,
+    kept or not, must leave the bytes of every view still alive as they were."""
+    decoder = FrameDecoder(max_frame_bytes=1 << 20, view_api_keys=frozenset({0}))
+    kept = []
+    stream = [p for pair in zip(payloads, others + [b"\x00\x03"] * len(payloads)) for p in pair]
+    for i, payload in enumerate(stream):
+        got = _receive(decoder, frame(payload))
+        assert got == [payload]
+        if payload[:2] == PRODUCE_KEY:
+            # (lent unless the buffer grew past eight times its size)
+            if isinstance(got[0], memoryview) and i % 3:  # some are dropped at once: their space may be reused
+                kept.append((got[0], payload))
+        else:
+            assert type(got[0]) is bytes
+        for view, expected in kept:
+            assert view == expected
+
+
+def test_space_of_dropped_views_is_received_into_again():
+    decoder = FrameDecoder(max_frame_bytes=1 << 20, view_api_keys=frozenset({0}))
+    for _ in range(50):
+        (view,) = _receive(decoder, frame(PRODUCE_KEY + bytes(30_000)))
+        del view
+    assert decoder.capacity == FrameDecoder.MIN_RECEIVE  # one buffer, reused
+
+
+def test_a_live_view_moves_reception_to_a_new_buffer():
+    decoder = FrameDecoder(max_frame_bytes=1 << 20, view_api_keys=frozenset({0}))
+    first = PRODUCE_KEY + b"a" * 40_000
+    (view,) = _receive(decoder, frame(first))
+    second = PRODUCE_KEY + b"b" * 40_000
+    (later,) = _receive(decoder, frame(second))
+    assert view == first and later == second
+    assert later.obj is not view.obj  # did not fit after it, and could not overwrite it
+
+
+def test_small_produce_frames_are_copied_not_lent():
+    """A view would keep the whole receive buffer alive for a few bytes."""
+    decoder = FrameDecoder(max_frame_bytes=1 << 20, view_api_keys=frozenset({0}))
+    (small,) = _receive(decoder, frame(PRODUCE_KEY + b"x" * 100))
+    assert type(small) is bytes

@@ -78,7 +78,7 @@ from tidemark.wire.codec import (
 )
 from tidemark.wire.errors import NoResponseExpected, ProtocolError
 from tidemark.wire.fast_responses import encode_fast
-from tidemark.wire.framing import FrameDecoder
+from tidemark.wire.framing import FrameDecoder, OutboundFrame
 
 log = structlog.get_logger("tidemark.broker")
 
@@ -343,7 +343,7 @@ class Broker:
         return await asyncio.to_thread(self.credentials.get, user)
 
     async def dispatch(self, connection_context: RequestContext, request: Request,
-                       connection: Connection | None = None) -> bytes | None:
+                       connection: Connection | None = None) -> bytes | OutboundFrame | None:
         """Run one request's handler; return the encoded response frame, or None for no response.
         A client over its quotas is answered at once with throttle_time_ms, and its connection
         muted for that long (KIP-219)."""
@@ -459,7 +459,8 @@ class Connection(asyncio.BufferedProtocol):
         # SASL listeners: the authenticator until authentication completes (then None)
         self._auth: sasl.SaslAuthenticator | None = None
         self._auth_step: asyncio.Task[bytes | None] | None = None
-        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+        # Produce frames stay views of the receive buffer: their records reach the log uncopied.
+        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"], frozenset((ApiKey.PRODUCE,)))
         self.transport: asyncio.Transport | None = None
         self.peer: object = None
         self._host: str | None = None  # set once admitted under the connection limits
@@ -515,7 +516,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             for frame in self.decoder.buffer_updated(nbytes):
                 if self._auth is not None and self._auth.raw_tokens:
-                    self._waiting.append(sasl.RawToken(frame))  # after a v0 handshake
+                    self._waiting.append(sasl.RawToken(bytes(frame)))  # after a v0 handshake
                 else:
                     request = decode_request(frame, self.broker.supported_versions)
                     self.client_id = request.client_id
@@ -593,9 +594,8 @@ class Connection(asyncio.BufferedProtocol):
                                                        "during SASL handshake"))
                     return
                 if request.api_key != sasl.API_VERSIONS and not getattr(request, "unsupported", False):
-                    task = asyncio.get_running_loop().create_task(self._authenticate(request))
+                    task = asyncio.get_running_loop().create_task(self._answer(self._authenticate(request), 0))
                     self._auth_step = task
-                    task.add_done_callback(functools.partial(self._answered, 0))
                     waiting.popleft()
                     pending.append(task)
                     self._has_pending.set()
@@ -610,9 +610,9 @@ class Connection(asyncio.BufferedProtocol):
                         break  # under a quota: one at a time, its throttle applies before the next
                 elif unsent >= MAX_UNSENT_BYTES_PER_CONNECTION:
                     break  # the transport still holds an earlier large response
-                task = asyncio.get_running_loop().create_task(self.broker.dispatch(self._context, request, self))
                 self._held += cost
-                task.add_done_callback(functools.partial(self._answered, cost))
+                task = asyncio.get_running_loop().create_task(
+                    self._answer(self.broker.dispatch(self._context, request, self), cost))
             waiting.popleft()
             pending.append(task)
             self._has_pending.set()
@@ -629,13 +629,19 @@ class Connection(asyncio.BufferedProtocol):
             metrics.CONNECTIONS_READ_PAUSED.dec()
             self.transport.resume_reading()
 
-    def _answered(self, cost: int, task: asyncio.Task[bytes | None]) -> None:
-        # The reservation becomes the encoded frame's real size until the writer sends it.
-        self._held -= cost
-        if not task.cancelled() and task.exception() is None and task.result() is not None:
-            self._held += len(task.result())
-        if self._waiting:
-            self._start_requests()
+    async def _answer(self, answering: Awaitable[bytes | OutboundFrame | None], cost: int
+                      ) -> bytes | OutboundFrame | None:
+        """The request's frame, its reservation turned into the frame's real size as the task
+        ends: the writer may find the task already done and take the frame before any done
+        callback runs, and the bytes it subtracts must already be counted."""
+        frame = None
+        try:
+            frame = await answering
+        finally:
+            self._held += (len(frame) if frame is not None else 0) - cost
+            if self._waiting:
+                self._start_requests()
+        return frame
 
     # -- quotas -----------------------------------------------------------------------------
 
@@ -716,6 +722,14 @@ class Connection(asyncio.BufferedProtocol):
         # Only this connection goes; responses not yet written are dropped with it.
         self.transport.abort()
 
+    def _write(self, frame: bytes | OutboundFrame) -> None:
+        # A fetch's frame is several buffers (its large records as the log read them): each is
+        # written as it is (3.11's writelines would join them into one copy).
+        if type(frame) is OutboundFrame:
+            frame.write_to(self.transport)
+        else:
+            self.transport.write(frame)
+
     async def _write_responses(self) -> None:
         pending = self._pending
         while True:
@@ -741,10 +755,10 @@ class Connection(asyncio.BufferedProtocol):
                 self._held -= len(frame)
                 if self.broker.quotas.any:  # sending is request time too (Kafka's network thread)
                     started = time.perf_counter()
-                    self.transport.write(frame)
+                    self._write(frame)
                     self._charge(time.perf_counter() - started)
                 else:
-                    self.transport.write(frame)
+                    self._write(frame)
             if self._auth is not None and self._auth.state is sasl.State.FAILED and not pending:
                 self._close_after_failed_authentication()
                 return

@@ -233,9 +233,13 @@ class UnifiedLog:
         Nothing is written unless every batch is valid; an idempotent producer's retried batch
         is answered with its original offsets (duplicate=True) and not written again. A new
         producer id at or above producer_id_end (never issued) is refused.
+
+        A writable memoryview (a produce's records: a view of the request's frame) gets its
+        offsets assigned in place and is written from there, so the file write is the only copy
+        of a produced byte; anything else is copied once to be changed.
         """
         self._check_online()
-        buf = bytearray(records)
+        buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
         batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
         if not batches:
             return AppendInfo(-1, -1, -1, -1)

@@ -36,7 +36,7 @@ from kio.serial import entity_reader
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from . import error_responses, list_offsets_v0, offsets_v0, produce_v0, request_guard
+from . import error_responses, list_offsets_v0, offsets_v0, produce_request, produce_v0, request_guard
 from .build import build
 from .errors import MalformedRequest
 from .list_offsets_v0 import ListOffsetsV0Response
@@ -133,6 +133,17 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
     elif (api_key, api_version) in _HAND_CODECS:
         read_header = entity_reader(RequestHeaderV1)
         read_body = _HAND_CODECS[api_key, api_version][0]
+    elif api_key == ApiKey.PRODUCE and api_version >= produce_request.FIRST_VERSION:
+        # Records as views of the frame, not copies (kio's readers want read-only bytes: the
+        # header gets a read-only view).
+        try:
+            read_kio_header = entity_reader(load_request_schema(api_key, api_version).__header_schema__)
+        except Exception:
+            return None
+        read_body = produce_request.reader(api_version)
+
+        def read_header(frame, offset: int):
+            return read_kio_header(frame.toreadonly() if isinstance(frame, memoryview) else frame, offset)
     else:
         try:
             schema = load_request_schema(api_key, api_version)
@@ -145,7 +156,13 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
         if request_guard.needs_walk(api_key, schema):
             read_body = _guarded(schema, read_body)
 
+    # Only the Produce v3+ reader keeps views of the frame; every other reader gets bytes (kio's
+    # native readers refuse writable buffers).
+    takes_views = api_key == ApiKey.PRODUCE and api_version >= produce_request.FIRST_VERSION
+
     def decode(frame) -> Request:
+        if not takes_views and type(frame) is memoryview:
+            frame = bytes(frame)
         try:
             header, offset = read_header(frame, 0)
             body, size = read_body(frame, offset)

@@ -6,7 +6,8 @@ a small fraction of that. Fetch is the other half of a replicated commit: every 
 fetch answer to each follower, and building and encoding them with kio was a tenth of a leader's
 CPU; OffsetFetch is what lag monitors ask of every group. Each takes the
 handler's response dict (Kafka field names, as `wire.build` does) and returns exactly the bytes
-kio would write; tests/wire/test_fast_responses.py holds them to that for every version.
+kio would write (Fetch: a frame of parts whose bytes are those, its records not copied);
+tests/wire/test_fast_responses.py holds them to that for every version.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .codec import Request, encode_response_body
+from .framing import OutboundFrame
 from .api_keys import ApiKey
 from .primitives import I16, I32, I64, uvarint
 
@@ -26,6 +28,11 @@ _PARTITION_OFFSET = struct.Struct(">iq")  # partition_index, committed_offset
 _PARTITION_OFFSET_EPOCH = struct.Struct(">iqi")  # partition_index, committed_offset, committed_leader_epoch
 _ABORTED_TRANSACTION = struct.Struct(">qq")  # producer_id, first_offset
 _ZERO_UUID = uuid.UUID(int=0)  # kio reads it as None
+_SIZE_AND_ID = struct.Struct(">ii")
+_HEADER_SPACE = {False: bytes(8), True: bytes(9)}  # response header v0 / v1 (its empty tagged fields)
+# Records at least this large go to the transport as their own buffer; smaller ones are copied
+# into the frame's head (one write of a few KiB costs less than another write call).
+SEPARATE_RECORDS_BYTES = 16 * 1024
 
 
 
@@ -128,10 +135,24 @@ def encode_offset_fetch_response(version: int, response: dict[str, Any]) -> byte
 
 
 def encode_fetch_response(version: int, response: dict[str, Any]) -> bytes:
-    """The Fetch handler's answers (v4 on): no partition carries the tagged fields
-    (diverging_epoch, current_leader, snapshot_id), nor the response node_endpoints."""
-    w = Writer(flexible=version >= 12)
+    """The Fetch handler's answers (v4 on) as one body (tests and tools; the broker writes
+    `fetch_response_frame`'s parts)."""
+    frame = fetch_response_frame(Request(ApiKey.FETCH, version, 0, None, None, False), response)
+    return bytes(frame)[9 if version >= 12 else 8:]
+
+
+def fetch_response_frame(request: Request, response: dict[str, Any]) -> OutboundFrame:
+    """The whole Fetch response frame (v4 on) as buffers to write one after another: each
+    partition's records of SEPARATE_RECORDS_BYTES or more is its own part, the very object the
+    log's read returned, so record bytes are never copied on the way to the socket. No partition
+    carries the tagged fields (diverging_epoch, current_leader, snapshot_id), nor the response
+    node_endpoints."""
+    version = request.api_version
+    flexible = version >= 12
+    w = Writer(flexible)
+    parts: list[Any] = []
     out = w.out
+    out += _HEADER_SPACE[flexible]  # size and correlation id, filled in at the end
     out += I32.pack(response.get("throttle_time", 0))
     if version >= 7:
         out += I16.pack(response["error_code"])
@@ -157,14 +178,25 @@ def encode_fetch_response(version: int, response: dict[str, Any]) -> bytes:
                 w.tagged_fields()
             if version >= 11:
                 out += I32.pack(p["preferred_read_replica"])
-            w.nullable_bytes(p["records"])
+            records = p["records"]
+            if records is not None and len(records) >= SEPARATE_RECORDS_BYTES:
+                out += uvarint(len(records) + 1) if flexible else I32.pack(len(records))
+                parts.append(out)
+                parts.append(records)
+                out = w.out = bytearray()
+            else:
+                w.nullable_bytes(records)
             w.tagged_fields()
         w.tagged_fields()
     w.tagged_fields()
-    return bytes(out)
+    parts.append(out)
+    size = sum(len(part) for part in parts)
+    _SIZE_AND_ID.pack_into(parts[0], 0, size - 4, request.correlation_id)
+    return OutboundFrame(parts, size)
 
 
-# api key -> (versions it encodes, first flexible version, body encoder)
+# api key -> (versions it encodes, first flexible version, body encoder); Fetch's frames come
+# from fetch_response_frame.
 FAST_ENCODERS: dict[int, tuple[range, int, Callable[[int, dict[str, Any]], bytes]]] = {
     ApiKey.OFFSET_COMMIT: (range(2, 11), 8, encode_offset_commit_response),
     ApiKey.FETCH: (range(4, 19), 12, encode_fetch_response),
@@ -172,11 +204,13 @@ FAST_ENCODERS: dict[int, tuple[range, int, Callable[[int, dict[str, Any]], bytes
 }
 
 
-def encode_fast(request: Request, response: dict[str, Any]) -> bytes | None:
+def encode_fast(request: Request, response: dict[str, Any]) -> bytes | OutboundFrame | None:
     """The whole response frame when a hand-written encoder covers this API and version."""
     entry = FAST_ENCODERS.get(request.api_key)
     if entry is None or request.api_version not in entry[0]:
         return None
+    if request.api_key == ApiKey.FETCH:
+        return fetch_response_frame(request, response)
     _, first_flexible, encode = entry
     return encode_response_body(request, encode(request.api_version, response),
                                 flexible_header=request.api_version >= first_flexible)
