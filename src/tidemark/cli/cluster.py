@@ -130,7 +130,10 @@ def run(count: int, first_port: int, zookeeper_port: int, directory: Path) -> No
     zookeeper = ZooKeeperServer(directory / "zookeeper", port=zookeeper_port, force_sync=True).start()
     brokers = _Brokers(directory, count, first_port, zookeeper.connect)
     stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    # Both by hand: a process started in the background of a script inherits SIGINT ignored,
+    # and Python then raises no KeyboardInterrupt for it, so Ctrl-C or `kill -INT` would do nothing.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
     try:
         for broker_id in range(1, count + 1):
             brokers.start(broker_id)
@@ -140,11 +143,8 @@ def run(count: int, first_port: int, zookeeper_port: int, directory: Path) -> No
                    f"127.0.0.1:{first_port}")
         click.echo(f"tidemark cluster stop|kill|restart --broker N --dir {directory} stops, kills or restarts "
                    f"one broker; Ctrl-C stops them all.", nl=True)
-        try:
-            while not stopped.wait(POLL_S):
-                _watch(brokers, directory)
-        except KeyboardInterrupt:
-            pass
+        while not stopped.wait(POLL_S):
+            _watch(brokers, directory)
     finally:
         # One at a time: each controlled shutdown hands its leaderships to brokers still up.
         for broker_id in sorted(brokers.processes, reverse=True):
