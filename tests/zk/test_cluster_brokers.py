@@ -230,7 +230,12 @@ def test_acknowledged_writes_survive_rounds_of_leader_and_controller_kills_shutd
         assert _read_all(_bootstrap(live), len(acked)) == acked, name
 
     def back_in_sync(broker_id: int) -> None:
-        _until(lambda: broker_id in _zk_isr(zk, chroot, "orders"), f"broker {broker_id} back in the ISR")
+        try:
+            _until(lambda: broker_id in _zk_isr(zk, chroot, "orders"), f"broker {broker_id} back in the ISR")
+        except AssertionError as exc:  # what each broker did, for a failure seen once and not since
+            tails = "\n".join(f"--- broker {i}:\n" + "\n".join(b.log_text().splitlines()[-40:])
+                              for i, b in brokers.items())
+            raise AssertionError(f"{exc}\n{tails}") from None
 
     round_trip("start")
     leader = _leader(admin, "orders")
