@@ -454,12 +454,8 @@ class Cleaner:
             return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
         if survivors is not None and h.base_offset >= survivors.first_dirty:  # a batch the map read whole
             kept_count = survivors.count(h, retain_deletes)
-            if kept_count is not None:
-                stats.records_read += h.records_count
-                stats.records_written += kept_count
-                if kept_count == h.records_count:  # every record (an empty batch: the none it has)
-                    return data
-                return _build(h, h.attributes & ~_COMPRESSION_MASK, 0, h.max_timestamp, b"") if must_keep else None
+            if kept_count is not None:  # all or none: decided without reading a record
+                return Cleaner._rebuilt(h, data, None, [], kept_count, None, must_keep, stats)
             _, section, first, last = records_section(data)
             ranges, kept, max_ts = latest_record_ranges(section, first, last, h.records_count, h.base_offset,
                                                         offset_map, retain_deletes)
