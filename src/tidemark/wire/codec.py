@@ -127,13 +127,16 @@ _DECODERS: dict[tuple[int, int], _Decoder | None] = {}
 
 
 def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
+    # Only the Produce v3+ reader keeps views of the frame; every other reader gets bytes (kio's
+    # native readers refuse writable buffers).
+    takes_views = api_key == ApiKey.PRODUCE and api_version >= produce_request.FIRST_VERSION
     if api_key == ApiKey.LIST_OFFSETS and api_version == 0:
         read_header = entity_reader(RequestHeaderV1)
         read_body = list_offsets_v0.read_request
     elif (api_key, api_version) in _HAND_CODECS:
         read_header = entity_reader(RequestHeaderV1)
         read_body = _HAND_CODECS[api_key, api_version][0]
-    elif api_key == ApiKey.PRODUCE and api_version >= produce_request.FIRST_VERSION:
+    elif takes_views:
         # Records as views of the frame, not copies (kio's readers want read-only bytes: the
         # header gets a read-only view).
         try:
@@ -155,10 +158,6 @@ def _make_decoder(api_key: int, api_version: int) -> _Decoder | None:
         # bodies are walked).
         if request_guard.needs_walk(api_key, schema):
             read_body = _guarded(schema, read_body)
-
-    # Only the Produce v3+ reader keeps views of the frame; every other reader gets bytes (kio's
-    # native readers refuse writable buffers).
-    takes_views = api_key == ApiKey.PRODUCE and api_version >= produce_request.FIRST_VERSION
 
     def decode(frame) -> Request:
         if not takes_views and type(frame) is memoryview:
