@@ -109,6 +109,19 @@ def _no_offset(partition: int, code: ErrorCode = ErrorCode.none) -> dict[str, An
             "metadata": "", "error_code": code}
 
 
+
+def _encoded_commit(key_prefix: bytes | None, group_id: str, name: str, index: int, offset: int, leader_epoch: int,
+                    metadata: str | None, raw: bytes, commit_timestamp: int, expire_timestamp: int) -> tuple[bytes, bytes]:
+    """An offset commit record's key and value (OffsetCommit's and TxnOffsetCommit's): the topic's
+    encoded key prefix and a v3 value built from the fields; for long names or metadata (refused
+    by the checked encoders, as Kafka would) or v1 values (an expire timestamp), the checked encoders."""
+    if key_prefix is not None and expire_timestamp < 0 and len(raw) <= 0x7FFF:
+        return key_prefix + _PARTITION.pack(index), encode_offset_commit_value_v3(offset, leader_epoch, raw,
+                                                                                 commit_timestamp)
+    return (encode_key(OffsetCommitKey(group_id, name, index)),
+            encode_offset_commit_value(OffsetCommitValue(offset, leader_epoch, metadata or "", commit_timestamp,
+                                                         expire_timestamp)))
+
 class GroupCoordinatorShard:
     def __init__(
         self,
@@ -229,13 +242,8 @@ class GroupCoordinatorShard:
                     leader_epoch = getattr(p, "committed_leader_epoch", -1)
                     commit_timestamp = _commit_timestamp(p, now_ms) if per_partition_timestamp else now_ms
                     raw = metadata.encode() if metadata else b""
-                    if key_prefix is not None and expire_timestamp < 0 and len(raw) <= 0x7FFF:
-                        key = key_prefix + _PARTITION.pack(index)
-                        value = encode_offset_commit_value_v3(offset, leader_epoch, raw, commit_timestamp)
-                    else:  # long names or metadata (refused by the checked encoders), or v1 values
-                        key = encode_key(OffsetCommitKey(group_id, name, index))
-                        value = encode_offset_commit_value(OffsetCommitValue(
-                            offset, leader_epoch, metadata or "", commit_timestamp, expire_timestamp))
+                    key, value = _encoded_commit(key_prefix, group_id, name, index, offset, leader_epoch, metadata, raw,
+                                                 commit_timestamp, expire_timestamp)
                     # (tuples made directly: the NamedTuples' own constructors add a call each)
                     append(new_tuple(OffsetsRecord, (key, value, new_tuple(PackedCommit, (
                         group_id, name, index, pack_tail(offset, leader_epoch, raw, commit_timestamp, expire_timestamp))))))
@@ -302,13 +310,8 @@ class GroupCoordinatorShard:
                     offset = p.committed_offset
                     leader_epoch = getattr(p, "committed_leader_epoch", -1)
                     raw = metadata.encode() if metadata else b""
-                    if key_prefix is not None and len(raw) <= 0x7FFF:
-                        key = key_prefix + _PARTITION.pack(index)
-                        value = encode_offset_commit_value_v3(offset, leader_epoch, raw, now_ms)
-                    else:  # long names or metadata: the checked encoders (which refuse what Kafka would)
-                        key = encode_key(OffsetCommitKey(group_id, name, index))
-                        value = encode_offset_commit_value(OffsetCommitValue(offset, leader_epoch, metadata or "",
-                                                                             now_ms, -1))
+                    key, value = _encoded_commit(key_prefix, group_id, name, index, offset, leader_epoch, metadata, raw,
+                                                 now_ms, -1)
                     append(new_tuple(OffsetsRecord, (new_tuple(TxnRecordKey, (*txn_key, key, -1)), value,
                                                      new_tuple(PackedTxnCommit, (group_id, name, index, pack_tail(
                                                          offset, leader_epoch, raw, now_ms, -1))))))
