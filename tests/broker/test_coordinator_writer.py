@@ -51,17 +51,21 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+def _leading_writer(tmp_path):
+    """An offsets partition this broker leads in epoch 1 with one follower in sync, and its writer."""
+    logs = LogManager(tmp_path, LogConfig(), replicated=True)
+    partition = Partition(OFFSETS_TOPIC, 0, logs.get_or_create(OFFSETS_TOPIC, 0), local_id=LEADER)
+    partition.become_leader(1, (LEADER, FOLLOWER), frozenset({LEADER, FOLLOWER}), 0, NOW)
+    config = BrokerConfig({"zookeeper.connect": "127.0.0.1:1"})
+    return logs, partition, LogPartitionWriter(config, Replicas(), partition, CompressionType(0), 1 << 20)
+
 @pytest.mark.parametrize("committed_first", [0, 1, 2])
 def test_a_leadership_ending_under_appends_fails_the_wait_for_the_uncommitted_ones(tmp_path, committed_first):
     """Three appends; the follower has the first `committed_first` of them when this broker
     stops leading: waiting for the last one fails with NOT_LEADER_OR_FOLLOWER, never succeeds
     on a later leader's high watermark."""
     async def scenario() -> None:
-        logs = LogManager(tmp_path, LogConfig(), replicated=True)
-        partition = Partition(OFFSETS_TOPIC, 0, logs.get_or_create(OFFSETS_TOPIC, 0), local_id=LEADER)
-        partition.become_leader(1, (LEADER, FOLLOWER), frozenset({LEADER, FOLLOWER}), 0, NOW)
-        config = BrokerConfig({"zookeeper.connect": "127.0.0.1:1"})
-        writer = LogPartitionWriter(config, Replicas(), partition, CompressionType(0), 1 << 20)
+        logs, partition, writer = _leading_writer(tmp_path)
         ends = [writer.append([_record(i)], NOW) for i in range(3)]
         assert ends == [1, 2, 3]
         if committed_first:
@@ -83,11 +87,7 @@ def test_appends_after_a_committed_round_are_watched_too(tmp_path):
     """The first append commits on its own; two more follow, and the leadership ends: the
     replay's next wait fails (it may not take them as committed)."""
     async def scenario() -> None:
-        logs = LogManager(tmp_path, LogConfig(), replicated=True)
-        partition = Partition(OFFSETS_TOPIC, 0, logs.get_or_create(OFFSETS_TOPIC, 0), local_id=LEADER)
-        partition.become_leader(1, (LEADER, FOLLOWER), frozenset({LEADER, FOLLOWER}), 0, NOW)
-        config = BrokerConfig({"zookeeper.connect": "127.0.0.1:1"})
-        writer = LogPartitionWriter(config, Replicas(), partition, CompressionType(0), 1 << 20)
+        logs, partition, writer = _leading_writer(tmp_path)
         writer.append([_record(0)], NOW)
         partition.follower_fetched(FOLLOWER, 1, NOW)
         await writer.wait_for_high_watermark(1)
