@@ -30,7 +30,7 @@ from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.offsets import LOG_OFFSET, OffsetStore, PackedCommit, pack_tail, pack_value, unpack_fetched
-from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error, offset_commit_append_error
+from tidemark.coordinator.result import CommitRecords, OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
 from tidemark.coordinator.txn_offsets import PackedTxnCommit, PendingTxnOffsets, TxnMarkerKey, TxnRecordKey
 from tidemark.records import consumer_group_schema
@@ -218,7 +218,7 @@ class GroupCoordinatorShard:
         max_metadata = self.config.offset_metadata_max_bytes
         partition_exists = self.partition_exists
         per_partition_timestamp = version < 2  # only v1 carries a commit timestamp per partition
-        records: list[OffsetsRecord] = []
+        records = CommitRecords(group_id)
         append = records.append
         new_tuple = tuple.__new__
         none = ErrorCode.none  # an enum member's lookup costs ~0.1-0.2 us each time (Python 3.11)
@@ -583,6 +583,28 @@ class GroupCoordinatorShard:
             decoded = record.decoded or self._consumer_group_record(key, record.key, record.value)
             if decoded is not None:
                 self.consumer_groups.replay_appended(log_offset, decoded[0], decoded[1])
+        return _NOTHING
+
+    def replay_appended_commits(self, first: int, records: CommitRecords, *, now_ms: int) -> Result:
+        """`replay_appended` of an OffsetCommit's whole write (at log offsets `first`, ...)."""
+        group_id = records.group
+        self.offsets.append_commits(first, group_id, records)
+        if group_id not in self.groups and group_id not in self.consumer_groups:
+            group = self.groups[group_id] = Group(group_id, now_ms)  # a standalone consumer's group starts here
+            group.created_at = first  # not in the committed view until this commits
+        return _NOTHING
+
+    def replay_commits(self, first: int, records: CommitRecords, *, now_ms: int) -> Result:
+        """`replay` of an OffsetCommit's whole write, committed (at log offsets `first`, ...)."""
+        groups = self.groups
+        end = first + len(records)
+        if end > groups.committed_to:
+            groups.committed_to = end
+        group_id = records.group
+        if not self.offsets.replay_commits(first, group_id, records):
+            # some were not in the latest view (rebuilt since): as any record
+            if group_id not in groups and group_id not in self.consumer_groups:
+                groups[group_id] = Group(group_id, now_ms)
         return _NOTHING
 
     @staticmethod
