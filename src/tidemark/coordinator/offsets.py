@@ -35,7 +35,7 @@ class CommittedOffset(NamedTuple):
 # only puts the log offset in front (`PackedCommit.tail`).
 _PACKED = struct.Struct(">qqiqq")
 LOG_OFFSET = struct.Struct(">q")
-_TAIL = struct.Struct(">qiqq")  # offset, leader epoch, commit and expire timestamps
+TAIL = struct.Struct(">qiqq")  # offset, leader epoch, commit and expire timestamps
 
 
 class PackedCommit(NamedTuple):
@@ -46,11 +46,11 @@ class PackedCommit(NamedTuple):
     group: str
     topic: str
     partition: int
-    tail: bytes  # _TAIL then the metadata's UTF-8
+    tail: bytes  # TAIL then the metadata's UTF-8
 
 
 def pack_tail(offset: int, leader_epoch: int, metadata: bytes, commit_timestamp: int, expire_timestamp: int) -> bytes:
-    return _TAIL.pack(offset, leader_epoch, commit_timestamp, expire_timestamp) + metadata
+    return TAIL.pack(offset, leader_epoch, commit_timestamp, expire_timestamp) + metadata
 
 
 def pack_value(value: OffsetCommitValue, log_offset: int) -> bytes:
