@@ -65,12 +65,13 @@ def _unpack(packed: bytes) -> CommittedOffset:
                            expire_timestamp, log_offset)
 
 
-_FETCHED = struct.Struct(">8xqi")  # offset, leader epoch: what OffsetFetch answers, with the metadata
+FETCHED = struct.Struct(">8xqi")  # offset, leader epoch: what OffsetFetch answers, with the metadata
+PACKED_SIZE = _PACKED.size  # where the metadata starts
 
 
 def unpack_fetched(packed: bytes) -> tuple[int, int, str]:
     """(offset, leader epoch, metadata) of a packed offset."""
-    offset, leader_epoch = _FETCHED.unpack_from(packed)
+    offset, leader_epoch = FETCHED.unpack_from(packed)
     return offset, leader_epoch, packed[_PACKED.size :].decode()
 
 

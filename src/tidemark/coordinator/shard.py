@@ -30,7 +30,7 @@ from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.offsets import (
-    LOG_OFFSET, TAIL, OffsetStore, PackedCommit, pack_tail, pack_value, unpack_fetched,
+    FETCHED, LOG_OFFSET, PACKED_SIZE, TAIL, OffsetStore, PackedCommit, pack_tail, pack_value,
 )
 from tidemark.coordinator.result import CommitRecords, OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
@@ -396,22 +396,25 @@ class GroupCoordinatorShard:
         # require_stable costs nothing per partition.
         unstable = require_stable and (self.offsets.has_pending(group_id) or self.txn_offsets.has_group(group_id))
         result = []
+        none = ErrorCode.none
+        unpack = FETCHED.unpack_from
         for topic, partitions in topics:
             partition_responses = []
+            append = partition_responses.append
             cached = self.offsets.topic_offsets(group_id, topic)
             for partition in partitions:
                 if unstable and (self.offsets.is_pending(group_id, (topic, partition))
                                  or self.txn_offsets.holds(group_id, (topic, partition))):
-                    partition_responses.append(_no_offset(partition, ErrorCode.unstable_offset_commit))
+                    append(_no_offset(partition, ErrorCode.unstable_offset_commit))
                     continue
                 packed = cached.get(partition)
                 if packed is None:
-                    partition_responses.append(_no_offset(partition))
+                    append(_no_offset(partition))
                     continue
-                offset, leader_epoch, metadata = unpack_fetched(packed)
-                partition_responses.append({"partition_index": partition, "committed_offset": offset,
-                                            "committed_leader_epoch": leader_epoch,
-                                            "metadata": metadata, "error_code": ErrorCode.none})
+                offset, leader_epoch = unpack(packed)  # (unpack_fetched, inline)
+                append({"partition_index": partition, "committed_offset": offset, "committed_leader_epoch": leader_epoch,
+                        "metadata": packed[PACKED_SIZE:].decode() if len(packed) > PACKED_SIZE else "",
+                        "error_code": none})
             result.append({"name": topic, "partitions": partition_responses})
         return result
 
