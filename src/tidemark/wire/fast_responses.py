@@ -23,6 +23,7 @@ from .api_keys import ApiKey
 from .primitives import I16, I32, I64, uvarint
 
 _PARTITION_COMMIT = struct.Struct(">ih")  # partition_index, error_code
+_PARTITION_COMMIT_FLEXIBLE = struct.Struct(">ihx")  # and no tagged fields (0)
 _PARTITION_FETCHED = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
 _PARTITION_OFFSET = struct.Struct(">iq")  # partition_index, committed_offset
 _PARTITION_OFFSET_EPOCH = struct.Struct(">iqi")  # partition_index, committed_offset, committed_leader_epoch
@@ -85,9 +86,9 @@ def encode_offset_commit_response(version: int, response: dict[str, Any]) -> byt
             w.string(topic["name"])
         partitions = topic["partitions"]
         w.array_length(len(partitions))
+        out, pack = w.out, (_PARTITION_COMMIT_FLEXIBLE if w.flexible else _PARTITION_COMMIT).pack
         for p in partitions:
-            w.out += _PARTITION_COMMIT.pack(p["partition_index"], p["error_code"])
-            w.tagged_fields()
+            out += pack(p["partition_index"], p["error_code"])
         w.tagged_fields()
     w.tagged_fields()
     return bytes(w.out)
