@@ -24,6 +24,11 @@ After (a) and (b) every committed offset is read back and checked. tidemark runs
 group.initial.rebalance.delay.ms=0 and offsets.topic.num.partitions=50; its commits are durable
 (the offsets partition is fsync'd before the commit is answered); the mock keeps them in memory.
 --profile DIR records the tidemark broker with py-spy during (a), both (b)s, (c) and (e).
+
+The "tmpfs" target runs the cases (a)-(d) on the same broker with its data directory on tmpfs
+(/dev/shm), where an fsync returns at once: the broker's code is unchanged, so the gap between the
+two tidemark columns is what the disk's fsync costs, and the gap from the tmpfs column to the mock
+is the broker's own CPU.
 """
 
 from __future__ import annotations
@@ -88,12 +93,29 @@ class TidemarkOffsetsTarget(TidemarkTarget):
     """TidemarkTarget with the settings this benchmark needs."""
 
     def __init__(self, tmp: Path) -> None:
+        self._memory_dir = None
+        if tmp == MEMORY_DIR:
+            # The same broker with its log on tmpfs: its fsyncs return at once, so the row's gap to
+            # the disk-backed broker is what the disk costs and what is left is the interpreter's.
+            self._memory_dir = tempfile.TemporaryDirectory(prefix="tidemark-bench-offsets-", dir=MEMORY_DIR)
+            tmp = Path(self._memory_dir.name)
         self.broker = BrokerProcess(tmp / "tidemark-data", TIDEMARK_SETTINGS).start()
         self.bootstrap = self.broker.bootstrap
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
 
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._memory_dir is not None:
+                self._memory_dir.cleanup()
+
 
 # --------------------------------------------------------------------------------------- helpers
+
+
+MEMORY_DIR = Path("/dev/shm")
+TARGETS = ("tidemark", "tmpfs", "mock")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -474,6 +496,9 @@ def results_table(client: dict[str, ClientResults], load: LoadResult | None, mem
     for name in ("tidemark", "mock"):
         table.add_column(name, justify="right")
     table.add_column("tidemark/mock", justify="right")
+    if "tmpfs" in names:
+        table.add_column("on tmpfs (no fsync cost)", justify="right")
+        table.add_column("tmpfs/mock", justify="right")
     table.add_column("goal", justify="right")
     table.add_column("met", justify="center")
 
@@ -482,8 +507,12 @@ def results_table(client: dict[str, ClientResults], load: LoadResult | None, mem
         tidemark, mock = values.get("tidemark"), values.get("mock")
         ratio = f"{tidemark / mock:.2f}x" if tidemark is not None and mock else "-"
         cells = [fmt(tidemark) if tidemark is not None else "-", fmt(mock) if mock is not None else "-", ratio]
+        if "tmpfs" in names:
+            tmpfs = values["tmpfs"]
+            cells += [fmt(tmpfs), f"{tmpfs / mock:.2f}x" if mock else "-"]
         table.add_row(case, metric, *cells, *(_goal_cells(case_key, tidemark) if goal_value else ["", ""]))
 
+    blanks = ["", ""] if "tmpfs" in names else []
     count = lambda value: f"{value:,.0f}"  # noqa: E731
     if names:
         row("a", f"(a) {args.clients} clients x 1 partition", "commits/s", lambda r: r.many.ops_per_s, count)
@@ -510,14 +539,15 @@ def results_table(client: dict[str, ClientResults], load: LoadResult | None, mem
         table.add_section()
     if load is not None:
         table.add_row(f"(e) load {load.records:,} records", "records/s", f"{load.records_per_second:,.0f}", "-", "-",
-                      *_goal_cells("e", load.records_per_second))
-        table.add_row("", "seconds", f"{load.seconds:.2f}", "-", "-", "", "")
+                      *blanks, *_goal_cells("e", load.records_per_second))
+        table.add_row("", "seconds", f"{load.seconds:.2f}", "-", "-", *blanks, "", "")
         table.add_section()
     if memory is not None:
         table.add_row(f"(f) {memory.offsets:,} cached offsets", "bytes/offset (tracemalloc)",
-                      f"{memory.traced_bytes_per_offset:,.0f}", "-", "-", *_goal_cells("f", memory.traced_bytes_per_offset))
-        table.add_row("", "bytes/offset (RSS delta)", f"{memory.rss_bytes_per_offset:,.0f}", "-", "-", "", "")
-        table.add_row("", "replay records/s (no I/O)", f"{memory.replay_per_second:,.0f}", "-", "-", "", "")
+                      f"{memory.traced_bytes_per_offset:,.0f}", "-", "-", *blanks,
+                      *_goal_cells("f", memory.traced_bytes_per_offset))
+        table.add_row("", "bytes/offset (RSS delta)", f"{memory.rss_bytes_per_offset:,.0f}", "-", "-", *blanks, "", "")
+        table.add_row("", "replay records/s (no I/O)", f"{memory.replay_per_second:,.0f}", "-", "-", *blanks, "", "")
     return table
 
 
@@ -538,7 +568,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-partitions", type=int, default=1_000, help="(f) partitions per group")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 1 s cases, 50,000 records to load, 50 x 1,000 offsets cached")
-    parser.add_argument("--targets", default="tidemark,mock", help="comma-separated subset of tidemark,mock")
+    parser.add_argument("--targets", default=",".join(TARGETS),
+                        help="comma-separated subset of tidemark, tmpfs (the same broker with its data on "
+                             "tmpfs, where fsync costs nothing) and mock")
     parser.add_argument("--skip", default="", help="comma-separated cases to skip: clients (a-d), load, memory")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the tidemark broker in (a), (b), (c), (e)")
     args = parser.parse_args(argv)
@@ -548,8 +580,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.memory_groups = min(args.memory_groups, 50)
     args.targets = [name.strip() for name in args.targets.split(",") if name.strip()]
     args.skip = {name.strip() for name in args.skip.split(",") if name.strip()}
-    if set(args.targets) - {"tidemark", "mock"} or args.skip - {"clients", "load", "memory"}:
-        parser.error("--targets takes tidemark and/or mock; --skip takes clients, load, memory")
+    if set(args.targets) - set(TARGETS) or args.skip - {"clients", "load", "memory"}:
+        parser.error("--targets takes tidemark, tmpfs and/or mock; --skip takes clients, load, memory")
+    if "tmpfs" in args.targets and not MEMORY_DIR.is_dir():
+        parser.error(f"--targets tmpfs needs {MEMORY_DIR}")
     if min(args.seconds, args.clients, args.batch_partitions, args.batch_clients, args.paced_rate, args.paced_clients,
            args.load_records, args.memory_groups, args.memory_partitions) <= 0:
         parser.error("counts, rates and durations must be positive")
@@ -565,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
         if "clients" not in args.skip:
             for name in args.targets:
                 with console.status(f"{name}: commit and fetch cases"):
-                    target = TidemarkOffsetsTarget(Path(tmp)) if name == "tidemark" else MockTarget()
+                    target = MockTarget() if name == "mock" else \
+                        TidemarkOffsetsTarget(Path(tmp) if name == "tidemark" else MEMORY_DIR)
                     with contextlib.closing(target):
                         console.print(f"{name}: {target.bootstrap}")
                         profiler = Profiler(args.profile, target.pid) if args.profile and name == "tidemark" else None
@@ -584,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"traced, {memory.rss_bytes_per_offset:,.0f} B/offset RSS")
 
     title = (f"offset commit/fetch, {args.seconds:g} s per commit case, "
-             f"{time.monotonic() - run_started:.0f} s total (tidemark: durable, fsync'd commits; mock: memory)")
+             f"{time.monotonic() - run_started:.0f} s total (tidemark: durable, fsync'd commits; tmpfs: the same, fsync free; mock: memory)")
     out.print(results_table(client, load, memory, args, title))
     if args.profile is not None:
         for label in ("commit-many", "commit-batched", "commit-batched-wide", "commit-paced", "load"):

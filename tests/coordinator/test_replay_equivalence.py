@@ -216,6 +216,10 @@ steps = st.lists(st.one_of(
          + [("advance", 1)])
 @example(steps=[("commit", "g1", 0, 0, None)] * 3 + [("delete_group", "g1")] + [("commit", "g1", 0, 0, None)] * 3
          + [("commit_log", True)] + [("commit", "g1", 0, 0, None)] * 2 + [("advance", 1)])
+# A group deleted and joined afresh while its old assignment record was in flight: that record,
+# committing, must not make the new group (at generation 1 again) Stable.
+@example(steps=[("join", "g1", "i0", "range"), ("sync", "g1", "i0"), ("commit", "g1", 0, 0, None),
+                ("leave", "g1", "i0"), ("delete_group", "g1"), ("join", "g1", "i0", "range")])
 def test_the_live_shard_is_always_its_committed_log_replayed(steps):
     async def scenario() -> None:
         h = Harness({"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0",

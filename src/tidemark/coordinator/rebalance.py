@@ -362,17 +362,19 @@ class GroupRebalancer:
         self._appended.clear()
         return result
 
-    def _committed_appended(self, group_id: str, log_offset: int) -> bool:
-        """The record at `log_offset` is committed: whether the latest view already has it."""
+    def _committed_appended(self, group_id: str, log_offset: int) -> tuple[bool, Group | None]:
+        """The record at `log_offset` is committed: whether the latest view already has it, and
+        the group it was appended for (None if there was none)."""
         records = self._appended.get(group_id)
         if not records or records[0][0] > log_offset:
-            return False
-        was_appended = False
+            return False, None
+        was_appended, group = False, None
         while records and records[0][0] <= log_offset:
-            was_appended = records.pop(0)[0] == log_offset
+            at, appended_for, _tombstone, _replaced = records.pop(0)
+            was_appended, group = at == log_offset, appended_for
         if not records:
             del self._appended[group_id]
-        return was_appended
+        return was_appended, group
 
     def replay_group(self, group_id: str, value: GroupMetadataValue | None, now_ms: int,
                      log_offset: int | None = None) -> Result:
@@ -380,17 +382,20 @@ class GroupRebalancer:
         GroupMetadataManager.replay), but for what the latest view already took when it was
         appended here. The responses are requests the record completes."""
         result = Result()
-        appended = log_offset is not None and self._committed_appended(group_id, log_offset)
+        appended, appended_for = self._committed_appended(group_id, log_offset) if log_offset is not None \
+            else (False, None)
         group = self.groups.get(group_id)
         if appended:
             # The latest view took it when it was appended; what is left is the committed view's:
             # a tombstone removes the group it kept, an assignment makes the group Stable and
-            # answers the held SyncGroups (at commit, as in Kafka).
+            # answers the held SyncGroups (at commit, as in Kafka). Only for the group it was
+            # appended for: one deleted since and started afresh by a later join (generations
+            # count from 0 again) is another group, which this record says nothing about.
             if value is None:
                 deleted = getattr(self.groups, "deleting", {}).pop(group_id, None)
                 if deleted is not None:
                     deleted.transition_to(GroupState.DEAD, now_ms)
-            elif group is not None and value.generation == group.generation \
+            elif group is not None and group is appended_for and value.generation == group.generation \
                     and group.state is GroupState.COMPLETING_REBALANCE and value.members:
                 self._assignment_stored(group, value, now_ms, result)
             self.reschedule(group_id)
