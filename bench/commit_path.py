@@ -7,9 +7,9 @@
 One OffsetCommit v9 frame (what confluent-kafka 2.16 sends) of --partitions partitions of one
 topic, from a standalone consumer (generation -1), goes through the steps the broker runs:
 decoding the frame, the shard's handler (checks, records), building the offsets batch, the
-latest view's replay at append, the committed view's replay once committed, and the response
-frame. The same for OffsetFetch v8 of those partitions (decode, read, response). Prints the
-median over --repeats of CPU microseconds (this thread's CPU time, not wall clock: the
+latest view's replay at append, the committed view's replay once committed (of the whole write,
+as the runtime does, on a tree that has it), and the response frame. The same for OffsetFetch
+v8 of those partitions (decode, read, response). Prints the median over --repeats of CPU microseconds (this thread's CPU time, not wall clock: the
 machine is shared) per request and per partition, step by step; with
 --profile, a cProfile of one repeat of the whole path sorted by own time.
 
@@ -102,11 +102,18 @@ class Path:
         build_key_value_batch([(r.key, r.value) for r in result.records], now)
         t3 = clock()
         first = self.log_end
-        for offset, record in enumerate(result.records, start=first):
-            self.shard.replay_appended(offset, record, now_ms=now)
+        whole = getattr(result.records, "group", None) is not None  # a write the runtime replays whole
+        if whole:
+            self.shard.replay_appended_commits(first, result.records, now_ms=now)
+        else:  # a tree from before it: record by record
+            for offset, record in enumerate(result.records, start=first):
+                self.shard.replay_appended(offset, record, now_ms=now)
         t4 = clock()
-        for offset, record in enumerate(result.records, start=first):
-            self.shard.replay(offset, record.key, record.value, now_ms=now, decoded=record.decoded)
+        if whole:
+            self.shard.replay_commits(first, result.records, now_ms=now)
+        else:
+            for offset, record in enumerate(result.records, start=first):
+                self.shard.replay(offset, record.key, record.value, now_ms=now, decoded=record.decoded)
         self.log_end = first + len(result.records)
         t5 = clock()
         frame = encode(request, result.responses[1])

@@ -122,3 +122,44 @@ def test_a_record_replayed_after_the_latest_view_was_rebuilt_is_taken_from_its_b
     assert [(p["committed_offset"], p["committed_leader_epoch"], p["metadata"]) for p in topic["partitions"]] == [
         (5, 2, "m")]
     assert "g" in shard.groups
+
+
+def _state(shard: GroupCoordinatorShard) -> tuple:
+    """Both views and the groups, as replay leaves them."""
+    return (shard.offsets._offsets, shard.offsets._pending, shard.groups.committed_to,
+            {group_id: group.created_at for group_id, group in shard.groups.items()})
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=st.lists(st.tuples(
+    COMMIT.map(lambda c: {**c, "group": "g"}),
+    st.integers(0, 3),  # then this many of the oldest writes commit
+    st.sampled_from([None, None, "none survive", "all survive"])),  # then writes fail, rebuilding the latest view
+    min_size=1, max_size=6))
+def test_replaying_a_commit_write_whole_equals_replaying_it_record_by_record(steps):
+    """The runtime replays an OffsetCommit's write in one pass per view: with writes in flight on
+    the same partitions, the latest view rebuilt with or without them, the state after every step
+    is record-by-record replay's."""
+    whole, each = new_shard(), new_shard()
+    pending: list[tuple[int, list]] = []  # writes appended and not yet committed
+    end = 0
+    for commit, committing, rebuild in steps:
+        records = whole.commit_offsets(request(commit), commit["version"], 1, NOW).records
+        assert records == each.commit_offsets(request(commit), commit["version"], 1, NOW).records
+        if records:
+            whole.replay_appended_commits(end, records, now_ms=NOW)
+            for at, record in enumerate(records, start=end):
+                each.replay_appended(at, record, now_ms=NOW)
+            pending.append((end, records))
+            end += len(records)
+        if rebuild is not None:
+            surviving = [] if rebuild == "none survive" else [
+                (at, record) for first, written in pending for at, record in enumerate(written, start=first)]
+            whole.rebuild_latest(surviving, NOW)
+            each.rebuild_latest(surviving, NOW)
+        for first, written in pending[:committing]:
+            whole.replay_commits(first, written, now_ms=NOW)
+            for at, record in enumerate(written, start=first):
+                each.replay(at, record.key, record.value, now_ms=NOW, decoded=record.decoded)
+        del pending[:committing]
+        assert _state(whole) == _state(each)

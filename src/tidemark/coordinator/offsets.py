@@ -12,7 +12,8 @@ where it differs).
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from tidemark.records.offsets_schema import OffsetCommitValue
 
@@ -34,7 +35,7 @@ class CommittedOffset(NamedTuple):
 # only puts the log offset in front (`PackedCommit.tail`).
 _PACKED = struct.Struct(">qqiqq")
 LOG_OFFSET = struct.Struct(">q")
-_TAIL = struct.Struct(">qiqq")  # offset, leader epoch, commit and expire timestamps
+TAIL = struct.Struct(">qiqq")  # offset, leader epoch, commit and expire timestamps
 
 
 class PackedCommit(NamedTuple):
@@ -45,11 +46,11 @@ class PackedCommit(NamedTuple):
     group: str
     topic: str
     partition: int
-    tail: bytes  # _TAIL then the metadata's UTF-8
+    tail: bytes  # TAIL then the metadata's UTF-8
 
 
 def pack_tail(offset: int, leader_epoch: int, metadata: bytes, commit_timestamp: int, expire_timestamp: int) -> bytes:
-    return _TAIL.pack(offset, leader_epoch, commit_timestamp, expire_timestamp) + metadata
+    return TAIL.pack(offset, leader_epoch, commit_timestamp, expire_timestamp) + metadata
 
 
 def pack_value(value: OffsetCommitValue, log_offset: int) -> bytes:
@@ -64,12 +65,13 @@ def _unpack(packed: bytes) -> CommittedOffset:
                            expire_timestamp, log_offset)
 
 
-_FETCHED = struct.Struct(">8xqi")  # offset, leader epoch: what OffsetFetch answers, with the metadata
+FETCHED = struct.Struct(">8xqi")  # offset, leader epoch: what OffsetFetch answers, with the metadata
+PACKED_SIZE = _PACKED.size  # where the metadata starts
 
 
 def unpack_fetched(packed: bytes) -> tuple[int, int, str]:
     """(offset, leader epoch, metadata) of a packed offset."""
-    offset, leader_epoch = _FETCHED.unpack_from(packed)
+    offset, leader_epoch = FETCHED.unpack_from(packed)
     return offset, leader_epoch, packed[_PACKED.size :].decode()
 
 
@@ -124,6 +126,48 @@ class OffsetStore:
             partitions[partition] = packed
         return was_pending
 
+    def replay_commits(self, first: int, group: str, records: Sequence[Any]) -> bool:
+        """`replay_own_commit` of a whole write: `records` (`OffsetsRecord`s of `group`, whose
+        `decoded` is their `PackedCommit`) at log offsets `first`, `first` + 1, ... are
+        committed. Whether every one was pending."""
+        pending = self._pending.get(group)
+        topics = self._offsets.get(group)
+        if topics is None:
+            topics = self._offsets[group] = {}
+        pack, unpack = LOG_OFFSET.pack, LOG_OFFSET.unpack_from
+        all_pending = True
+        topic, partitions = None, _EMPTY
+        log_offset = first
+        for record in records:
+            commit = record[2]
+            if commit.topic != topic:  # a commit's records come topic by topic
+                topic = commit.topic
+                partitions = topics.get(topic)
+                if partitions is None:
+                    partitions = topics[topic] = {}
+            partition = commit.partition
+            packed = None
+            if pending:
+                tp = (topic, partition)
+                waiting = pending.get(tp)
+                if waiting is not None and len(waiting) == 1 and waiting[0][0] == log_offset:
+                    packed = waiting[0][1]  # the common case: this record alone is pending
+                    del pending[tp]
+                else:
+                    was_pending, packed = self.committed(log_offset, group, tp)
+                    all_pending = all_pending and was_pending
+            else:
+                all_pending = False
+            if packed is None:
+                packed = pack(log_offset) + commit.tail
+            current = partitions.get(partition)
+            if current is None or unpack(current)[0] < log_offset:
+                partitions[partition] = packed
+            log_offset += 1
+        if pending is not None and not pending and self._pending.get(group) is pending:
+            del self._pending[group]
+        return all_pending
+
     def replay_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         topics = self._offsets.get(group)
         partitions = topics.get(tp[0]) if topics else None
@@ -151,6 +195,25 @@ class OffsetStore:
             partitions[tp] = [(log_offset, packed)]
         else:
             records.append((log_offset, packed))
+
+    def append_commits(self, first: int, group: str, records: Sequence[Any]) -> None:
+        """`append_packed` of a whole write: `records` (`OffsetsRecord`s of `group`, whose
+        `decoded` is their `PackedCommit`) appended at log offsets `first`, `first` + 1, ..."""
+        partitions = self._pending.get(group)
+        if partitions is None:
+            partitions = self._pending[group] = {}
+        get, pack = partitions.get, LOG_OFFSET.pack
+        log_offset = first
+        for record in records:
+            commit = record[2]
+            tp = (commit.topic, commit.partition)
+            entry = (log_offset, pack(log_offset) + commit.tail)
+            waiting = get(tp)
+            if waiting is None:
+                partitions[tp] = [entry]
+            else:
+                waiting.append(entry)
+            log_offset += 1
 
     def append_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         self._pending.setdefault(group, {}).setdefault(tp, []).append((log_offset, None))

@@ -20,6 +20,22 @@ class OffsetsRecord(NamedTuple):
     decoded: tuple[Any, Any] | None = None
 
 
+class CommitRecords(list):
+    """The records of one OffsetCommit: every one an offset commit of `group` whose `decoded` is
+    its `offsets.PackedCommit`. The runtime replays such a write whole
+    (`replay_appended_commits`, `replay_commits`): one pass per view, the group looked up once.
+    Merged with other records it becomes an ordinary list (replayed record by record)."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: str) -> None:
+        super().__init__()
+        self.group = group
+
+    def __iadd__(self, other: Any) -> list[OffsetsRecord]:  # type: ignore[override, misc]
+        return [*self, *other]
+
+
 @dataclasses.dataclass(slots=True)
 class Result:
     """The outcome of one event (a request or a timer) on a coordinator shard.

@@ -29,13 +29,17 @@ from tidemark.coordinator.consumer_group.heartbeat import ConsumerGroupConfig, C
 from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
-from tidemark.coordinator.offsets import LOG_OFFSET, OffsetStore, PackedCommit, pack_tail, pack_value, unpack_fetched
-from tidemark.coordinator.result import OffsetsRecord, Result, group_append_error, offset_commit_append_error
+from tidemark.coordinator.offsets import (
+    FETCHED, LOG_OFFSET, PACKED_SIZE, TAIL, OffsetStore, PackedCommit, pack_tail, pack_value,
+)
+from tidemark.coordinator.result import CommitRecords, OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
 from tidemark.coordinator.txn_offsets import PackedTxnCommit, PendingTxnOffsets, TxnMarkerKey, TxnRecordKey
 from tidemark.records import consumer_group_schema
 from tidemark.records.consumer_group_schema import ConsumerGroupKey
 from tidemark.records.offsets_schema import (
+    OFFSET_COMMIT_VALUE_VERSION,
+    V3_VALUE_EMPTY,
     GroupMetadataKey,
     OffsetCommitKey,
     OffsetCommitValue,
@@ -218,14 +222,20 @@ class GroupCoordinatorShard:
         max_metadata = self.config.offset_metadata_max_bytes
         partition_exists = self.partition_exists
         per_partition_timestamp = version < 2  # only v1 carries a commit timestamp per partition
-        records: list[OffsetsRecord] = []
+        records = CommitRecords(group_id)
         append = records.append
         new_tuple = tuple.__new__
         none = ErrorCode.none  # an enum member's lookup costs ~0.1-0.2 us each time (Python 3.11)
+        has_epoch = version >= 6  # committed_leader_epoch (KIP-320)
+        # The common partition (no metadata, no explicit retention, names short enough) is packed
+        # here, without a call per field: key, v3 value and cache tail.
+        pack_partition, pack_empty_value, pack_tail_head = _PARTITION.pack, V3_VALUE_EMPTY.pack, TAIL.pack
+        value_version = OFFSET_COMMIT_VALUE_VERSION
         topics = []
         for topic in request.topics:
             name = topic_names(topic)
             key_prefix = offset_commit_key_prefix(group_id, name) if name is not None else None
+            packs_empty = key_prefix is not None and expire_timestamp < 0
             partitions = []
             for p in topic.partitions:
                 index = p.partition_index
@@ -239,14 +249,19 @@ class GroupCoordinatorShard:
                     code = ErrorCode.offset_metadata_too_large
                 else:
                     offset = p.committed_offset
-                    leader_epoch = getattr(p, "committed_leader_epoch", -1)
+                    leader_epoch = p.committed_leader_epoch if has_epoch else -1
                     commit_timestamp = _commit_timestamp(p, now_ms) if per_partition_timestamp else now_ms
-                    raw = metadata.encode() if metadata else b""
-                    key, value = _encoded_commit(key_prefix, group_id, name, index, offset, leader_epoch, metadata, raw,
-                                                 commit_timestamp, expire_timestamp)
+                    if packs_empty and not metadata:
+                        key = key_prefix + pack_partition(index)  # type: ignore[operator]
+                        value = pack_empty_value(value_version, offset, leader_epoch, 0, commit_timestamp)
+                        tail = pack_tail_head(offset, leader_epoch, commit_timestamp, -1)
+                    else:
+                        raw = metadata.encode() if metadata else b""
+                        key, value = _encoded_commit(key_prefix, group_id, name, index, offset, leader_epoch, metadata,
+                                                     raw, commit_timestamp, expire_timestamp)
+                        tail = pack_tail(offset, leader_epoch, raw, commit_timestamp, expire_timestamp)
                     # (tuples made directly: the NamedTuples' own constructors add a call each)
-                    append(new_tuple(OffsetsRecord, (key, value, new_tuple(PackedCommit, (
-                        group_id, name, index, pack_tail(offset, leader_epoch, raw, commit_timestamp, expire_timestamp))))))
+                    append(new_tuple(OffsetsRecord, (key, value, new_tuple(PackedCommit, (group_id, name, index, tail)))))
                 partitions.append({"partition_index": index, "error_code": code})
             topics.append({"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions})
         response = {"throttle_time": 0, "topics": topics}
@@ -381,22 +396,25 @@ class GroupCoordinatorShard:
         # require_stable costs nothing per partition.
         unstable = require_stable and (self.offsets.has_pending(group_id) or self.txn_offsets.has_group(group_id))
         result = []
+        none = ErrorCode.none
+        unpack = FETCHED.unpack_from
         for topic, partitions in topics:
             partition_responses = []
+            append = partition_responses.append
             cached = self.offsets.topic_offsets(group_id, topic)
             for partition in partitions:
                 if unstable and (self.offsets.is_pending(group_id, (topic, partition))
                                  or self.txn_offsets.holds(group_id, (topic, partition))):
-                    partition_responses.append(_no_offset(partition, ErrorCode.unstable_offset_commit))
+                    append(_no_offset(partition, ErrorCode.unstable_offset_commit))
                     continue
                 packed = cached.get(partition)
                 if packed is None:
-                    partition_responses.append(_no_offset(partition))
+                    append(_no_offset(partition))
                     continue
-                offset, leader_epoch, metadata = unpack_fetched(packed)
-                partition_responses.append({"partition_index": partition, "committed_offset": offset,
-                                            "committed_leader_epoch": leader_epoch,
-                                            "metadata": metadata, "error_code": ErrorCode.none})
+                offset, leader_epoch = unpack(packed)  # (unpack_fetched, inline)
+                append({"partition_index": partition, "committed_offset": offset, "committed_leader_epoch": leader_epoch,
+                        "metadata": packed[PACKED_SIZE:].decode() if len(packed) > PACKED_SIZE else "",
+                        "error_code": none})
             result.append({"name": topic, "partitions": partition_responses})
         return result
 
@@ -583,6 +601,28 @@ class GroupCoordinatorShard:
             decoded = record.decoded or self._consumer_group_record(key, record.key, record.value)
             if decoded is not None:
                 self.consumer_groups.replay_appended(log_offset, decoded[0], decoded[1])
+        return _NOTHING
+
+    def replay_appended_commits(self, first: int, records: CommitRecords, *, now_ms: int) -> Result:
+        """`replay_appended` of an OffsetCommit's whole write (at log offsets `first`, ...)."""
+        group_id = records.group
+        self.offsets.append_commits(first, group_id, records)
+        if group_id not in self.groups and group_id not in self.consumer_groups:
+            group = self.groups[group_id] = Group(group_id, now_ms)  # a standalone consumer's group starts here
+            group.created_at = first  # not in the committed view until this commits
+        return _NOTHING
+
+    def replay_commits(self, first: int, records: CommitRecords, *, now_ms: int) -> Result:
+        """`replay` of an OffsetCommit's whole write, committed (at log offsets `first`, ...)."""
+        groups = self.groups
+        end = first + len(records)
+        if end > groups.committed_to:
+            groups.committed_to = end
+        group_id = records.group
+        if not self.offsets.replay_commits(first, group_id, records):
+            # some were not in the latest view (rebuilt since): as any record
+            if group_id not in groups and group_id not in self.consumer_groups:
+                groups[group_id] = Group(group_id, now_ms)
         return _NOTHING
 
     @staticmethod

@@ -25,6 +25,7 @@ from tidemark.wire.primitives import read_uvarint, skip_tagged_fields, uvarint
 _V3_VALUE_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
 _INT64 = struct.Struct(">q")
 _V3_VALUE_EMPTY = struct.Struct(">hqihq")  # a v3 value without metadata: the whole 24 bytes
+V3_VALUE_EMPTY = _V3_VALUE_EMPTY  # (version, offset, leader epoch, 0, commit timestamp): for a hot loop to pack itself
 _V1_VALUE_HEAD = struct.Struct(">hqh")  # version, offset, metadata length
 _TWO_INT64 = struct.Struct(">qq")
 

@@ -23,9 +23,13 @@ from .api_keys import ApiKey
 from .primitives import I16, I32, I64, uvarint
 
 _PARTITION_COMMIT = struct.Struct(">ih")  # partition_index, error_code
+_PARTITION_COMMIT_FLEXIBLE = struct.Struct(">ihx")  # and no tagged fields (0)
 _PARTITION_FETCHED = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
 _PARTITION_OFFSET = struct.Struct(">iq")  # partition_index, committed_offset
 _PARTITION_OFFSET_EPOCH = struct.Struct(">iqi")  # partition_index, committed_offset, committed_leader_epoch
+# A flexible version's partition with metadata "": partition_index, committed_offset,
+# committed_leader_epoch, the empty compact string (1), error_code, no tagged fields (0).
+_PARTITION_FETCHED_EMPTY = struct.Struct(">iqiBhB")
 _ABORTED_TRANSACTION = struct.Struct(">qq")  # producer_id, first_offset
 _ZERO_UUID = uuid.UUID(int=0)  # kio reads it as None
 _SIZE_AND_ID = struct.Struct(">ii")
@@ -82,9 +86,9 @@ def encode_offset_commit_response(version: int, response: dict[str, Any]) -> byt
             w.string(topic["name"])
         partitions = topic["partitions"]
         w.array_length(len(partitions))
+        out, pack = w.out, (_PARTITION_COMMIT_FLEXIBLE if w.flexible else _PARTITION_COMMIT).pack
         for p in partitions:
-            w.out += _PARTITION_COMMIT.pack(p["partition_index"], p["error_code"])
-            w.tagged_fields()
+            out += pack(p["partition_index"], p["error_code"])
         w.tagged_fields()
     w.tagged_fields()
     return bytes(w.out)
@@ -93,6 +97,8 @@ def encode_offset_commit_response(version: int, response: dict[str, Any]) -> byt
 def _offset_fetch_topics(w: Writer, version: int, topics: list[dict[str, Any]]) -> None:
     out = w.out
     w.array_length(len(topics))
+    flexible = version >= 6  # and so with leader epochs
+    pack_empty = _PARTITION_FETCHED_EMPTY.pack
     for topic in topics:
         if version >= 10:
             out += (topic["topic_id"] or _ZERO_UUID).bytes
@@ -101,6 +107,10 @@ def _offset_fetch_topics(w: Writer, version: int, topics: list[dict[str, Any]]) 
         partitions = topic["partitions"]
         w.array_length(len(partitions))
         for p in partitions:
+            if flexible and p["metadata"] == "":  # what nearly every partition is: one pack
+                out += pack_empty(p["partition_index"], p["committed_offset"], p.get("committed_leader_epoch", -1), 1,
+                                  p["error_code"], 0)
+                continue
             if version >= 5:
                 out += _PARTITION_OFFSET_EPOCH.pack(p["partition_index"], p["committed_offset"],
                                                     p.get("committed_leader_epoch", -1))

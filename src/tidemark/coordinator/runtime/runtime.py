@@ -38,7 +38,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from tidemark.coordinator.partitioner import partition_for
-from tidemark.coordinator.result import OffsetsRecord, Result
+from tidemark.coordinator.result import CommitRecords, OffsetsRecord, Result
 from tidemark.coordinator.runtime.io import (
     EVENT_METER, Cancellable, Clock, CoordinatorTopic, Meter, PartitionWriter, SystemClock,
 )
@@ -100,7 +100,8 @@ class CoordinatorShard(Protocol):
     """What the runtime needs of a shard (Kafka's CoordinatorShard): its two views' replay (the
     latest view takes a record when it is appended, the committed view when it is committed,
     and the latest is rebuilt when appended records fail), its timers, and hooks when it starts
-    serving and when it is unloaded."""
+    serving and when it is unloaded. A shard whose handlers return `CommitRecords` also replays
+    such a write whole: `replay_appended_commits` and `replay_commits` (first offset, records)."""
 
     def replay_appended(self, log_offset: int, record: OffsetsRecord, *, now_ms: int) -> Result: ...
 
@@ -511,7 +512,11 @@ class ShardRuntime(Generic[S]):
         decides on them."""
         shard = self.shard
         assert shard is not None
-        for offset, record in enumerate(write.result.records, start=write.first):
+        records = write.result.records
+        if type(records) is CommitRecords:  # an OffsetCommit's: one pass, completes nothing
+            shard.replay_appended_commits(write.first, records, now_ms=now)  # type: ignore[attr-defined]
+            return
+        for offset, record in enumerate(records, start=write.first):
             replayed = shard.replay_appended(offset, record, now_ms=now)
             if replayed.responses:
                 self.runtime.release(replayed)
@@ -613,8 +618,13 @@ class ShardRuntime(Generic[S]):
             if write is not None and write.first == self._replayed_to:
                 if write.end > high_watermark:
                     break  # a batch commits whole
+                records = write.result.records
+                if type(records) is CommitRecords:  # an OffsetCommit's: one pass, completes nothing
+                    shard.replay_commits(write.first, records, now_ms=now)  # type: ignore[attr-defined]
+                    self._replayed_to = write.end
+                    continue
                 replay = shard.replay
-                for offset, record in enumerate(write.result.records, start=write.first):
+                for offset, record in enumerate(records, start=write.first):
                     done = replay(offset, record.key, record.value, now_ms=now, decoded=record.decoded)
                     if done.responses or done.records or done.on_failure is not None:  # most complete nothing
                         replayed.merge(done)
