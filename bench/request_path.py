@@ -7,7 +7,7 @@ A raw-socket load generator (a separate process, one thread, non-blocking socket
 pre-encoded single-partition OffsetCommit frames (v8 by default, the simple-consumer form:
 generation -1, no member) over N connections, each keeping K requests in flight, for a bounded
 time and count. Per target and run it reports commits/s and the target's CPU seconds per commit
-(utime + stime from /proc: the tidemark broker's process; for librdkafka's mock cluster, which
+(utime + stime from /proc, and the stime part alone: the tidemark broker's process; for librdkafka's mock cluster, which
 runs in this process's threads while the generator runs in its own, this process). Targets
 alternate run by run; the table gives each one's median of --runs. Every answer's correlation id
 is checked against the connection's request order, and every 256th answer's error code is read
@@ -46,10 +46,10 @@ TOPIC = "request-path"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(utime + stime, stime) of a process (all its threads), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 def commit_body(group: str, partition: int, offset: int) -> dict:
@@ -167,6 +167,7 @@ class Run:
     commits: int
     seconds: float
     cpu_seconds: float
+    system_seconds: float  # of which in the kernel (socket calls, writes, fsyncs)
 
     @property
     def per_second(self) -> float:
@@ -175,6 +176,10 @@ class Run:
     @property
     def cpu_us_per_commit(self) -> float:
         return self.cpu_seconds / self.commits * 1e6
+
+    @property
+    def system_us_per_commit(self) -> float:
+        return self.system_seconds / self.commits * 1e6
 
 
 def run_once(target, pid: int, group: str, args: argparse.Namespace) -> Run:
@@ -186,7 +191,7 @@ def run_once(target, pid: int, group: str, args: argparse.Namespace) -> Run:
         commits, seconds = pool.apply(generate, (target.bootstrap, group, args.version, args.connections,
                                                  args.in_flight, args.seconds, args.partitions))
         cpu_after = cpu_seconds(pid)
-    return Run(commits, seconds, cpu_after - cpu_before)
+    return Run(commits, seconds, cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -221,20 +226,23 @@ def main(argv: list[str] | None = None) -> int:
                 run = run_once(target, pid, f"request-path-{index}", args)
                 runs[name].append(run)
                 console.print(f"  {name} run {index + 1}: {run.per_second:,.0f} commits/s, "
-                              f"{run.cpu_us_per_commit:,.0f} us CPU/commit ({run.commits:,} commits)")
+                              f"{run.cpu_us_per_commit:,.0f} us CPU/commit, {run.system_us_per_commit:,.0f} in the "
+                              f"kernel ({run.commits:,} commits)")
     load = os.getloadavg()[0]
     table = Table(title=f"OffsetCommit v{args.version}, {args.connections} connections x {args.in_flight} in flight, "
                         f"{args.seconds:g} s, median of {args.runs} (load {load:.2f})")
     table.add_column("target")
     table.add_column("commits/s", justify="right")
     table.add_column("CPU us/commit", justify="right")
+    table.add_column("of which kernel", justify="right")
     medians = {}
     for name, done in runs.items():
-        medians[name] = (statistics.median(r.per_second for r in done), statistics.median(r.cpu_us_per_commit for r in done))
-        table.add_row(name, f"{medians[name][0]:,.0f}", f"{medians[name][1]:,.1f}")
+        medians[name] = (statistics.median(r.per_second for r in done), statistics.median(r.cpu_us_per_commit for r in done),
+                         statistics.median(r.system_us_per_commit for r in done))
+        table.add_row(name, *(f"{value:,.0f}" for value in medians[name]))
     if len(medians) == 2:
-        (t_rate, t_cpu), (m_rate, m_cpu) = medians["tidemark"], medians["mock"]
-        table.add_row("tidemark/mock", f"{t_rate / m_rate:.2f}x", f"{t_cpu / m_cpu:.1f}x")
+        (t_rate, t_cpu, _), (m_rate, m_cpu, _) = medians["tidemark"], medians["mock"]
+        table.add_row("tidemark/mock", f"{t_rate / m_rate:.2f}x", f"{t_cpu / m_cpu:.1f}x", "")
     out.print(table)
     return 0
 
