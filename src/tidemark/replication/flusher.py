@@ -89,7 +89,11 @@ class Flusher:
         self._replicated.pop(id(partition), None)
         with self._lock:
             self._dirty[id(partition)] = partition
-        self._work.set()
+        # Set already, the disk thread has not taken the dirty logs yet (it clears the event and
+        # takes them under the lock): it takes this one too. Event.set takes a lock and notifies
+        # even when set.
+        if not self._work.is_set():
+            self._work.set()
 
     def mark_replicated(self, partition: Partition) -> None:
         """`partition` was appended to while replicated in sync: flush it within the replica
