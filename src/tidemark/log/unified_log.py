@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from tidemark.records import (
+    BATCH_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
     RecordListTooLargeError,
@@ -255,11 +256,15 @@ class UnifiedLog:
         self._check_online()
         buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
         if origin is AppendOrigin.COORDINATOR:
-            batches = list(iter_batches(buf, validate=False))
-            if not batches or batches[-1][0] + batches[-1][1].size != len(buf):
-                if not buf:
-                    return AppendInfo(-1, -1, -1, -1)
-                raise CorruptRecordError(f"the coordinator's {len(buf)} bytes are not whole batches")
+            first_header = read_header(buf) if len(buf) >= BATCH_OVERHEAD else None
+            if first_header is not None and first_header.size == len(buf):
+                batches = [(0, first_header)]  # the usual case: one batch, no walk
+            else:
+                batches = list(iter_batches(buf, validate=False))
+                if not batches or batches[-1][0] + batches[-1][1].size != len(buf):
+                    if not buf:
+                        return AppendInfo(-1, -1, -1, -1)
+                    raise CorruptRecordError(f"the coordinator's {len(buf)} bytes are not whole batches")
         else:
             batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
             if not batches:
