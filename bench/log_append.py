@@ -72,11 +72,17 @@ def main() -> None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(20)
         return
     for records in (1, 100):
+        samples: dict[str | None, list[float]] = {origin: [] for origin in origins}
+        for _ in range(args.repeats):  # the origins alternate within a repeat: same load for both
+            for origin in origins:
+                samples[origin].append(run(records, args.appends // (10 if records > 1 else 1), origin))
         for origin in origins:
-            samples = [run(records, args.appends // (10 if records > 1 else 1), origin) for _ in range(args.repeats)]
             label = origin or "(no origin)"
-            print(f"{records:>4} records  {label:<12} {statistics.median(samples):8.2f} us/append"
-                  f"  (samples {', '.join(f'{s:.2f}' for s in samples)})")
+            print(f"{records:>4} records  {label:<12} {statistics.median(samples[origin]):8.2f} us/append"
+                  f"  (samples {', '.join(f'{s:.2f}' for s in samples[origin])})")
+        if len(origins) == 2:
+            ratios = [c / k for c, k in zip(samples["COORDINATOR"], samples["CLIENT"])]
+            print(f"{records:>4} records  COORDINATOR/CLIENT median ratio {statistics.median(ratios):.2f}")
 
 
 if __name__ == "__main__":
