@@ -39,8 +39,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.offsets import TIDEMARK_SETTINGS, check_committed, new_consumer
 from bench.produce_fetch import BenchError, BrokerProcess, console
+from tidemark.coordinator.partitioner import partition_for
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+OFFSETS_PARTITIONS = 50  # TIDEMARK_SETTINGS' offsets.topic.num.partitions
 MAX_COMMITS = 2_000_000  # every loop is bounded in count as well as in time
 
 
@@ -157,7 +159,7 @@ def run_case(case: str, layout: str, bootstraps: list[str], pids: dict[str, int]
     for half in range(2):
         first = half * per_half * width
         sets = [list(range(first + c * width, first + (c + 1) * width)) for c in range(per_half)]
-        group = f"multicore-{case}-{tag}-{half}"
+        group = group_for_half(f"multicore-{case}-{tag}", half)
         process = context.Process(target=client_process, daemon=True,
                                   args=(bootstraps[half], topic, group, sets, ready, starts[half], results))
         process.start()
@@ -195,6 +197,16 @@ def run_case(case: str, layout: str, bootstraps: list[str], pids: dict[str, int]
         half_partitions = range(0, partitions // 2) if group.endswith("-0") else range(partitions // 2, partitions)
         check_committed(bootstrap, topic, group, {p: lasts[p] for p in half_partitions})
     return run
+
+
+def group_for_half(prefix: str, half: int) -> str:
+    """A group name ending in -<half> whose offsets partition is even for half 0 and odd for half
+    1, so the forward layout's two workers (partition % 2) each own one half's group."""
+    for n in range(1000):
+        name = f"{prefix}-{n}-{half}"
+        if partition_for(name, OFFSETS_PARTITIONS) % 2 == half:
+            return name
+    raise BenchError("no group name found")
 
 
 def start_brokers(tmp: Path, count: int) -> list[BrokerProcess]:
