@@ -138,9 +138,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def run_case(case: str, layout: str, bootstraps: list[str], pids: dict[str, int], args) -> Run:
-    """bootstraps[i] is where half i of the clients connects (the same address twice for `one`);
-    the topic is created on every distinct broker (pids labelled 'broker*' know their admin
-    address through `admins`)."""
+    """bootstraps[i] is where half i of the clients connects (the same address twice for `one`
+    and `forward`); the topic is created through each address in args.admins; `pids` are the
+    processes whose CPU is measured, by label."""
     tag = uuid.uuid4().hex[:8]
     if case == "a":
         per_half = args.clients // 2
