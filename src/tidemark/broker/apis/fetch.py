@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-import weakref
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -229,8 +229,12 @@ def _read(partition: Partition, offset: int, max_bytes: int, upper_bound: int, m
     return partition.log.read(offset, max_bytes, upper_bound=upper_bound, min_one_batch=min_one_batch)
 
 
-# log -> (what was read, the log's state then, the bytes): the last follower read of each log.
-_LAST_FOLLOWER_READ: weakref.WeakKeyDictionary[Any, tuple[tuple, tuple, bytes]] = weakref.WeakKeyDictionary()
+# log -> (what was read, the log's state then, the bytes): the last follower read of each of the
+# logs read most recently. Bounded in entries and in bytes kept (a replicated write is small; a
+# follower catching up reads up to a MiB at a time, and rarely at another's position).
+_SHARED_READS: OrderedDict[Any, tuple[tuple, tuple, bytes]] = OrderedDict()
+SHARED_READS = 64
+SHARED_READ_MAX_BYTES = 64 * 1024
 
 
 def _follower_read(partition: Partition, offset: int, max_bytes: int, upper_bound: int, min_one_batch: bool) -> bytes:
@@ -238,16 +242,19 @@ def _follower_read(partition: Partition, offset: int, max_bytes: int, upper_boun
     asked for the same range and nothing was written, truncated or deleted since: on RF=3 each
     replicated write is read once for both followers, not once per follower. A leader's log
     changes under a fixed end and start offset only through a truncation, which comes with a
-    new leader epoch (it follows, then leads again); the cleaner's rewrites below the end keep
-    the records a follower is owed."""
+    new leader epoch (it follows, then leads again)."""
     log = partition.log
     asked = (offset, max_bytes, upper_bound, min_one_batch)
     state = (partition.leader_epoch, log.log_end_offset, log.log_start_offset)
-    last = _LAST_FOLLOWER_READ.get(log)
+    last = _SHARED_READS.get(log)
     if last is not None and last[0] == asked and last[1] == state:
         return last[2]
     records = log.read(offset, max_bytes, upper_bound=upper_bound, min_one_batch=min_one_batch)
-    _LAST_FOLLOWER_READ[log] = (asked, state, records)
+    if len(records) <= SHARED_READ_MAX_BYTES:
+        _SHARED_READS[log] = (asked, state, records)
+        _SHARED_READS.move_to_end(log)
+        if len(_SHARED_READS) > SHARED_READS:
+            _SHARED_READS.popitem(last=False)
     return records
 
 
