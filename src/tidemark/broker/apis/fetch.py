@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -197,9 +196,8 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
             if log.offline is not None:
                 raise log_errors.LogOfflineError(f"{topic.name}-{index} is offline after: {log.offline!r}")
             if wanted.fetch_offset != upper_bound or wanted.fetch_offset < log.log_start_offset:
-                read = _follower_read if replica_id >= 0 else _read
-                records = read(partition, wanted.fetch_offset, min(wanted.partition_max_bytes, remaining),
-                               upper_bound, total == 0)
+                records = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, remaining),
+                                   upper_bound=upper_bound, min_one_batch=(total == 0))
                 if not records:
                     unread.append(key)
             # else caught up: nothing to read (the common case of a session's partitions)
@@ -223,39 +221,6 @@ def _read_all(ctx: RequestContext, body: Any, replica_id: int, positions: dict[P
         total += len(records)
         remaining = max(0, remaining - len(records))
     return answers, total, partitions, errors, unread
-
-
-def _read(partition: Partition, offset: int, max_bytes: int, upper_bound: int, min_one_batch: bool) -> bytes:
-    return partition.log.read(offset, max_bytes, upper_bound=upper_bound, min_one_batch=min_one_batch)
-
-
-# log -> (what was read, the log's state then, the bytes): the last follower read of each of the
-# logs read most recently. Bounded in entries and in bytes kept (a replicated write is small; a
-# follower catching up reads up to a MiB at a time, and rarely at another's position).
-_SHARED_READS: OrderedDict[Any, tuple[tuple, tuple, bytes]] = OrderedDict()
-SHARED_READS = 64
-SHARED_READ_MAX_BYTES = 64 * 1024
-
-
-def _follower_read(partition: Partition, offset: int, max_bytes: int, upper_bound: int, min_one_batch: bool) -> bytes:
-    """A follower's read, sharing the bytes with the previous follower read of this log when it
-    asked for the same range and nothing was written, truncated or deleted since: on RF=3 each
-    replicated write is read once for both followers, not once per follower. A leader's log
-    changes under a fixed end and start offset only through a truncation, which comes with a
-    new leader epoch (it follows, then leads again)."""
-    log = partition.log
-    asked = (offset, max_bytes, upper_bound, min_one_batch)
-    state = (partition.leader_epoch, log.log_end_offset, log.log_start_offset)
-    last = _SHARED_READS.get(log)
-    if last is not None and last[0] == asked and last[1] == state:
-        return last[2]
-    records = log.read(offset, max_bytes, upper_bound=upper_bound, min_one_batch=min_one_batch)
-    if len(records) <= SHARED_READ_MAX_BYTES:
-        _SHARED_READS[log] = (asked, state, records)
-        _SHARED_READS.move_to_end(log)
-        if len(_SHARED_READS) > SHARED_READS:
-            _SHARED_READS.popitem(last=False)
-    return records
 
 
 def _may_fetch(ctx: RequestContext, replica_id: int, name: str | uuid.UUID) -> bool:

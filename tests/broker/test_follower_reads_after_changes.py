@@ -1,7 +1,8 @@
-"""On RF=3 both followers fetch every replicated write from the same position: the leader reads
-those records once and answers both with the same bytes, and never answers a later fetch with
-bytes read before the log changed (an append, or a truncation and a new leadership that put
-other records at the same offsets)."""
+"""On RF=3 both followers fetch every replicated write from the same position. Whatever a leader
+does to answer them cheaply (sharing one read between the two was tried, see docs/design.md),
+a fetch is never answered with bytes read before the log changed: an append between the two
+followers' fetches, or a truncation and a new leadership that put other records at the same
+offsets."""
 
 from __future__ import annotations
 
@@ -60,43 +61,13 @@ def values(records: bytes) -> list[tuple[int, bytes]]:
     return [(r.offset, r.value) for position, _ in iter_batches(records) for r in decode_records(records, position)]
 
 
-def counting_reads(partition) -> list[int]:
-    """Record the offset of every read of the partition's log."""
-    reads: list[int] = []
-    read = partition.log.read
-
-    def counted(offset, *args, **kwargs):
-        reads.append(offset)
-        return read(offset, *args, **kwargs)
-
-    partition.log.read = counted
-    return reads
-
-
-def test_both_followers_at_the_same_position_get_one_read_of_the_same_records(tmp_path):
-    async def scenario():
-        async with leading(tmp_path) as (partition, client):
-            await produce(client, b"a")
-            await produce(client, b"b")
-            reads = counting_reads(partition)
-            first = await follower_fetch(client, FOLLOWERS[0], 0)
-            second = await follower_fetch(client, FOLLOWERS[1], 0)
-            assert values(first) == values(second) == [(0, b"a"), (1, b"b")]
-            assert first == second
-            assert reads == [0]
-
-    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
-
-
 def test_a_write_between_the_followers_fetches_is_read_again(tmp_path):
     async def scenario():
         async with leading(tmp_path) as (partition, client):
             await produce(client, b"a")
-            reads = counting_reads(partition)
             assert values(await follower_fetch(client, FOLLOWERS[0], 0)) == [(0, b"a")]
             await produce(client, b"b")
             assert values(await follower_fetch(client, FOLLOWERS[1], 0)) == [(0, b"a"), (1, b"b")]
-            assert reads == [0, 0]
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
 
