@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -209,13 +210,14 @@ pair_items = st.one_of(keys, values, st.just(bytearray(b"ba")), st.just(memoryvi
 @given(pairs=st.lists(st.one_of(st.tuples(keys, values), st.tuples(keys, values), st.tuples(pair_items, pair_items),
                                 st.lists(values, min_size=2, max_size=2), st.tuples(keys), st.just(None)),
                       max_size=12),
-       as_tuple=st.booleans(), timestamp=st.integers(-(2**63), 2**63 - 1),
-       codec=st.sampled_from([CompressionType.NONE, CompressionType.GZIP]), transactional=st.booleans(),
-       producer_id=st.integers(-1, 2**63 - 1))
+       as_tuple=st.booleans(), timestamp=st.one_of(st.integers(-(2**63), 2**63 - 1), st.just(2**63)),
+       codec=st.sampled_from([CompressionType.NONE, 0, CompressionType.GZIP, 1, None, 9]), transactional=st.booleans(),
+       producer_id=st.one_of(st.integers(-1, 2**63 - 1), st.just(-(2**63) - 1)),
+       producer_epoch=st.one_of(st.integers(-1, 2**15 - 1), st.sampled_from([-(2**15) - 1, 2**15, True])))
 def test_build_key_value_batch_compiled_is_the_reference(pairs, as_tuple, timestamp, codec, transactional,
-                                                         producer_id):
+                                                         producer_id, producer_epoch):
     pairs = tuple(pairs) if as_tuple else pairs
-    options = dict(compression=codec, producer_id=producer_id, producer_epoch=0 if transactional else -1,
+    options = dict(compression=codec, producer_id=producer_id, producer_epoch=producer_epoch,
                    is_transactional=transactional)
     assert _outcome(_build_key_value_batch_compiled, pairs, timestamp, **options) == \
         _outcome(build_key_value_batch_py, pairs, timestamp, **options)
@@ -236,6 +238,7 @@ def test_well_formed_batches_are_read_by_the_compiled_loops(batch_records, base,
     assert _speedups.latest_record_ranges(data, BATCH_OVERHEAD, len(data), count, base, offsets, retain) is not None
     pairs = [(key, value) for key, value, _, _ in batch_records]
     assert _speedups.key_value_section(pairs) is not None
+    assert _speedups.key_value_batch(pairs, base, -1, -1, 0, crc32c) is not None
 
 
 def test_a_batch_past_int64_offsets_is_the_references():

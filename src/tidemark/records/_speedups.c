@@ -385,26 +385,26 @@ write_varint(unsigned char *out, int64_t n)
     return out;
 }
 
-/* key_value_section(pairs) -> the records section build_key_value_batch_py joins, or None.
- * pairs: a list or tuple of (key, value) tuples of bytes or None; anything else (and no pairs
- * at all) is the reference's to build or refuse. */
+/* The records section of pairs (see key_value_section) in a new bytes object after `room`
+ * bytes left for a header: NULL with an exception, or NULL without one for the reference's
+ * cases (not a list or tuple of (bytes or None, bytes or None) tuples, no pairs). */
 static PyObject *
-key_value_section(PyObject *self, PyObject *pairs)
+records_of_pairs(PyObject *pairs, Py_ssize_t room, Py_ssize_t *count_out)
 {
     if (!PyList_CheckExact(pairs) && !PyTuple_CheckExact(pairs))
-        Py_RETURN_NONE;
+        return NULL;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(pairs);
     if (count == 0)
-        Py_RETURN_NONE;
+        return NULL;
     PyObject **items = PySequence_Fast_ITEMS(pairs);
-    Py_ssize_t total = 0;
+    Py_ssize_t total = room;
     for (Py_ssize_t i = 0; i < count; i++) { /* first the size, checking every pair */
         PyObject *pair = items[i];
         if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
-            Py_RETURN_NONE;
+            return NULL;
         PyObject *key = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
         if ((key != Py_None && !PyBytes_CheckExact(key)) || (value != Py_None && !PyBytes_CheckExact(value)))
-            Py_RETURN_NONE;
+            return NULL;
         Py_ssize_t key_length = key == Py_None ? -1 : PyBytes_GET_SIZE(key);
         Py_ssize_t value_length = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
         /* attributes, timestamp delta, offset delta, key, value, header count */
@@ -412,10 +412,10 @@ key_value_section(PyObject *self, PyObject *pairs)
             + (key_length > 0 ? key_length : 0) + (value_length > 0 ? value_length : 0);
         total += varint_size(body) + body;
     }
-    PyObject *section = PyBytes_FromStringAndSize(NULL, total);
-    if (section == NULL)
+    PyObject *out_bytes = PyBytes_FromStringAndSize(NULL, total);
+    if (out_bytes == NULL)
         return NULL;
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(section);
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(out_bytes) + room;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *key = PyTuple_GET_ITEM(items[i], 0), *value = PyTuple_GET_ITEM(items[i], 1);
         Py_ssize_t key_length = key == Py_None ? -1 : PyBytes_GET_SIZE(key);
@@ -438,7 +438,91 @@ key_value_section(PyObject *self, PyObject *pairs)
         }
         *out++ = 0; /* no headers */
     }
+    *count_out = count;
+    return out_bytes;
+}
+
+/* key_value_section(pairs) -> the records section build_key_value_batch_py joins, or None.
+ * pairs: a list or tuple of (key, value) tuples of bytes or None; anything else (and no pairs
+ * at all) is the reference's to build or refuse. */
+static PyObject *
+key_value_section(PyObject *self, PyObject *pairs)
+{
+    Py_ssize_t count;
+    PyObject *section = records_of_pairs(pairs, 0, &count);
+    if (section == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
     return section;
+}
+
+static inline void
+put_be(unsigned char *at, uint64_t v, int size)
+{
+    for (int i = size - 1; i >= 0; i--, v >>= 8)
+        at[i] = (unsigned char)v;
+}
+
+/* key_value_batch(pairs, timestamp, producer_id, producer_epoch, attributes, crc32c) -> the
+ * whole uncompressed batch build_key_value_batch_py builds (base offset 0, leader epoch 0, no
+ * base sequence), header and CRC (crc32c: the checksum function, called once) included, or
+ * None for the reference: the pairs as key_value_section, or a field its header cannot hold. */
+static PyObject *
+key_value_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "key_value_batch takes 6 arguments");
+        return NULL;
+    }
+    int64_t field[4];
+    for (int i = 0; i < 4; i++) {
+        int overflow;
+        if (!PyLong_CheckExact(args[i + 1]))
+            Py_RETURN_NONE;
+        field[i] = PyLong_AsLongLongAndOverflow(args[i + 1], &overflow);
+        if (overflow)
+            Py_RETURN_NONE;
+        if (field[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    int64_t timestamp = field[0], producer_id = field[1], producer_epoch = field[2], attributes = field[3];
+    if (producer_epoch < -32768 || producer_epoch > 32767 || attributes < 0 || attributes > 32767)
+        Py_RETURN_NONE;
+    Py_ssize_t count;
+    PyObject *batch = records_of_pairs(args[0], 61, &count);
+    if (batch == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(batch);
+    if (size - 12 > INT32_MAX || count > INT32_MAX) {
+        Py_DECREF(batch);
+        Py_RETURN_NONE;
+    }
+    unsigned char *h = (unsigned char *)PyBytes_AS_STRING(batch);
+    put_be(h, 0, 8);                              /* base offset */
+    put_be(h + 8, (uint64_t)(size - 12), 4);      /* batch length */
+    put_be(h + 12, 0, 4);                         /* partition leader epoch */
+    h[16] = 2;                                    /* magic */
+    put_be(h + 21, (uint64_t)attributes, 2);
+    put_be(h + 23, (uint64_t)(count - 1), 4);     /* last offset delta */
+    put_be(h + 27, (uint64_t)timestamp, 8);       /* base timestamp */
+    put_be(h + 35, (uint64_t)timestamp, 8);       /* max timestamp */
+    put_be(h + 43, (uint64_t)producer_id, 8);
+    put_be(h + 51, (uint64_t)producer_epoch, 2);
+    put_be(h + 53, (uint64_t)-1, 4);              /* base sequence */
+    put_be(h + 57, (uint64_t)count, 4);
+    PyObject *view = PyMemoryView_FromMemory((char *)h + 21, size - 21, PyBUF_READ);
+    PyObject *crc = view ? PyObject_CallOneArg(args[5], view) : NULL;
+    Py_XDECREF(view);
+    unsigned long value = crc ? PyLong_AsUnsignedLong(crc) : 0;
+    Py_XDECREF(crc);
+    if (crc == NULL || (value == (unsigned long)-1 && PyErr_Occurred())) {
+        Py_DECREF(batch);
+        return NULL;
+    }
+    put_be(h + 17, value, 4);
+    return batch;
 }
 
 static PyMethodDef methods[] = {
@@ -451,6 +535,9 @@ static PyMethodDef methods[] = {
      "(ranges, kept, max_ts), or None"},
     {"key_value_section", key_value_section, METH_O,
      "key_value_section(pairs) -> the records section of (key, value) records, or None"},
+    {"key_value_batch", (PyCFunction)(void (*)(void))key_value_batch, METH_FASTCALL,
+     "key_value_batch(pairs, timestamp, producer_id, producer_epoch, attributes, crc32c) -> "
+     "an uncompressed batch of (key, value) records, or None"},
     {NULL, NULL, 0, NULL},
 };
 

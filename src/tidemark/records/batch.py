@@ -827,12 +827,20 @@ def latest_record_ranges_py(buf, start: int, end: int, count: int, base_offset: 
 def _build_key_value_batch_compiled(pairs, timestamp: int, *, compression: CompressionType | int = CompressionType.NONE,
                                     producer_id: int = -1, producer_epoch: int = -1,
                                     is_transactional: bool = False) -> bytes:
-    section = _speedups.key_value_section(pairs)
-    if section is None:
-        return build_key_value_batch_py(pairs, timestamp, compression=compression, producer_id=producer_id,
-                                        producer_epoch=producer_epoch, is_transactional=is_transactional)
-    return _finish_batch(section, len(pairs), timestamp, timestamp, compression=compression, producer_id=producer_id,
-                         producer_epoch=producer_epoch, is_transactional=is_transactional)
+    if compression is CompressionType.NONE or (type(compression) is int and compression == 0):
+        # The whole batch in C, header and CRC included (crc32c called once on the bytes).
+        batch = _speedups.key_value_batch(pairs, timestamp, producer_id, producer_epoch,
+                                          _TRANSACTIONAL_BIT if is_transactional else 0, crc32c)
+        if batch is not None:
+            return batch
+    else:  # the compression costs more than the rest: the section in C, the batch as the reference's
+        section = _speedups.key_value_section(pairs)
+        if section is not None:
+            return _finish_batch(section, len(pairs), timestamp, timestamp, compression=compression,
+                                 producer_id=producer_id, producer_epoch=producer_epoch,
+                                 is_transactional=is_transactional)
+    return build_key_value_batch_py(pairs, timestamp, compression=compression, producer_id=producer_id,
+                                    producer_epoch=producer_epoch, is_transactional=is_transactional)
 
 
 def _collect_latest_compiled(batch, position: int, latest: dict) -> int:
