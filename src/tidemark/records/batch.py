@@ -864,15 +864,13 @@ def _latest_record_ranges_compiled(buf, start: int, end: int, count: int, base_o
     return found
 
 
-_speedups = None
-if os.environ.get("TIDEMARK_PURE_PYTHON", "") in ("", "0"):
-    try:
-        from . import _speedups  # type: ignore[no-redef]
-    except ImportError:  # not built (a source tree without `make install`): the reference alone
-        _speedups = None
+try:
+    from . import _speedups
+except ImportError:  # not built (a source tree without `make install`): the reference alone
+    _speedups = None
 
-#: Whether the compiled loops are in use (the one place that decides).
-COMPILED = _speedups is not None
+#: Whether the compiled loops are in use (the one place that decides): built, and not refused.
+COMPILED = _speedups is not None and os.environ.get("TIDEMARK_PURE_PYTHON", "") in ("", "0")
 if COMPILED:
     build_key_value_batch = _build_key_value_batch_compiled
     collect_latest = _collect_latest_compiled
