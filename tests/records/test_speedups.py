@@ -233,8 +233,10 @@ def test_well_formed_batches_are_read_by_the_compiled_loops(batch_records, base,
     count = len(batch_records)
     latest: dict = {}
     assert _speedups.collect_latest(data, BATCH_OVERHEAD, count, base, latest) is not None
+    assert _speedups.collect_latest_batch(b"\x00" * 3 + data, 3, {}) == _collect_latest_compiled(data, 0, latest)
     offsets: dict = {}
     assert _speedups.map_key_offsets(data, BATCH_OVERHEAD, len(data), count, base, offsets) is not None
+    assert _speedups.map_key_offsets_batch(data + b"\x00" * 3, 0, {}) == _map_key_offsets_compiled(data, 0, offsets)
     assert _speedups.latest_record_ranges(data, BATCH_OVERHEAD, len(data), count, base, offsets, retain) is not None
     pairs = [(key, value) for key, value, _, _ in batch_records]
     assert _speedups.key_value_section(pairs) is not None

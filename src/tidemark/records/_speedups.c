@@ -61,19 +61,8 @@ as_int64(PyObject *o, int64_t *out)
  * The reference's loop over an uncompressed records section (see batch.collect_latest_py):
  * latest[key] = (offset, value) for each keyed record, in order. */
 static PyObject *
-collect_latest(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+scan_latest(PyObject *data, Py_ssize_t pos, int64_t count, int64_t base_offset, PyObject *latest)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "collect_latest takes 5 arguments");
-        return NULL;
-    }
-    PyObject *data = args[0], *latest = args[4];
-    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(latest))
-        Py_RETURN_NONE;
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    int64_t count, base_offset;
-    if ((pos == -1 && PyErr_Occurred()) || as_int64(args[2], &count) || as_int64(args[3], &base_offset))
-        return NULL;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t size = PyBytes_GET_SIZE(data);
     if (pos < 0 || pos > size)
@@ -127,6 +116,75 @@ collect_latest(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLongLong(keyed);
 bail:
     Py_RETURN_NONE;
+}
+
+static PyObject *
+collect_latest(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "collect_latest takes 5 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *latest = args[4];
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(latest))
+        Py_RETURN_NONE;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    int64_t count, base_offset;
+    if ((pos == -1 && PyErr_Occurred()) || as_int64(args[2], &count) || as_int64(args[3], &base_offset))
+        return NULL;
+    return scan_latest(data, pos, count, base_offset, latest);
+}
+
+static inline uint64_t
+get_be(const unsigned char *at, int size)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < size; i++)
+        v = v << 8 | at[i];
+    return v;
+}
+
+/* The header of the uncompressed batch at position in a bytes object, as records_section reads
+ * it (magic 2, a length that fits): its records' start, end, count and base offset. BAIL for
+ * anything else (a compressed batch included): the caller then goes through records_section. */
+static int
+plain_batch(PyObject *data, PyObject *position, Py_ssize_t *start, Py_ssize_t *end, int64_t *count,
+            int64_t *base_offset)
+{
+    if (!PyBytes_CheckExact(data) || !PyLong_CheckExact(position))
+        return BAIL;
+    Py_ssize_t pos = PyLong_AsSsize_t(position), size = PyBytes_GET_SIZE(data);
+    if (pos == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return BAIL;
+    }
+    const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (pos < 0 || size - pos < 61 || h[16] != 2 || get_be(h + 21, 2) & 0x07)
+        return BAIL;
+    int32_t batch_length = (int32_t)get_be(h + 8, 4);
+    if (batch_length < 49 || batch_length + 12 > size - pos)
+        return BAIL;
+    *start = pos + 61;
+    *end = pos + batch_length + 12;
+    *count = (int32_t)get_be(h + 57, 4);
+    *base_offset = (int64_t)get_be(h, 8);
+    return 0;
+}
+
+/* collect_latest_batch(batch, position, latest): collect_latest for an uncompressed batch in
+ * a bytes object, header read here; None for the rest (then records_section and the above). */
+static PyObject *
+collect_latest_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "collect_latest_batch takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t start, end;
+    int64_t count, base_offset;
+    if (!PyDict_CheckExact(args[2]) || plain_batch(args[0], args[1], &start, &end, &count, &base_offset))
+        Py_RETURN_NONE;
+    return scan_latest(args[0], start, count, base_offset, args[2]);
 }
 
 /* One record of a section as walk_records takes it: every field inside the record, which
@@ -192,22 +250,8 @@ bail:
  * raises its error. The whole batch is checked before the first write: the reference may
  * write some keys and then refuse the batch, and what it writes then is its own business. */
 static PyObject *
-map_key_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+map_offsets(PyObject *data, Py_ssize_t start, Py_ssize_t size, int64_t count, int64_t base_offset, PyObject *offsets)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "map_key_offsets takes 6 arguments");
-        return NULL;
-    }
-    PyObject *data = args[0], *offsets = args[5];
-    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets))
-        Py_RETURN_NONE;
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
-    int64_t count, base_offset;
-    if ((size == -1 && PyErr_Occurred()) || as_int64(args[3], &count) || as_int64(args[4], &base_offset))
-        return NULL;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
     if (start < 0 || size > PyBytes_GET_SIZE(data) || start > size)
         Py_RETURN_NONE;
@@ -240,6 +284,42 @@ map_key_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
     }
     return Py_BuildValue("(LO)", (long long)(count - null_keys), tombstone ? Py_True : Py_False);
+}
+
+static PyObject *
+map_key_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "map_key_offsets takes 6 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *offsets = args[5];
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets))
+        Py_RETURN_NONE;
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    int64_t count, base_offset;
+    if ((size == -1 && PyErr_Occurred()) || as_int64(args[3], &count) || as_int64(args[4], &base_offset))
+        return NULL;
+    return map_offsets(data, start, size, count, base_offset, offsets);
+}
+
+/* map_key_offsets_batch(batch, position, offsets): map_key_offsets for an uncompressed batch in
+ * a bytes object, header read here (its records must fill it); None for the rest. */
+static PyObject *
+map_key_offsets_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "map_key_offsets_batch takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t start, end;
+    int64_t count, base_offset;
+    if (!PyDict_CheckExact(args[2]) || plain_batch(args[0], args[1], &start, &end, &count, &base_offset))
+        Py_RETURN_NONE;
+    return map_offsets(args[0], start, end, count, base_offset, args[2]);
 }
 
 /* latest_record_ranges(buf, start, end, count, base_offset, offsets, retain_tombstones)
@@ -528,6 +608,10 @@ key_value_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"collect_latest", (PyCFunction)(void (*)(void))collect_latest, METH_FASTCALL,
      "collect_latest(buf, pos, count, base_offset, latest) -> keyed records, or None for the reference"},
+    {"collect_latest_batch", (PyCFunction)(void (*)(void))collect_latest_batch, METH_FASTCALL,
+     "collect_latest_batch(batch, position, latest) -> keyed records, or None"},
+    {"map_key_offsets_batch", (PyCFunction)(void (*)(void))map_key_offsets_batch, METH_FASTCALL,
+     "map_key_offsets_batch(batch, position, offsets) -> (keyed, tombstone), or None"},
     {"map_key_offsets", (PyCFunction)(void (*)(void))map_key_offsets, METH_FASTCALL,
      "map_key_offsets(buf, start, size, count, base_offset, offsets) -> (keyed, tombstone), or None"},
     {"latest_record_ranges", (PyCFunction)(void (*)(void))latest_record_ranges, METH_FASTCALL,

@@ -844,15 +844,19 @@ def _build_key_value_batch_compiled(pairs, timestamp: int, *, compression: Compr
 
 
 def _collect_latest_compiled(batch, position: int, latest: dict) -> int:
-    header, buf, pos = _lean_section(batch, position)
-    keyed = _speedups.collect_latest(buf, pos, header.records_count, header.base_offset, latest)
+    keyed = _speedups.collect_latest_batch(batch, position, latest)  # an uncompressed batch: header and all in C
+    if keyed is None:
+        header, buf, pos = _lean_section(batch, position)
+        keyed = _speedups.collect_latest(buf, pos, header.records_count, header.base_offset, latest)
     return collect_latest_py(batch, position, latest) if keyed is None else keyed
 
 
 def _map_key_offsets_compiled(batch, position: int, offsets: dict) -> tuple[int, bool]:
-    header, buf, pos = _lean_section(batch, position)
-    size = len(buf) if buf is not batch else position + header.size
-    found = _speedups.map_key_offsets(buf, pos, size, header.records_count, header.base_offset, offsets)
+    found = _speedups.map_key_offsets_batch(batch, position, offsets)
+    if found is None:
+        header, buf, pos = _lean_section(batch, position)
+        size = len(buf) if buf is not batch else position + header.size
+        found = _speedups.map_key_offsets(buf, pos, size, header.records_count, header.base_offset, offsets)
     return map_key_offsets_py(batch, position, offsets) if found is None else found
 
 
