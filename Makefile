@@ -12,7 +12,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# setup.py builds tidemark.records._speedups: a changed C source reinstalls (and rebuilds) it.
+$(VENV)/.installed: pyproject.toml setup.py src/tidemark/records/_speedups.c
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $@
@@ -55,4 +56,4 @@ bench: install
 	$(BIN)/python -m bench.transactions
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis src/tidemark/records/*.so

@@ -21,6 +21,8 @@ pending offsets into the committed view.
 records of 1,000 keys in batches of 5,000 (in memory: no log, no replay of the kept records),
 in records per CPU second, median of --repeats. On a tree without `records.collect_latest` it
 runs the loop loading had before it (every record listed, its key moved to the dict's end).
+Where the compiled loops are in use (records.batch.COMPILED) it also times the pure-Python
+reference (`collect_latest_py`), alternated with them in this process, and prints the ratio.
 """
 
 from __future__ import annotations
@@ -205,7 +207,8 @@ def run_txn(partitions: int, commits: int) -> dict[str, float]:
     return us
 
 
-def load_rate(records: int, repeats: int) -> float:
+def load_rate(records: int, repeats: int) -> dict[str, float]:
+    """Records per CPU second of the scan ("") and, beside compiled loops, of the pure reference ("pure")."""
     from tidemark.records import build_batch, iter_batches, iter_key_values
     from tidemark.records.offsets_schema import (
         OffsetCommitKey, OffsetCommitValue, encode_key, encode_offset_commit_value,
@@ -219,11 +222,11 @@ def load_rate(records: int, repeats: int) -> float:
                                   (), 1) for i in range(start, min(records, start + 5_000))], base_offset=start)
                     for start in range(0, records, 5_000))
 
-    def scan() -> None:
+    def scan(collect) -> None:
         latest: dict = {}
-        if collect_latest is not None:
+        if collect is not None:
             for position, _ in iter_batches(data, validate=False):
-                collect_latest(data, position, latest)
+                collect(data, position, latest)
             sorted(latest.items(), key=lambda item: item[1][0])
         else:
             listed = []
@@ -234,12 +237,20 @@ def load_rate(records: int, repeats: int) -> float:
                     latest.pop(key, None)
                     latest[key] = (offset, value)
 
-    seconds = []
+    scans = {"": collect_latest}
+    try:
+        from tidemark.records import batch
+        if batch.COMPILED:
+            scans["pure"] = batch.collect_latest_py
+    except (ImportError, AttributeError):  # a tree from before the compiled loops
+        pass
+    seconds: dict[str, list[float]] = {name: [] for name in scans}
     for _ in range(repeats):
-        started = time.thread_time()
-        scan()
-        seconds.append(time.thread_time() - started)
-    return records / statistics.median(seconds)
+        for name, collect in scans.items():  # alternated, so the machine's load weighs on both alike
+            started = time.thread_time()
+            scan(collect)
+            seconds[name].append(time.thread_time() - started)
+    return {name: records / statistics.median(times) for name, times in seconds.items()}
 
 
 def main() -> None:
@@ -260,7 +271,12 @@ def main() -> None:
             print(f"  {step:16} {us:9.1f} us/request {us / args.partitions:7.2f} us/partition")
         return
     if args.load:
-        print(f"load scan: {load_rate(args.load, args.repeats):,.0f} records per CPU second")
+        rates = load_rate(args.load, args.repeats)
+        if "pure" in rates:
+            print(f"load scan: {rates['']:,.0f} records per CPU second (compiled loops); the pure-Python "
+                  f"reference {rates['pure']:,.0f} alternated with it: {rates[''] / rates['pure']:.1f}x")
+        else:
+            print(f"load scan: {rates['']:,.0f} records per CPU second")
         return
     if args.profile:
         profiler = cProfile.Profile()

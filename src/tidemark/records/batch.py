@@ -9,6 +9,7 @@ rewritten by the broker without re-checksumming.
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -353,7 +354,7 @@ def _varint_bytes(n: int) -> bytes:
 _SMALL_VARINTS = tuple(_varint_bytes(n) for n in range(-1, 8192))
 
 
-def build_key_value_batch(
+def build_key_value_batch_py(
     pairs: Iterable[tuple[bytes | None, bytes | None]],
     timestamp: int,
     *,
@@ -572,7 +573,7 @@ def iter_key_values(batch, position: int = 0) -> Iterator[tuple[int, bytes | Non
         raise CorruptRecordError(f"malformed record: {e}") from None
 
 
-def collect_latest(batch, position: int, latest: dict) -> int:
+def collect_latest_py(batch, position: int, latest: dict) -> int:
     """Put (offset, value) of each keyed record of the batch at position into `latest` under its
     key, later records replacing earlier ones; returns how many keyed records there were. The
     load of a compacted topic such as __consumer_offsets keeps only each key's last record:
@@ -676,7 +677,7 @@ def iter_timestamped_key_values(batch, position: int = 0) -> Iterator[tuple[int,
 
 
 
-def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
+def map_key_offsets_py(batch, position: int, offsets: dict) -> tuple[int, bool]:
     """Put each keyed record's offset into `offsets` under its key, later records replacing
     earlier ones (the log cleaner's offset map); returns (how many keyed records, whether one of
     them has a null value: a tombstone). One loop per record like collect_latest, values never
@@ -753,7 +754,7 @@ def map_key_offsets(batch, position: int, offsets: dict) -> tuple[int, bool]:
     return count - null_keys, tombstone
 
 
-def latest_record_ranges(buf, start: int, end: int, count: int, base_offset: int, offsets: dict,
+def latest_record_ranges_py(buf, start: int, end: int, count: int, base_offset: int, offsets: dict,
                          retain_tombstones: bool) -> tuple[list[tuple[int, int]], int, int | None]:
     """The records of buf[start:end] (a records section of `count` records, as records_section
     gives it) that `offsets` holds as their key's latest: (their byte ranges, adjacent ones
@@ -814,3 +815,73 @@ def latest_record_ranges(buf, start: int, end: int, count: int, base_offset: int
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes after the batch's {count} records")
     return ranges, kept, max_ts
+
+
+# -- the compiled loops (_speedups.c) ----------------------------------------------------------
+# The functions above ending in _py are the reference. The compiled ones take the common case
+# (a bytes buffer, an exact dict, well-formed records) and return None for anything else,
+# having written nothing the reference would not write itself; the reference then gives the
+# result or raises its exact error. TIDEMARK_PURE_PYTHON=1 keeps the reference throughout.
+
+
+def _build_key_value_batch_compiled(pairs, timestamp: int, *, compression: CompressionType | int = CompressionType.NONE,
+                                    producer_id: int = -1, producer_epoch: int = -1,
+                                    is_transactional: bool = False) -> bytes:
+    if compression is CompressionType.NONE or (type(compression) is int and compression == 0):
+        # The whole batch in C, header and CRC included (crc32c called once on the bytes).
+        batch = _speedups.key_value_batch(pairs, timestamp, producer_id, producer_epoch,
+                                          _TRANSACTIONAL_BIT if is_transactional else 0, crc32c)
+        if batch is not None:
+            return batch
+    else:  # the compression costs more than the rest: the section in C, the batch as the reference's
+        section = _speedups.key_value_section(pairs)
+        if section is not None:
+            return _finish_batch(section, len(pairs), timestamp, timestamp, compression=compression,
+                                 producer_id=producer_id, producer_epoch=producer_epoch,
+                                 is_transactional=is_transactional)
+    return build_key_value_batch_py(pairs, timestamp, compression=compression, producer_id=producer_id,
+                                    producer_epoch=producer_epoch, is_transactional=is_transactional)
+
+
+def _collect_latest_compiled(batch, position: int, latest: dict) -> int:
+    keyed = _speedups.collect_latest_batch(batch, position, latest)  # an uncompressed batch: header and all in C
+    if keyed is None:
+        header, buf, pos = _lean_section(batch, position)
+        keyed = _speedups.collect_latest(buf, pos, header.records_count, header.base_offset, latest)
+    return collect_latest_py(batch, position, latest) if keyed is None else keyed
+
+
+def _map_key_offsets_compiled(batch, position: int, offsets: dict) -> tuple[int, bool]:
+    found = _speedups.map_key_offsets_batch(batch, position, offsets)
+    if found is None:
+        header, buf, pos = _lean_section(batch, position)
+        size = len(buf) if buf is not batch else position + header.size
+        found = _speedups.map_key_offsets(buf, pos, size, header.records_count, header.base_offset, offsets)
+    return map_key_offsets_py(batch, position, offsets) if found is None else found
+
+
+def _latest_record_ranges_compiled(buf, start: int, end: int, count: int, base_offset: int, offsets: dict,
+                                   retain_tombstones: bool) -> tuple[list[tuple[int, int]], int, int | None]:
+    found = _speedups.latest_record_ranges(buf, start, end, count, base_offset, offsets, retain_tombstones)
+    if found is None:
+        return latest_record_ranges_py(buf, start, end, count, base_offset, offsets, retain_tombstones)
+    return found
+
+
+try:
+    from . import _speedups
+except ImportError:  # not built (a source tree without `make install`): the reference alone
+    _speedups = None
+
+#: Whether the compiled loops are in use (the one place that decides): built, and not refused.
+COMPILED = _speedups is not None and os.environ.get("TIDEMARK_PURE_PYTHON", "") in ("", "0")
+if COMPILED:
+    build_key_value_batch = _build_key_value_batch_compiled
+    collect_latest = _collect_latest_compiled
+    map_key_offsets = _map_key_offsets_compiled
+    latest_record_ranges = _latest_record_ranges_compiled
+else:
+    build_key_value_batch = build_key_value_batch_py
+    collect_latest = collect_latest_py
+    map_key_offsets = map_key_offsets_py
+    latest_record_ranges = latest_record_ranges_py

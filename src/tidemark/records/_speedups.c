@@ -1,0 +1,638 @@
+/* Compiled versions of batch.py's per-record loops: the offsets partition load's scan
+ * (collect_latest), the cleaner's two scans (map_key_offsets, latest_record_ranges) and the
+ * records section of a coordinator's batch (key_value_section).
+ *
+ * batch.py's pure-Python functions are the reference. These take only what they read fast:
+ * a `bytes` buffer, an exact dict, well-formed records. Anything else (a malformed or
+ * truncated record, a varint past 64 bits, another buffer or mapping type) makes them return
+ * None before writing anything the reference would not write itself, and batch.py then runs
+ * the reference, which gives the result or raises its exact error. Every read is bounds
+ * checked here, so a bad batch can neither crash the process nor read past the buffer. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define BAIL 1
+
+/* A zigzag varint (as batch.read_varint) at *pos, read below lim. BAIL if it runs to lim, is
+ * longer than 10 bytes or does not fit 64 bits (the reference then decides). */
+static inline int
+read_varint(const unsigned char *buf, Py_ssize_t lim, Py_ssize_t *pos, int64_t *out)
+{
+    Py_ssize_t p = *pos;
+    if (p < lim && buf[p] < 0x80) { /* one byte: nearly every length and delta */
+        uint64_t z = buf[p];
+        *out = (int64_t)((z >> 1) ^ (~(z & 1) + 1));
+        *pos = p + 1;
+        return 0;
+    }
+    uint64_t z = 0;
+    for (int i = 0, shift = 0; i < 10; i++, shift += 7) {
+        if (p >= lim)
+            return BAIL;
+        unsigned char c = buf[p++];
+        if (i == 9 && c > 1)
+            return BAIL;
+        z |= (uint64_t)(c & 0x7F) << shift;
+        if (c < 0x80) {
+            *out = (int64_t)((z >> 1) ^ (~(z & 1) + 1));
+            *pos = p;
+            return 0;
+        }
+    }
+    return BAIL;
+}
+
+#define VARINT(lim, pos, out) \
+    do { if (read_varint(buf, (lim), &(pos), &(out))) goto bail; } while (0)
+
+static int
+as_int64(PyObject *o, int64_t *out)
+{
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* collect_latest(buf, pos, count, base_offset, latest) -> keyed records, or None.
+ * The reference's loop over an uncompressed records section (see batch.collect_latest_py):
+ * latest[key] = (offset, value) for each keyed record, in order. */
+static PyObject *
+scan_latest(PyObject *data, Py_ssize_t pos, int64_t count, int64_t base_offset, PyObject *latest)
+{
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (pos < 0 || pos > size)
+        Py_RETURN_NONE;
+    int64_t keyed = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t length, skip, offset_delta, key_length, value_length, offset;
+        VARINT(size, pos, length);
+        if (length < 0 || length > size - pos)
+            goto bail;
+        Py_ssize_t record_end = pos + (Py_ssize_t)length;
+        Py_ssize_t at = pos + 1; /* after the attributes byte: the timestamp delta */
+        VARINT(size, at, skip);
+        VARINT(size, at, offset_delta);
+        VARINT(size, at, key_length);
+        Py_ssize_t key_at = at;
+        if (key_length > 0) {
+            if (key_length >= size - at) /* the value's length would be past the end */
+                goto bail;
+            at += (Py_ssize_t)key_length;
+        }
+        VARINT(size, at, value_length);
+        if (at > record_end || (value_length > 0 && value_length > record_end - at))
+            goto bail;
+        if (key_length >= 0) {
+            if (__builtin_add_overflow(base_offset, offset_delta, &offset))
+                goto bail;
+            PyObject *key = PyBytes_FromStringAndSize((const char *)buf + key_at, (Py_ssize_t)key_length);
+            if (key == NULL)
+                return NULL;
+            PyObject *value;
+            if (value_length >= 0) {
+                value = PyBytes_FromStringAndSize((const char *)buf + at, (Py_ssize_t)value_length);
+            } else {
+                value = Py_None;
+                Py_INCREF(value);
+            }
+            PyObject *off = value ? PyLong_FromLongLong(offset) : NULL;
+            PyObject *entry = off ? PyTuple_Pack(2, off, value) : NULL;
+            Py_XDECREF(off);
+            Py_XDECREF(value);
+            int failed = entry == NULL || PyDict_SetItem(latest, key, entry) < 0;
+            Py_DECREF(key);
+            Py_XDECREF(entry);
+            if (failed)
+                return NULL;
+            keyed++;
+        }
+        pos = record_end;
+    }
+    return PyLong_FromLongLong(keyed);
+bail:
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+collect_latest(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "collect_latest takes 5 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *latest = args[4];
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(latest))
+        Py_RETURN_NONE;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    int64_t count, base_offset;
+    if ((pos == -1 && PyErr_Occurred()) || as_int64(args[2], &count) || as_int64(args[3], &base_offset))
+        return NULL;
+    return scan_latest(data, pos, count, base_offset, latest);
+}
+
+static inline uint64_t
+get_be(const unsigned char *at, int size)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < size; i++)
+        v = v << 8 | at[i];
+    return v;
+}
+
+/* The header of the uncompressed batch at position in a bytes object, as records_section reads
+ * it (magic 2, a length that fits): its records' start, end, count and base offset. BAIL for
+ * anything else (a compressed batch included): the caller then goes through records_section. */
+static int
+plain_batch(PyObject *data, PyObject *position, Py_ssize_t *start, Py_ssize_t *end, int64_t *count,
+            int64_t *base_offset)
+{
+    if (!PyBytes_CheckExact(data) || !PyLong_CheckExact(position))
+        return BAIL;
+    Py_ssize_t pos = PyLong_AsSsize_t(position), size = PyBytes_GET_SIZE(data);
+    if (pos == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return BAIL;
+    }
+    const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (pos < 0 || size - pos < 61 || h[16] != 2 || get_be(h + 21, 2) & 0x07)
+        return BAIL;
+    int32_t batch_length = (int32_t)get_be(h + 8, 4);
+    if (batch_length < 49 || batch_length + 12 > size - pos)
+        return BAIL;
+    *start = pos + 61;
+    *end = pos + batch_length + 12;
+    *count = (int32_t)get_be(h + 57, 4);
+    *base_offset = (int64_t)get_be(h, 8);
+    return 0;
+}
+
+/* collect_latest_batch(batch, position, latest): collect_latest for an uncompressed batch in
+ * a bytes object, header read here; None for the rest (then records_section and the above). */
+static PyObject *
+collect_latest_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "collect_latest_batch takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t start, end;
+    int64_t count, base_offset;
+    if (!PyDict_CheckExact(args[2]) || plain_batch(args[0], args[1], &start, &end, &count, &base_offset))
+        Py_RETURN_NONE;
+    return scan_latest(args[0], start, count, base_offset, args[2]);
+}
+
+/* One record of a section as walk_records takes it: every field inside the record, which
+ * it fills exactly (headers included). BAIL for anything else. */
+typedef struct {
+    Py_ssize_t end, key_at;
+    int64_t offset_delta, key_length, value_length;
+} strict_record;
+
+static int
+read_strict_record(const unsigned char *buf, Py_ssize_t size, Py_ssize_t pos, strict_record *r)
+{
+    int64_t length, skip, n_headers;
+    if (pos >= size)
+        goto bail;
+    VARINT(size, pos, length);
+    if (length <= 0 || length > size - pos)
+        goto bail;
+    Py_ssize_t end = pos + (Py_ssize_t)length; /* every field must lie before it */
+    Py_ssize_t at = pos + 1;                     /* attributes read: the timestamp delta */
+    VARINT(end, at, skip);
+    VARINT(end, at, r->offset_delta);
+    VARINT(end, at, r->key_length);
+    r->key_at = at;
+    if (r->key_length > 0) {
+        if (r->key_length > end - at)
+            goto bail;
+        at += (Py_ssize_t)r->key_length;
+    }
+    VARINT(end, at, r->value_length);
+    if (r->value_length > 0) {
+        if (r->value_length > end - at)
+            goto bail;
+        at += (Py_ssize_t)r->value_length;
+    }
+    VARINT(end, at, n_headers);
+    if (n_headers < 0)
+        goto bail;
+    for (int64_t h = 0; h < n_headers; h++) {
+        int64_t n;
+        VARINT(end, at, n);
+        if (n < 0 || n > end - at)
+            goto bail;
+        at += (Py_ssize_t)n;
+        VARINT(end, at, n);
+        if (n > 0) {
+            if (n > end - at)
+                goto bail;
+            at += (Py_ssize_t)n;
+        }
+    }
+    if (at != end)
+        goto bail;
+    r->end = end;
+    return 0;
+bail:
+    return BAIL;
+}
+
+/* map_key_offsets(buf, start, size, count, base_offset, offsets) -> (keyed, tombstone), or None.
+ * Takes only batches walk_records passes (every record exactly filling its length, headers
+ * included, the records filling buf[start:size]); anything else goes to the reference, which
+ * raises its error. The whole batch is checked before the first write: the reference may
+ * write some keys and then refuse the batch, and what it writes then is its own business. */
+static PyObject *
+map_offsets(PyObject *data, Py_ssize_t start, Py_ssize_t size, int64_t count, int64_t base_offset, PyObject *offsets)
+{
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    if (start < 0 || size > PyBytes_GET_SIZE(data) || start > size)
+        Py_RETURN_NONE;
+    int64_t null_keys = 0, offset;
+    int tombstone = 0;
+    strict_record r;
+    Py_ssize_t pos = start;
+    for (int64_t i = 0; i < count; i++) { /* check */
+        if (read_strict_record(buf, size, pos, &r)
+            || (r.key_length >= 0 && __builtin_add_overflow(base_offset, r.offset_delta, &offset)))
+            Py_RETURN_NONE;
+        null_keys += r.key_length < 0;
+        tombstone |= r.value_length < 0;
+        pos = r.end;
+    }
+    if (pos != size)
+        Py_RETURN_NONE;
+    pos = start;
+    for (int64_t i = 0; i < count; i++) { /* write */
+        read_strict_record(buf, size, pos, &r);
+        pos = r.end;
+        if (r.key_length < 0)
+            continue;
+        PyObject *key = PyBytes_FromStringAndSize((const char *)buf + r.key_at, (Py_ssize_t)r.key_length);
+        PyObject *off = key ? PyLong_FromLongLong(base_offset + r.offset_delta) : NULL;
+        int failed = off == NULL || PyDict_SetItem(offsets, key, off) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(off);
+        if (failed)
+            return NULL;
+    }
+    return Py_BuildValue("(LO)", (long long)(count - null_keys), tombstone ? Py_True : Py_False);
+}
+
+static PyObject *
+map_key_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "map_key_offsets takes 6 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *offsets = args[5];
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets))
+        Py_RETURN_NONE;
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    int64_t count, base_offset;
+    if ((size == -1 && PyErr_Occurred()) || as_int64(args[3], &count) || as_int64(args[4], &base_offset))
+        return NULL;
+    return map_offsets(data, start, size, count, base_offset, offsets);
+}
+
+/* map_key_offsets_batch(batch, position, offsets): map_key_offsets for an uncompressed batch in
+ * a bytes object, header read here (its records must fill it); None for the rest. */
+static PyObject *
+map_key_offsets_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "map_key_offsets_batch takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t start, end;
+    int64_t count, base_offset;
+    if (!PyDict_CheckExact(args[2]) || plain_batch(args[0], args[1], &start, &end, &count, &base_offset))
+        Py_RETURN_NONE;
+    return map_offsets(args[0], start, end, count, base_offset, args[2]);
+}
+
+/* latest_record_ranges(buf, start, end, count, base_offset, offsets, retain_tombstones)
+ * -> (ranges, kept, max timestamp delta or None), or None. Reads offsets, writes nothing, so
+ * giving up at any point is free: every field must lie inside its record and the records must
+ * fill buf[start:end], else the reference decides. */
+static PyObject *
+latest_record_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "latest_record_ranges takes 7 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *offsets = args[5];
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets))
+        Py_RETURN_NONE;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    int64_t count, base_offset;
+    if ((size == -1 && PyErr_Occurred()) || as_int64(args[3], &count) || as_int64(args[4], &base_offset))
+        return NULL;
+    int retain = PyObject_IsTrue(args[6]);
+    if (retain < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    if (pos < 0 || size > PyBytes_GET_SIZE(data) || pos > size)
+        Py_RETURN_NONE;
+    PyObject *ranges = PyList_New(0);
+    if (ranges == NULL)
+        return NULL;
+    Py_ssize_t range_start = -1, range_end = -1; /* the open range, appended when one cannot join it */
+    int64_t kept = 0, max_ts = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t length, ts_delta, offset_delta, key_length, offset;
+        Py_ssize_t record_start = pos;
+        VARINT(size, pos, length);
+        if (length <= 0 || length > size - pos)
+            goto bail;
+        Py_ssize_t end = pos + (Py_ssize_t)length;
+        Py_ssize_t at = pos + 1;
+        VARINT(end, at, ts_delta);
+        VARINT(end, at, offset_delta);
+        VARINT(end, at, key_length);
+        pos = end;
+        if (key_length < 0)
+            continue;
+        if (key_length >= end - at) /* the value's length must follow the key */
+            goto bail;
+        if (__builtin_add_overflow(base_offset, offset_delta, &offset))
+            goto bail;
+        PyObject *key = PyBytes_FromStringAndSize((const char *)buf + at, (Py_ssize_t)key_length);
+        if (key == NULL)
+            goto error;
+        PyObject *mapped = PyDict_GetItemWithError(offsets, key); /* borrowed */
+        Py_DECREF(key);
+        if (mapped == NULL) {
+            if (PyErr_Occurred())
+                goto error;
+            continue;
+        }
+        int latest;
+        if (PyLong_CheckExact(mapped)) {
+            int overflow;
+            long long v = PyLong_AsLongLongAndOverflow(mapped, &overflow);
+            if (v == -1 && PyErr_Occurred())
+                goto error;
+            latest = !overflow && v == offset;
+        } else {
+            PyObject *o = PyLong_FromLongLong(offset);
+            if (o == NULL)
+                goto error;
+            latest = PyObject_RichCompareBool(mapped, o, Py_EQ);
+            Py_DECREF(o);
+            if (latest < 0)
+                goto error;
+        }
+        if (!latest)
+            continue;
+        if (!retain && buf[at + key_length] & 1) /* a zigzag varint's sign: a null value */
+            continue;
+        if (kept == 0 || ts_delta > max_ts)
+            max_ts = ts_delta;
+        kept++;
+        if (range_start >= 0 && range_end == record_start) {
+            range_end = end;
+        } else {
+            if (range_start >= 0) {
+                PyObject *r = Py_BuildValue("(nn)", range_start, range_end);
+                if (r == NULL || PyList_Append(ranges, r) < 0) {
+                    Py_XDECREF(r);
+                    goto error;
+                }
+                Py_DECREF(r);
+            }
+            range_start = record_start;
+            range_end = end;
+        }
+    }
+    if (pos != size)
+        goto bail;
+    if (range_start >= 0) {
+        PyObject *r = Py_BuildValue("(nn)", range_start, range_end);
+        if (r == NULL || PyList_Append(ranges, r) < 0) {
+            Py_XDECREF(r);
+            goto error;
+        }
+        Py_DECREF(r);
+    }
+    if (kept == 0)
+        return Py_BuildValue("(NLO)", ranges, (long long)0, Py_None);
+    return Py_BuildValue("(NLL)", ranges, (long long)kept, (long long)max_ts);
+bail:
+    Py_DECREF(ranges);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(ranges);
+    return NULL;
+}
+
+static inline Py_ssize_t
+varint_size(int64_t n)
+{
+    uint64_t z = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    Py_ssize_t size = 1;
+    while (z > 0x7F) {
+        z >>= 7;
+        size++;
+    }
+    return size;
+}
+
+static inline unsigned char *
+write_varint(unsigned char *out, int64_t n)
+{
+    uint64_t z = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    while (z > 0x7F) {
+        *out++ = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    *out++ = (unsigned char)z;
+    return out;
+}
+
+/* The records section of pairs (see key_value_section) in a new bytes object after `room`
+ * bytes left for a header: NULL with an exception, or NULL without one for the reference's
+ * cases (not a list or tuple of (bytes or None, bytes or None) tuples, no pairs). */
+static PyObject *
+records_of_pairs(PyObject *pairs, Py_ssize_t room, Py_ssize_t *count_out)
+{
+    if (!PyList_CheckExact(pairs) && !PyTuple_CheckExact(pairs))
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(pairs);
+    if (count == 0)
+        return NULL;
+    PyObject **items = PySequence_Fast_ITEMS(pairs);
+    Py_ssize_t total = room;
+    for (Py_ssize_t i = 0; i < count; i++) { /* first the size, checking every pair */
+        PyObject *pair = items[i];
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            return NULL;
+        PyObject *key = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
+        if ((key != Py_None && !PyBytes_CheckExact(key)) || (value != Py_None && !PyBytes_CheckExact(value)))
+            return NULL;
+        Py_ssize_t key_length = key == Py_None ? -1 : PyBytes_GET_SIZE(key);
+        Py_ssize_t value_length = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
+        /* attributes, timestamp delta, offset delta, key, value, header count */
+        Py_ssize_t body = 3 + varint_size(i) + varint_size(key_length) + varint_size(value_length)
+            + (key_length > 0 ? key_length : 0) + (value_length > 0 ? value_length : 0);
+        total += varint_size(body) + body;
+    }
+    PyObject *out_bytes = PyBytes_FromStringAndSize(NULL, total);
+    if (out_bytes == NULL)
+        return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(out_bytes) + room;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PyTuple_GET_ITEM(items[i], 0), *value = PyTuple_GET_ITEM(items[i], 1);
+        Py_ssize_t key_length = key == Py_None ? -1 : PyBytes_GET_SIZE(key);
+        Py_ssize_t value_length = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
+        Py_ssize_t body = 3 + varint_size(i) + varint_size(key_length) + varint_size(value_length)
+            + (key_length > 0 ? key_length : 0) + (value_length > 0 ? value_length : 0);
+        out = write_varint(out, body);
+        *out++ = 0; /* attributes */
+        *out++ = 0; /* timestamp delta: one timestamp for all */
+        out = write_varint(out, i);
+        out = write_varint(out, key_length);
+        if (key_length > 0) {
+            memcpy(out, PyBytes_AS_STRING(key), key_length);
+            out += key_length;
+        }
+        out = write_varint(out, value_length);
+        if (value_length > 0) {
+            memcpy(out, PyBytes_AS_STRING(value), value_length);
+            out += value_length;
+        }
+        *out++ = 0; /* no headers */
+    }
+    *count_out = count;
+    return out_bytes;
+}
+
+/* key_value_section(pairs) -> the records section build_key_value_batch_py joins, or None.
+ * pairs: a list or tuple of (key, value) tuples of bytes or None; anything else (and no pairs
+ * at all) is the reference's to build or refuse. */
+static PyObject *
+key_value_section(PyObject *self, PyObject *pairs)
+{
+    Py_ssize_t count;
+    PyObject *section = records_of_pairs(pairs, 0, &count);
+    if (section == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return section;
+}
+
+static inline void
+put_be(unsigned char *at, uint64_t v, int size)
+{
+    for (int i = size - 1; i >= 0; i--, v >>= 8)
+        at[i] = (unsigned char)v;
+}
+
+/* key_value_batch(pairs, timestamp, producer_id, producer_epoch, attributes, crc32c) -> the
+ * whole uncompressed batch build_key_value_batch_py builds (base offset 0, leader epoch 0, no
+ * base sequence), header and CRC (crc32c: the checksum function, called once) included, or
+ * None for the reference: the pairs as key_value_section, or a field its header cannot hold. */
+static PyObject *
+key_value_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "key_value_batch takes 6 arguments");
+        return NULL;
+    }
+    int64_t field[4];
+    for (int i = 0; i < 4; i++) {
+        int overflow;
+        if (!PyLong_CheckExact(args[i + 1]))
+            Py_RETURN_NONE;
+        field[i] = PyLong_AsLongLongAndOverflow(args[i + 1], &overflow);
+        if (overflow)
+            Py_RETURN_NONE;
+        if (field[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    int64_t timestamp = field[0], producer_id = field[1], producer_epoch = field[2], attributes = field[3];
+    if (producer_epoch < -32768 || producer_epoch > 32767 || attributes < 0 || attributes > 32767)
+        Py_RETURN_NONE;
+    Py_ssize_t count;
+    PyObject *batch = records_of_pairs(args[0], 61, &count);
+    if (batch == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(batch);
+    if (size - 12 > INT32_MAX || count > INT32_MAX) {
+        Py_DECREF(batch);
+        Py_RETURN_NONE;
+    }
+    unsigned char *h = (unsigned char *)PyBytes_AS_STRING(batch);
+    put_be(h, 0, 8);                              /* base offset */
+    put_be(h + 8, (uint64_t)(size - 12), 4);      /* batch length */
+    put_be(h + 12, 0, 4);                         /* partition leader epoch */
+    h[16] = 2;                                    /* magic */
+    put_be(h + 21, (uint64_t)attributes, 2);
+    put_be(h + 23, (uint64_t)(count - 1), 4);     /* last offset delta */
+    put_be(h + 27, (uint64_t)timestamp, 8);       /* base timestamp */
+    put_be(h + 35, (uint64_t)timestamp, 8);       /* max timestamp */
+    put_be(h + 43, (uint64_t)producer_id, 8);
+    put_be(h + 51, (uint64_t)producer_epoch, 2);
+    put_be(h + 53, (uint64_t)-1, 4);              /* base sequence */
+    put_be(h + 57, (uint64_t)count, 4);
+    PyObject *view = PyMemoryView_FromMemory((char *)h + 21, size - 21, PyBUF_READ);
+    PyObject *crc = view ? PyObject_CallOneArg(args[5], view) : NULL;
+    Py_XDECREF(view);
+    unsigned long value = crc ? PyLong_AsUnsignedLong(crc) : 0;
+    Py_XDECREF(crc);
+    if (crc == NULL || (value == (unsigned long)-1 && PyErr_Occurred())) {
+        Py_DECREF(batch);
+        return NULL;
+    }
+    put_be(h + 17, value, 4);
+    return batch;
+}
+
+static PyMethodDef methods[] = {
+    {"collect_latest", (PyCFunction)(void (*)(void))collect_latest, METH_FASTCALL,
+     "collect_latest(buf, pos, count, base_offset, latest) -> keyed records, or None for the reference"},
+    {"collect_latest_batch", (PyCFunction)(void (*)(void))collect_latest_batch, METH_FASTCALL,
+     "collect_latest_batch(batch, position, latest) -> keyed records, or None"},
+    {"map_key_offsets_batch", (PyCFunction)(void (*)(void))map_key_offsets_batch, METH_FASTCALL,
+     "map_key_offsets_batch(batch, position, offsets) -> (keyed, tombstone), or None"},
+    {"map_key_offsets", (PyCFunction)(void (*)(void))map_key_offsets, METH_FASTCALL,
+     "map_key_offsets(buf, start, size, count, base_offset, offsets) -> (keyed, tombstone), or None"},
+    {"latest_record_ranges", (PyCFunction)(void (*)(void))latest_record_ranges, METH_FASTCALL,
+     "latest_record_ranges(buf, start, end, count, base_offset, offsets, retain_tombstones) -> "
+     "(ranges, kept, max_ts), or None"},
+    {"key_value_section", key_value_section, METH_O,
+     "key_value_section(pairs) -> the records section of (key, value) records, or None"},
+    {"key_value_batch", (PyCFunction)(void (*)(void))key_value_batch, METH_FASTCALL,
+     "key_value_batch(pairs, timestamp, producer_id, producer_epoch, attributes, crc32c) -> "
+     "an uncompressed batch of (key, value) records, or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "tidemark.records._speedups",
+    "Compiled per-record loops of tidemark.records.batch (the pure-Python ones are the reference).",
+    0, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&module);
+}
