@@ -11,7 +11,7 @@ import pytest
 from tidemark.broker.config import BrokerConfig
 from tidemark.broker.coordinator_io import LogPartitionWriter
 from tidemark.coordinator.result import OffsetsRecord
-from tidemark.log import LogConfig, LogManager
+from tidemark.log import AppendOrigin, LogConfig, LogManager
 from tidemark.records.compression import CompressionType
 from tidemark.records.offsets_schema import (
     OFFSETS_TOPIC,
@@ -31,8 +31,8 @@ class Replicas:
     """The PartitionManager's append, without a flusher (the follower's fetches move the high
     watermark: its own end counts once appended while the follower is in sync)."""
 
-    def append(self, partition: Partition, records: bytes):
-        info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=NOW)
+    def append(self, partition: Partition, records: bytes, *, origin: AppendOrigin = AppendOrigin.CLIENT):
+        info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=NOW, origin=origin)
         partition.appended()
         return info
 

@@ -79,10 +79,10 @@ class FailingReplicas(PartitionManager):
 
     failure: BaseException | None = None
 
-    def append(self, partition, records, timestamp_ms=None):
+    def append(self, partition, records, timestamp_ms=None, **kwargs):
         if self.failure is not None and partition.topic == OFFSETS_TOPIC:
             raise self.failure
-        return super().append(partition, records, timestamp_ms)
+        return super().append(partition, records, timestamp_ms, **kwargs)
 
 
 @pytest.mark.parametrize(("failure", "code"), [

@@ -18,6 +18,7 @@ from tidemark.coordinator.result import OffsetsRecord
 from tidemark.coordinator.runtime.io import LogRecord, PartitionWriter
 from tidemark.records import build_key_value_batch, collect_latest, iter_batches, iter_key_values
 from tidemark.coordinator.txn_offsets import TxnMarkerKey, TxnRecordKey
+from tidemark.log.unified_log import AppendOrigin
 from tidemark.records.compression import CompressionType
 from tidemark.records.control import read_marker
 from tidemark.records.offsets_schema import OFFSETS_TOPIC
@@ -84,7 +85,7 @@ class LogPartitionWriter:
                                               producer_epoch=first.producer_epoch, is_transactional=True)
             else:
                 batch = build_key_value_batch([(r.key, r.value) for r in records], now_ms, compression=self.compression)
-            end = self.replicas.append(self.partition, batch).last_offset + 1
+            end = self.replicas.append(self.partition, batch, origin=AppendOrigin.COORDINATOR).last_offset + 1
         self._appended_end = end
         tied = self._tied
         if tied is None or tied.done() or self._tied_epoch != epoch:

@@ -14,12 +14,13 @@ from .errors import (
     UnknownProducerIdError,
 )
 from .leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEntry, LeaderEpochFileCache
-from .unified_log import AppendInfo, UnifiedLog
+from .unified_log import AppendInfo, AppendOrigin, UnifiedLog
 from .manager import LogManager
 from .segment import LogSegment
 
 __all__ = [
     "AppendInfo",
+    "AppendOrigin",
     "CorruptRecordError",
     "EpochEntry",
     "InvalidProducerEpochError",

@@ -221,11 +221,12 @@ class LogSegment:
         relative to data."""
         if self.size == 0:
             self.rolling_time_ms = now_ms
-        view = memoryview(data)
-        written = 0
         try:
-            while written < len(data):
-                written += os.write(self.fd, view[written:])
+            written = os.write(self.fd, data)
+            if written < len(data):  # a short write: the rest from a view, no copies
+                view = memoryview(data)
+                while written < len(data):
+                    written += os.write(self.fd, view[written:])
         except OSError:
             # Never leave part of a batch behind: it would sit where the next batch's index
             # entry points. (If even this fails, the log is offline and recovery truncates.)

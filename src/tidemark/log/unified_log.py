@@ -9,6 +9,7 @@ ListOffsets by time and OffsetForLeaderEpoch.
 
 from __future__ import annotations
 
+import enum
 import os
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from tidemark.records import (
+    BATCH_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
     RecordListTooLargeError,
@@ -42,6 +44,15 @@ from .segment import LogSegment
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class AppendOrigin(enum.Enum):
+    """Who made an append (Kafka's AppendOrigin), which decides what is checked: a client's
+    batches are checked whole (CRC included); the coordinator's were built in this process
+    and are only walked. A leader's batches come through append_as_follower."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
 
 
 class AppendInfo(NamedTuple):
@@ -226,7 +237,7 @@ class UnifiedLog:
     # -- append -----------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int,
-               producer_id_end: int | None = None) -> AppendInfo:
+               producer_id_end: int | None = None, origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
         """Assign offsets to and write the batches of one append (a produce request, validated
         before by broker/validator.py, or the coordinator's records).
 
@@ -237,12 +248,27 @@ class UnifiedLog:
         A writable memoryview (a produce's records: a view of the request's frame) gets its
         offsets assigned in place and is written from there, so the file write is the only copy
         of a produced byte; anything else is copied once to be changed.
+
+        origin COORDINATOR (batches this broker just built) skips the CRC check: the batches
+        are only walked, and must fill the buffer exactly. Everything else is checked as for
+        a client.
         """
         self._check_online()
         buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
-        batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
-        if not batches:
-            return AppendInfo(-1, -1, -1, -1)
+        if origin is AppendOrigin.COORDINATOR:
+            first_header = read_header(buf) if len(buf) >= BATCH_OVERHEAD else None
+            if first_header is not None and first_header.size == len(buf):
+                batches = [(0, first_header)]  # the usual case: one batch, no walk
+            else:
+                batches = list(iter_batches(buf, validate=False))
+                if not batches or batches[-1][0] + batches[-1][1].size != len(buf):
+                    if not buf:
+                        return AppendInfo(-1, -1, -1, -1)
+                    raise CorruptRecordError(f"the coordinator's {len(buf)} bytes are not whole batches")
+        else:
+            batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
+            if not batches:
+                return AppendInfo(-1, -1, -1, -1)
         # Sizes bound every append, the coordinator's too (Kafka's UnifiedLog does the same);
         # the rules for what clients may write live in broker/validator.py.
         for _, h in batches:
@@ -266,7 +292,8 @@ class UnifiedLog:
         for pos, h in batches:
             set_base_offset(buf, pos, next_offset)
             set_partition_leader_epoch(buf, pos, leader_epoch)
-            h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
+            # One new header, not _replace's keyword machinery: this runs once per batch appended.
+            h = BatchHeader(next_offset, h[1], leader_epoch, *h[3:])
             if log_append_time >= 0:
                 set_log_append_time(buf, pos, log_append_time)
                 h = h._replace(attributes=h.attributes | 0x08, max_timestamp=log_append_time)

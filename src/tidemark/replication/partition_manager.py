@@ -26,7 +26,7 @@ from tidemark.replication.flusher import Flusher
 from tidemark.replication.partition import Partition
 from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
 from tidemark.log.config import CleanerConfig, LogConfig
-from tidemark.log.unified_log import AppendInfo, UnifiedLog
+from tidemark.log.unified_log import AppendInfo, AppendOrigin, UnifiedLog
 from tidemark.log.manager import LogManager
 
 log = structlog.get_logger("tidemark.partition_manager")
@@ -199,11 +199,13 @@ class PartitionManager:
         """Call `listener(topic)` after a topic is deleted (the coordinator resigns its shards)."""
         self._deleted_listeners.append(listener)
 
-    def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None) -> AppendInfo:
-        """Append to a partition's log and schedule its flush (`schedule_flush`)."""
+    def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None, *,
+               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+        """Append to a partition's log and schedule its flush (`schedule_flush`); `origin`
+        COORDINATOR for batches this broker built (see UnifiedLog.append)."""
         info = partition.log.append(records, leader_epoch=partition.leader_epoch,
                                     now_ms=now_ms() if timestamp_ms is None else timestamp_ms,
-                                    producer_id_end=self.metadata.producer_id_end)
+                                    producer_id_end=self.metadata.producer_id_end, origin=origin)
         if not info.duplicate:
             self.schedule_flush(partition)
             partition.appended()
