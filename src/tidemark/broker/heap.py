@@ -12,11 +12,12 @@ collections only the objects made since.
 The youngest generation's threshold is raised too. Its counter is tracked allocations minus
 deallocations, so what triggers a young collection is how many tracked objects are alive at once
 at the peak, and a 100-partition commit alone holds over a thousand (the decoded request, the
-records, the response dicts) until it is answered, all freed by reference counting: at Python's default of 700 a broker under 8 clients committing 100 partitions each
-ran some 200 young, 18 middle and 1.6 full collections a second, 12-20% of its CPU (the full ones
-walk every object made since the freeze: the topics' logs and partitions). At 10,000 the same load
-ran under one young collection a second and no full one. Garbage in cycles still waits for at most
-that many net allocations, so memory stays bounded.
+records, the response dicts) until it is answered, all freed by reference counting: at Python's
+default of 700 a broker under 8 clients committing 100 partitions each ran some 200 young, 18
+middle and 1.6 full collections a second, 12-20% of its CPU (the full ones walk every object
+made since the freeze: the topics' logs and partitions). At 10,000 the same load ran under one
+young collection a second and no full one. Garbage in cycles still waits for at most that many
+net allocations, so memory stays bounded.
 """
 
 from __future__ import annotations
