@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidemark.broker.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from tidemark.broker.apis.metadata_cache import partition_entries
 from tidemark.broker.security import access
 from tidemark.cluster.embedded import INTERNAL_TOPICS, InvalidTopicError, TopicMetadata, validate_topic_name
 from tidemark.cluster.zk.assignment import RackAwareMode
@@ -23,7 +24,8 @@ def topic_entry(ctx: RequestContext, topic: TopicMetadata) -> dict[str, Any]:
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.internal,
-        "partitions": [_partition_entry(ctx, topic.name, index) for index in range(topic.partitions)],
+        # kio entities, built once per topic and version while the topic's metadata holds
+        "partitions": partition_entries(ctx, topic.name, topic.partitions, _partition_entry),
     }
 
 
