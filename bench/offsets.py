@@ -23,7 +23,8 @@ Cases (confluent-kafka Consumers, assign() only, never subscribe(); one group pe
 After (a) and (b) every committed offset is read back and checked. tidemark runs with
 group.initial.rebalance.delay.ms=0 and offsets.topic.num.partitions=50; its commits are durable
 (the offsets partition is fsync'd before the commit is answered); the mock keeps them in memory.
---profile DIR records the tidemark broker with py-spy during (a), both (b)s, (c) and (e).
+--profile DIR records the tidemark broker with py-spy during (a), both (b)s, (c) and (e) (the
+tmpfs target's into DIR/tmpfs).
 
 The "tmpfs" target runs the cases (a)-(d) on the same broker with its data directory on tmpfs
 (/dev/shm), where an fsync returns at once: the broker's code is unchanged, so the gap between the
@@ -603,7 +604,9 @@ def main(argv: list[str] | None = None) -> int:
                         TidemarkOffsetsTarget(Path(tmp) if name == "tidemark" else MEMORY_DIR)
                     with contextlib.closing(target):
                         console.print(f"{name}: {target.bootstrap}")
-                        profiler = Profiler(args.profile, target.pid) if args.profile and name == "tidemark" else None
+                        # the tmpfs broker's profiles go to DIR/tmpfs (printed: DIR's, the disk-backed broker's)
+                        profiler = None if not args.profile or name == "mock" else \
+                            Profiler(args.profile if name == "tidemark" else args.profile / "tmpfs", target.pid)
                         client[name] = run_client_cases(target, args, profiler)
         if "load" not in args.skip and "tidemark" in args.targets:
             with console.status(f"tidemark: loading {args.load_records:,} offset records"):
