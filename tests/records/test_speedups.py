@@ -249,3 +249,20 @@ def test_a_batch_past_int64_offsets_is_the_references():
     latest: dict = {}
     assert _collect_latest_compiled(data, 0, latest) == 3
     assert latest == {b"k": (2**63, b"v")}
+
+
+# -- hand-written edges found in review -------------------------------------------------------
+
+
+def test_a_batch_length_near_int32_max_is_a_partial_batch():
+    # length + 12 wrapped in 32-bit arithmetic used to pass for a short batch and was read.
+    data = bytearray(build_key_value_batch_py([(b"k", b"v")], 0))
+    struct.pack_into(">i", data, 8, 2**31 - 8)
+    data = bytes(data)
+    for compiled, pure in ((_collect_latest_compiled, collect_latest_py),
+                           (_map_key_offsets_compiled, map_key_offsets_py)):
+        got, want = {}, {}
+        assert _outcome(compiled, data, 0, got) == _outcome(pure, data, 0, want) == \
+            ("raised", records_batch.CorruptRecordError, "partial batch")
+        assert got == want == {}
+    assert _speedups.collect_latest_batch(data, 0, {}) is None

@@ -158,10 +158,13 @@ plain_batch(PyObject *data, PyObject *position, Py_ssize_t *start, Py_ssize_t *e
         PyErr_Clear();
         return BAIL;
     }
-    const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
-    if (pos < 0 || size - pos < 61 || h[16] != 2 || get_be(h + 21, 2) & 0x07)
+    if (pos < 0 || size - pos < 61)
         return BAIL;
-    int32_t batch_length = (int32_t)get_be(h + 8, 4);
+    const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (h[16] != 2 || get_be(h + 21, 2) & 0x07)
+        return BAIL;
+    /* in Py_ssize_t: a length near INT32_MAX plus 12 must not wrap to a short batch */
+    Py_ssize_t batch_length = (int32_t)get_be(h + 8, 4);
     if (batch_length < 49 || batch_length + 12 > size - pos)
         return BAIL;
     *start = pos + 61;
