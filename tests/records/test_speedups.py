@@ -266,3 +266,32 @@ def test_a_batch_length_near_int32_max_is_a_partial_batch():
             ("raised", records_batch.CorruptRecordError, "partial batch")
         assert got == want == {}
     assert _speedups.collect_latest_batch(data, 0, {}) is None
+
+
+def test_a_view_the_checksum_function_keeps_reads_the_batch_after_it_is_gone():
+    # The view used to lend the batch's storage without owning it: kept, it read freed memory
+    # (a batch this large is unmapped when freed, so that read crashed).
+    code = """
+import tidemark.records.batch as b
+from crc32c import crc32c
+kept = []
+def keep(view):
+    kept.append(view)
+    return crc32c(view)
+b.crc32c = keep
+pairs = [(b"k", b"x" * (40 << 20))]
+batch = b._build_key_value_batch_compiled(pairs, 0)
+assert batch == b.build_key_value_batch_py(pairs, 0)
+expected = crc32c(memoryview(batch)[21:])
+del batch
+print(crc32c(kept[0]) == expected, len(kept[0]) == 61 - 21 + 3 + 4 + 1 + 1 + (40 << 20) + 1 + 4)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout.split()) == (0, ["True", "True"]), out.stderr
+
+
+@pytest.mark.parametrize("checksum", [2**32, -1, 2**64, 1.5, True])
+def test_a_checksum_that_is_not_32_bits_is_the_references(monkeypatch, checksum):
+    monkeypatch.setattr(records_batch, "crc32c", lambda view: checksum)
+    pairs = [(b"k", b"v")]
+    assert _outcome(_build_key_value_batch_compiled, pairs, 0) == _outcome(build_key_value_batch_py, pairs, 0)

@@ -595,16 +595,26 @@ key_value_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     put_be(h + 51, (uint64_t)producer_epoch, 2);
     put_be(h + 53, (uint64_t)-1, 4);              /* base sequence */
     put_be(h + 57, (uint64_t)count, 4);
-    PyObject *view = PyMemoryView_FromMemory((char *)h + 21, size - 21, PyBUF_READ);
+    /* crc32c reads the batch through a view that owns a reference to it (a view it kept can
+     * never read freed memory); if anything kept the batch, it is not ours to finish writing,
+     * and a checksum that is not a 32-bit int is the reference's to refuse. */
+    PyObject *whole = PyMemoryView_FromObject(batch);
+    PyObject *view = whole ? PySequence_GetSlice(whole, 21, size) : NULL;
+    Py_XDECREF(whole);
     PyObject *crc = view ? PyObject_CallOneArg(args[5], view) : NULL;
     Py_XDECREF(view);
-    unsigned long value = crc ? PyLong_AsUnsignedLong(crc) : 0;
-    Py_XDECREF(crc);
-    if (crc == NULL || (value == (unsigned long)-1 && PyErr_Occurred())) {
+    if (crc == NULL) {
         Py_DECREF(batch);
         return NULL;
     }
-    put_be(h + 17, value, 4);
+    int overflow = 0;
+    long long value = PyLong_CheckExact(crc) ? PyLong_AsLongLongAndOverflow(crc, &overflow) : -1;
+    Py_DECREF(crc);
+    if (overflow || value < 0 || value > 0xFFFFFFFFLL || Py_REFCNT(batch) != 1) {
+        Py_DECREF(batch);
+        Py_RETURN_NONE;
+    }
+    put_be(h + 17, (uint64_t)value, 4);
     return batch;
 }
 
