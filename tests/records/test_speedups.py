@@ -295,3 +295,42 @@ def test_a_checksum_that_is_not_32_bits_is_the_references(monkeypatch, checksum)
     monkeypatch.setattr(records_batch, "crc32c", lambda view: checksum)
     pairs = [(b"k", b"v")]
     assert _outcome(_build_key_value_batch_compiled, pairs, 0) == _outcome(build_key_value_batch_py, pairs, 0)
+
+
+class _EqualAndUnequal:
+    """A map value whose `==` and `!=` both say yes: the reference asks `!=`."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return True
+
+    __hash__ = None
+
+
+class _NoTruth:
+    def __bool__(self):
+        raise RuntimeError("no truth value")
+
+
+_ONE = build_key_value_batch_py([(b"k", b"v")], 0)
+
+
+@pytest.mark.parametrize("count, base_offset, offsets, retain", [
+    (1, 0, {b"k": _EqualAndUnequal()}, False),  # used to compare with == and keep the record
+    (1, 0, {}, _NoTruth()),                     # used to ask the truth up front and raise
+    (2**63, 0, {b"k": 0}, False),               # used to raise OverflowError, not the reference's error
+    (1, 2**64, {b"k": 0}, False),
+    (1, -(2**63) - 1, {b"k": 0}, True),
+])
+def test_latest_record_ranges_leaves_unusual_arguments_to_the_reference(count, base_offset, offsets, retain):
+    args = (_ONE, BATCH_OVERHEAD, len(_ONE), count, base_offset, offsets, retain)
+    assert _outcome(_latest_record_ranges_compiled, *args) == _outcome(latest_record_ranges_py, *args)
+
+
+def test_map_key_offsets_and_collect_latest_leave_ints_past_64_bits_to_the_reference():
+    assert _speedups.collect_latest(_ONE, BATCH_OVERHEAD, 2**64, 0, {}) is None
+    assert _speedups.collect_latest(_ONE, 2**64, 1, 0, {}) is None
+    assert _speedups.map_key_offsets(_ONE, BATCH_OVERHEAD, len(_ONE), 1, 2**64, {}) is None
+    assert _speedups.map_key_offsets(_ONE, BATCH_OVERHEAD, 2**63, 1, 0, {}) is None

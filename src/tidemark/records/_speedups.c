@@ -47,13 +47,28 @@ read_varint(const unsigned char *buf, Py_ssize_t lim, Py_ssize_t *pos, int64_t *
 #define VARINT(lim, pos, out) \
     do { if (read_varint(buf, (lim), &(pos), &(out))) goto bail; } while (0)
 
+/* An exact int that fits in 64 bits; BAIL for anything else (a subclass, an object with
+ * __index__, a value past 64 bits: no Python code runs here, and the reference takes them). */
 static int
-as_int64(PyObject *o, int64_t *out)
+int64_arg(PyObject *o, int64_t *out)
 {
-    long long v = PyLong_AsLongLong(o);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
+    int overflow;
+    if (!PyLong_CheckExact(o))
+        return BAIL;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow)
+        return BAIL;
     *out = v;
+    return 0;
+}
+
+static int
+ssize_arg(PyObject *o, Py_ssize_t *out)
+{
+    int64_t v;
+    if (int64_arg(o, &v) || v < PY_SSIZE_T_MIN || v > PY_SSIZE_T_MAX)
+        return BAIL;
+    *out = (Py_ssize_t)v;
     return 0;
 }
 
@@ -126,12 +141,11 @@ collect_latest(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *data = args[0], *latest = args[4];
-    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(latest))
-        Py_RETURN_NONE;
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t pos;
     int64_t count, base_offset;
-    if ((pos == -1 && PyErr_Occurred()) || as_int64(args[2], &count) || as_int64(args[3], &base_offset))
-        return NULL;
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(latest) || ssize_arg(args[1], &pos)
+        || int64_arg(args[2], &count) || int64_arg(args[3], &base_offset))
+        Py_RETURN_NONE;
     return scan_latest(data, pos, count, base_offset, latest);
 }
 
@@ -297,15 +311,11 @@ map_key_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *data = args[0], *offsets = args[5];
-    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets))
-        Py_RETURN_NONE;
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t start, size;
     int64_t count, base_offset;
-    if ((size == -1 && PyErr_Occurred()) || as_int64(args[3], &count) || as_int64(args[4], &base_offset))
-        return NULL;
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets) || ssize_arg(args[1], &start)
+        || ssize_arg(args[2], &size) || int64_arg(args[3], &count) || int64_arg(args[4], &base_offset))
+        Py_RETURN_NONE;
     return map_offsets(data, start, size, count, base_offset, offsets);
 }
 
@@ -337,18 +347,14 @@ latest_record_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *data = args[0], *offsets = args[5];
-    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets))
-        Py_RETURN_NONE;
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    /* retain_tombstones a bool: the reference asks its truth only of a record it keeps */
+    Py_ssize_t pos, size;
     int64_t count, base_offset;
-    if ((size == -1 && PyErr_Occurred()) || as_int64(args[3], &count) || as_int64(args[4], &base_offset))
-        return NULL;
-    int retain = PyObject_IsTrue(args[6]);
-    if (retain < 0)
-        return NULL;
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets) || ssize_arg(args[1], &pos)
+        || ssize_arg(args[2], &size) || int64_arg(args[3], &count) || int64_arg(args[4], &base_offset)
+        || !PyBool_Check(args[6]))
+        Py_RETURN_NONE;
+    int retain = args[6] == Py_True;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
     if (pos < 0 || size > PyBytes_GET_SIZE(data) || pos > size)
         Py_RETURN_NONE;
@@ -385,23 +391,13 @@ latest_record_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto error;
             continue;
         }
-        int latest;
-        if (PyLong_CheckExact(mapped)) {
-            int overflow;
-            long long v = PyLong_AsLongLongAndOverflow(mapped, &overflow);
-            if (v == -1 && PyErr_Occurred())
-                goto error;
-            latest = !overflow && v == offset;
-        } else {
-            PyObject *o = PyLong_FromLongLong(offset);
-            if (o == NULL)
-                goto error;
-            latest = PyObject_RichCompareBool(mapped, o, Py_EQ);
-            Py_DECREF(o);
-            if (latest < 0)
-                goto error;
-        }
-        if (!latest)
+        /* an exact int compares in C; any other value is the reference's (its `!=` may run
+         * Python code that disagrees with `==`), and nothing is written yet */
+        if (!PyLong_CheckExact(mapped))
+            goto bail;
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(mapped, &overflow);
+        if (overflow || v != offset)
             continue;
         if (!retain && buf[at + key_length] & 1) /* a zigzag varint's sign: a null value */
             continue;
