@@ -489,7 +489,8 @@ records_of_pairs(PyObject *pairs, Py_ssize_t room, Py_ssize_t *count_out)
         /* attributes, timestamp delta, offset delta, key, value, header count */
         Py_ssize_t body = 3 + varint_size(i) + varint_size(key_length) + varint_size(value_length)
             + (key_length > 0 ? key_length : 0) + (value_length > 0 ? value_length : 0);
-        total += varint_size(body) + body;
+        if (__builtin_add_overflow(total, varint_size(body) + body, &total))
+            return NULL; /* past Py_ssize_t: the reference raises its own error */
     }
     PyObject *out_bytes = PyBytes_FromStringAndSize(NULL, total);
     if (out_bytes == NULL)
@@ -594,9 +595,13 @@ key_value_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* crc32c reads the batch through a view that owns a reference to it (a view it kept can
      * never read freed memory); if anything kept the batch, it is not ours to finish writing,
      * and a checksum that is not a 32-bit int is the reference's to refuse. */
-    PyObject *whole = PyMemoryView_FromObject(batch);
-    PyObject *view = whole ? PySequence_GetSlice(whole, 21, size) : NULL;
-    Py_XDECREF(whole);
+    PyObject *view = PyMemoryView_FromObject(batch);
+    if (view != NULL) { /* narrowed to batch[21:] as a slice would be, without a second view */
+        Py_buffer *window = PyMemoryView_GET_BUFFER(view);
+        window->buf = (char *)window->buf + 21;
+        window->len -= 21;
+        window->shape[0] -= 21;
+    }
     PyObject *crc = view ? PyObject_CallOneArg(args[5], view) : NULL;
     Py_XDECREF(view);
     if (crc == NULL) {
