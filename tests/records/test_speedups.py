@@ -249,3 +249,88 @@ def test_a_batch_past_int64_offsets_is_the_references():
     latest: dict = {}
     assert _collect_latest_compiled(data, 0, latest) == 3
     assert latest == {b"k": (2**63, b"v")}
+
+
+# -- hand-written edges found in review -------------------------------------------------------
+
+
+def test_a_batch_length_near_int32_max_is_a_partial_batch():
+    # length + 12 wrapped in 32-bit arithmetic used to pass for a short batch and was read.
+    data = bytearray(build_key_value_batch_py([(b"k", b"v")], 0))
+    struct.pack_into(">i", data, 8, 2**31 - 8)
+    data = bytes(data)
+    for compiled, pure in ((_collect_latest_compiled, collect_latest_py),
+                           (_map_key_offsets_compiled, map_key_offsets_py)):
+        got, want = {}, {}
+        assert _outcome(compiled, data, 0, got) == _outcome(pure, data, 0, want) == \
+            ("raised", records_batch.CorruptRecordError, "partial batch")
+        assert got == want == {}
+    assert _speedups.collect_latest_batch(data, 0, {}) is None
+
+
+def test_a_view_the_checksum_function_keeps_reads_the_batch_after_it_is_gone():
+    # The view used to lend the batch's storage without owning it: kept, it read freed memory
+    # (a batch this large is unmapped when freed, so that read crashed).
+    code = """
+import tidemark.records.batch as b
+from crc32c import crc32c
+kept = []
+def keep(view):
+    kept.append(view)
+    return crc32c(view)
+b.crc32c = keep
+pairs = [(b"k", b"x" * (40 << 20))]
+batch = b._build_key_value_batch_compiled(pairs, 0)
+assert batch == b.build_key_value_batch_py(pairs, 0)
+expected = crc32c(memoryview(batch)[21:])
+del batch
+print(crc32c(kept[0]) == expected, len(kept[0]) == 61 - 21 + 3 + 4 + 1 + 1 + (40 << 20) + 1 + 4)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout.split()) == (0, ["True", "True"]), out.stderr
+
+
+@pytest.mark.parametrize("checksum", [2**32, -1, 2**64, 1.5, True])
+def test_a_checksum_that_is_not_32_bits_is_the_references(monkeypatch, checksum):
+    monkeypatch.setattr(records_batch, "crc32c", lambda view: checksum)
+    pairs = [(b"k", b"v")]
+    assert _outcome(_build_key_value_batch_compiled, pairs, 0) == _outcome(build_key_value_batch_py, pairs, 0)
+
+
+class _EqualAndUnequal:
+    """A map value whose `==` and `!=` both say yes: the reference asks `!=`."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return True
+
+    __hash__ = None
+
+
+class _NoTruth:
+    def __bool__(self):
+        raise RuntimeError("no truth value")
+
+
+_ONE = build_key_value_batch_py([(b"k", b"v")], 0)
+
+
+@pytest.mark.parametrize("count, base_offset, offsets, retain", [
+    (1, 0, {b"k": _EqualAndUnequal()}, False),  # used to compare with == and keep the record
+    (1, 0, {}, _NoTruth()),                     # used to ask the truth up front and raise
+    (2**63, 0, {b"k": 0}, False),               # used to raise OverflowError, not the reference's error
+    (1, 2**64, {b"k": 0}, False),
+    (1, -(2**63) - 1, {b"k": 0}, True),
+])
+def test_latest_record_ranges_leaves_unusual_arguments_to_the_reference(count, base_offset, offsets, retain):
+    args = (_ONE, BATCH_OVERHEAD, len(_ONE), count, base_offset, offsets, retain)
+    assert _outcome(_latest_record_ranges_compiled, *args) == _outcome(latest_record_ranges_py, *args)
+
+
+def test_map_key_offsets_and_collect_latest_leave_ints_past_64_bits_to_the_reference():
+    assert _speedups.collect_latest(_ONE, BATCH_OVERHEAD, 2**64, 0, {}) is None
+    assert _speedups.collect_latest(_ONE, 2**64, 1, 0, {}) is None
+    assert _speedups.map_key_offsets(_ONE, BATCH_OVERHEAD, len(_ONE), 1, 2**64, {}) is None
+    assert _speedups.map_key_offsets(_ONE, BATCH_OVERHEAD, 2**63, 1, 0, {}) is None

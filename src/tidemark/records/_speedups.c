@@ -47,13 +47,28 @@ read_varint(const unsigned char *buf, Py_ssize_t lim, Py_ssize_t *pos, int64_t *
 #define VARINT(lim, pos, out) \
     do { if (read_varint(buf, (lim), &(pos), &(out))) goto bail; } while (0)
 
+/* An exact int that fits in 64 bits; BAIL for anything else (a subclass, an object with
+ * __index__, a value past 64 bits: no Python code runs here, and the reference takes them). */
 static int
-as_int64(PyObject *o, int64_t *out)
+int64_arg(PyObject *o, int64_t *out)
 {
-    long long v = PyLong_AsLongLong(o);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
+    int overflow;
+    if (!PyLong_CheckExact(o))
+        return BAIL;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow)
+        return BAIL;
     *out = v;
+    return 0;
+}
+
+static int
+ssize_arg(PyObject *o, Py_ssize_t *out)
+{
+    int64_t v;
+    if (int64_arg(o, &v) || v < PY_SSIZE_T_MIN || v > PY_SSIZE_T_MAX)
+        return BAIL;
+    *out = (Py_ssize_t)v;
     return 0;
 }
 
@@ -126,12 +141,11 @@ collect_latest(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *data = args[0], *latest = args[4];
-    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(latest))
-        Py_RETURN_NONE;
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t pos;
     int64_t count, base_offset;
-    if ((pos == -1 && PyErr_Occurred()) || as_int64(args[2], &count) || as_int64(args[3], &base_offset))
-        return NULL;
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(latest) || ssize_arg(args[1], &pos)
+        || int64_arg(args[2], &count) || int64_arg(args[3], &base_offset))
+        Py_RETURN_NONE;
     return scan_latest(data, pos, count, base_offset, latest);
 }
 
@@ -158,10 +172,13 @@ plain_batch(PyObject *data, PyObject *position, Py_ssize_t *start, Py_ssize_t *e
         PyErr_Clear();
         return BAIL;
     }
-    const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
-    if (pos < 0 || size - pos < 61 || h[16] != 2 || get_be(h + 21, 2) & 0x07)
+    if (pos < 0 || size - pos < 61)
         return BAIL;
-    int32_t batch_length = (int32_t)get_be(h + 8, 4);
+    const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    if (h[16] != 2 || get_be(h + 21, 2) & 0x07)
+        return BAIL;
+    /* in Py_ssize_t: a length near INT32_MAX plus 12 must not wrap to a short batch */
+    Py_ssize_t batch_length = (int32_t)get_be(h + 8, 4);
     if (batch_length < 49 || batch_length + 12 > size - pos)
         return BAIL;
     *start = pos + 61;
@@ -294,15 +311,11 @@ map_key_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *data = args[0], *offsets = args[5];
-    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets))
-        Py_RETURN_NONE;
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t start, size;
     int64_t count, base_offset;
-    if ((size == -1 && PyErr_Occurred()) || as_int64(args[3], &count) || as_int64(args[4], &base_offset))
-        return NULL;
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets) || ssize_arg(args[1], &start)
+        || ssize_arg(args[2], &size) || int64_arg(args[3], &count) || int64_arg(args[4], &base_offset))
+        Py_RETURN_NONE;
     return map_offsets(data, start, size, count, base_offset, offsets);
 }
 
@@ -334,18 +347,14 @@ latest_record_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *data = args[0], *offsets = args[5];
-    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets))
-        Py_RETURN_NONE;
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    /* retain_tombstones a bool: the reference asks its truth only of a record it keeps */
+    Py_ssize_t pos, size;
     int64_t count, base_offset;
-    if ((size == -1 && PyErr_Occurred()) || as_int64(args[3], &count) || as_int64(args[4], &base_offset))
-        return NULL;
-    int retain = PyObject_IsTrue(args[6]);
-    if (retain < 0)
-        return NULL;
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(offsets) || ssize_arg(args[1], &pos)
+        || ssize_arg(args[2], &size) || int64_arg(args[3], &count) || int64_arg(args[4], &base_offset)
+        || !PyBool_Check(args[6]))
+        Py_RETURN_NONE;
+    int retain = args[6] == Py_True;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
     if (pos < 0 || size > PyBytes_GET_SIZE(data) || pos > size)
         Py_RETURN_NONE;
@@ -382,23 +391,13 @@ latest_record_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto error;
             continue;
         }
-        int latest;
-        if (PyLong_CheckExact(mapped)) {
-            int overflow;
-            long long v = PyLong_AsLongLongAndOverflow(mapped, &overflow);
-            if (v == -1 && PyErr_Occurred())
-                goto error;
-            latest = !overflow && v == offset;
-        } else {
-            PyObject *o = PyLong_FromLongLong(offset);
-            if (o == NULL)
-                goto error;
-            latest = PyObject_RichCompareBool(mapped, o, Py_EQ);
-            Py_DECREF(o);
-            if (latest < 0)
-                goto error;
-        }
-        if (!latest)
+        /* an exact int compares in C; any other value is the reference's (its `!=` may run
+         * Python code that disagrees with `==`), and nothing is written yet */
+        if (!PyLong_CheckExact(mapped))
+            goto bail;
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(mapped, &overflow);
+        if (overflow || v != offset)
             continue;
         if (!retain && buf[at + key_length] & 1) /* a zigzag varint's sign: a null value */
             continue;
@@ -490,7 +489,8 @@ records_of_pairs(PyObject *pairs, Py_ssize_t room, Py_ssize_t *count_out)
         /* attributes, timestamp delta, offset delta, key, value, header count */
         Py_ssize_t body = 3 + varint_size(i) + varint_size(key_length) + varint_size(value_length)
             + (key_length > 0 ? key_length : 0) + (value_length > 0 ? value_length : 0);
-        total += varint_size(body) + body;
+        if (__builtin_add_overflow(total, varint_size(body) + body, &total))
+            return NULL; /* past Py_ssize_t: the reference raises its own error */
     }
     PyObject *out_bytes = PyBytes_FromStringAndSize(NULL, total);
     if (out_bytes == NULL)
@@ -592,16 +592,30 @@ key_value_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     put_be(h + 51, (uint64_t)producer_epoch, 2);
     put_be(h + 53, (uint64_t)-1, 4);              /* base sequence */
     put_be(h + 57, (uint64_t)count, 4);
-    PyObject *view = PyMemoryView_FromMemory((char *)h + 21, size - 21, PyBUF_READ);
+    /* crc32c reads the batch through a view that owns a reference to it (a view it kept can
+     * never read freed memory); if anything kept the batch, it is not ours to finish writing,
+     * and a checksum that is not a 32-bit int is the reference's to refuse. */
+    PyObject *view = PyMemoryView_FromObject(batch);
+    if (view != NULL) { /* narrowed to batch[21:] as a slice would be, without a second view */
+        Py_buffer *window = PyMemoryView_GET_BUFFER(view);
+        window->buf = (char *)window->buf + 21;
+        window->len -= 21;
+        window->shape[0] -= 21;
+    }
     PyObject *crc = view ? PyObject_CallOneArg(args[5], view) : NULL;
     Py_XDECREF(view);
-    unsigned long value = crc ? PyLong_AsUnsignedLong(crc) : 0;
-    Py_XDECREF(crc);
-    if (crc == NULL || (value == (unsigned long)-1 && PyErr_Occurred())) {
+    if (crc == NULL) {
         Py_DECREF(batch);
         return NULL;
     }
-    put_be(h + 17, value, 4);
+    int overflow = 0;
+    long long value = PyLong_CheckExact(crc) ? PyLong_AsLongLongAndOverflow(crc, &overflow) : -1;
+    Py_DECREF(crc);
+    if (overflow || value < 0 || value > 0xFFFFFFFFLL || Py_REFCNT(batch) != 1) {
+        Py_DECREF(batch);
+        Py_RETURN_NONE;
+    }
+    put_be(h + 17, (uint64_t)value, 4);
     return batch;
 }
 
