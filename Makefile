@@ -14,6 +14,9 @@ install: $(VENV)/.installed
 
 # setup.py builds tidemark.records._speedups: a changed C source reinstalls (and rebuilds) it.
 $(VENV)/.installed: pyproject.toml setup.py src/tidemark/records/_speedups.c
+	@command -v cc >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc >/dev/null; }
+	@$(PYTHON) -c "import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+		|| { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-dev >/dev/null; }
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $@
