@@ -57,6 +57,18 @@ bench: install
 	$(BIN)/python -m bench.zk_offsets
 	$(BIN)/python -m bench.quotas
 	$(BIN)/python -m bench.transactions
+	$(BIN)/python -m bench.commit_path
+	$(BIN)/python -m bench.log_append
+	$(BIN)/python -m bench.request_path
+	$(BIN)/python -m bench.validation
+	$(BIN)/python -m bench.producer_ids
+	$(BIN)/python -m bench.floods
+	$(BIN)/python -m bench.coordinator_timers
+	$(BIN)/python -m bench.consumer_protocol
+	$(BIN)/python -m bench.groups_describe
+	$(BIN)/python -m bench.cluster
+	$(BIN)/python -m bench.coordinator
+	$(BIN)/python -m bench.multicore
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis src/tidemark/records/*.so
