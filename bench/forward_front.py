@@ -30,6 +30,7 @@ from collections import deque
 from pathlib import Path
 
 from tidemark.coordinator.partitioner import partition_for
+from tidemark.wire.primitives import Reader
 
 OFFSETS_PARTITIONS = 50
 CREATE_TOPICS = 19
@@ -40,27 +41,6 @@ FIND_COORDINATOR, OFFSET_FETCH = 10, 9
 FLEXIBLE_FROM = {**GROUP_FIRST, FIND_COORDINATOR: 3, OFFSET_FETCH: 6}
 
 
-def _uvarint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-
-
-def _string(data: bytes, at: int, compact: bool) -> tuple[str, int]:
-    if compact:
-        length, at = _uvarint(data, at)
-        length -= 1
-    else:
-        length = int.from_bytes(data[at:at + 2], "big", signed=True)
-        at += 2
-    return bytes(data[at:at + max(length, 0)]).decode(), at + max(length, 0)
-
-
 def group_of(frame: bytes) -> str | None:
     """The group (or coordinator key) a request is about, read from its header and first fields."""
     api_key = int.from_bytes(frame[0:2], "big")
@@ -68,21 +48,18 @@ def group_of(frame: bytes) -> str | None:
     if api_key not in GROUP_FIRST and api_key not in (FIND_COORDINATOR, OFFSET_FETCH):
         return None
     flexible = version >= FLEXIBLE_FROM[api_key]
-    client_id_length = int.from_bytes(frame[8:10], "big", signed=True)
-    at = 10 + max(client_id_length, 0)
-    if flexible:  # the header's tagged fields
-        count, at = _uvarint(frame, at)
-        for _ in range(count):
-            _, at = _uvarint(frame, at)
-            size, at = _uvarint(frame, at)
-            at += size
+    reader = Reader(frame, 8)  # past api key, version and correlation id
+    reader.string(nullable=True)  # client_id
+    if flexible:
+        reader.skip_tagged_fields()  # the header's
     if api_key == FIND_COORDINATOR and version >= 4:
-        if frame[at] != 0:  # key_type: only groups are sharded here
+        if frame[reader.pos] != 0:  # key_type: only groups are sharded here
             return None
-        _, at = _uvarint(frame, at + 1)  # coordinator_keys: the first one decides
+        reader.pos += 1
+        reader.uvarint()  # coordinator_keys: the first one decides
     elif api_key == OFFSET_FETCH and version >= 8:
-        _, at = _uvarint(frame, at)  # groups: the first one decides
-    return _string(frame, at, flexible)[0]
+        reader.uvarint()  # groups: the first one decides
+    return reader.compact_string() if flexible else reader.string()
 
 
 class Upstream(asyncio.Protocol):
