@@ -10,52 +10,27 @@ import contextlib
 
 from kio.schema.errors import ErrorCode
 
-from tests.integration.raw import AsyncRawClient
-from tidemark.broker.config import BrokerConfig
-from tidemark.broker.server import Broker
-from tidemark.records import build_batch
+from tests.broker.leading import LEADER, follower_fetch, leading, produce
 
-NOW = 1_700_000_000_000
-LEADER, FOLLOWER = 1, 2
-PRODUCE, FETCH = 0, 1
+FOLLOWER = 2
 
 
 @contextlib.asynccontextmanager
-async def leading(tmp_path, isr: frozenset[int]):
-    """Broker 1 leading t-0 at epoch 1 (replicas 1 and 2) with three records, and a client."""
-    broker = Broker(BrokerConfig({"node.id": str(LEADER)}), tmp_path / "b1", port=0)
-    await broker.start()
-    client = None
-    try:
-        broker.replicas.create_topic("t", 1, {})
-        partition = broker.replicas.partition("t", 0)
-        partition.become_leader(1, (LEADER, FOLLOWER), isr, zk_version=0, now_ms=NOW)
-        client = await AsyncRawClient.connect(broker.port)
+async def _leading(tmp_path, isr: frozenset[int]):
+    """t-0 on replicas LEADER and FOLLOWER, with three records."""
+    async with leading(tmp_path, (LEADER, FOLLOWER), isr) as (partition, client):
         for i in range(3):
-            response = await client.request(PRODUCE, 9, {"transactional_id": None, "acks": 1, "timeout": 30_000,
-                                                         "topic_data": [{"name": "t", "partition_data": [
-                                                             {"index": 0, "records": build_batch(
-                                                                 [(None, b"v%d" % i, (), NOW)])}]}]})
-            assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+            await produce(client, b"v%d" % i)
         yield partition, client
-    finally:
-        if client is not None:
-            await client.close()
-        await broker.stop()
 
 
-async def _follower_fetch(client: AsyncRawClient, fetch_offset: int) -> ErrorCode:
-    response = await client.request(FETCH, 12, {
-        "replica_id": FOLLOWER, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "topics": [{"topic": "t", "partitions": [
-            {"partition": 0, "current_leader_epoch": 1, "fetch_offset": fetch_offset, "log_start_offset": 0,
-             "partition_max_bytes": 1 << 20}]}], "forgotten_topics_data": [], "rack_id": ""})
-    return ErrorCode(response.responses[0].partitions[0].error_code)
+async def _follower_fetch(client, fetch_offset: int) -> ErrorCode:
+    return ErrorCode((await follower_fetch(client, FOLLOWER, fetch_offset)).error_code)
 
 
 def test_a_fetch_past_the_leaders_end_does_not_count_as_the_followers_position(tmp_path):
     async def scenario():
-        async with leading(tmp_path, isr=frozenset({LEADER, FOLLOWER})) as (partition, client):
+        async with _leading(tmp_path, isr=frozenset({LEADER, FOLLOWER})) as (partition, client):
             assert partition.high_watermark == 0  # the follower in the ISR has fetched nothing
             assert await _follower_fetch(client, 10) == ErrorCode.offset_out_of_range
             assert partition.followers[FOLLOWER].log_end_offset == -1
@@ -69,7 +44,7 @@ def test_a_fetch_past_the_leaders_end_does_not_count_as_the_followers_position(t
 
 def test_a_failed_fetch_does_not_bring_a_follower_back_into_the_isr(tmp_path):
     async def scenario():
-        async with leading(tmp_path, isr=frozenset({LEADER})) as (partition, client):
+        async with _leading(tmp_path, isr=frozenset({LEADER})) as (partition, client):
             assert await _follower_fetch(client, 10) == ErrorCode.offset_out_of_range
             assert partition.isr_to_expand() is None
             assert await _follower_fetch(client, 3) == ErrorCode.none
@@ -80,7 +55,7 @@ def test_a_failed_fetch_does_not_bring_a_follower_back_into_the_isr(tmp_path):
 
 def test_a_fetch_of_an_offline_log_is_a_storage_error_and_not_a_position(tmp_path):
     async def scenario():
-        async with leading(tmp_path, isr=frozenset({LEADER, FOLLOWER})) as (partition, client):
+        async with _leading(tmp_path, isr=frozenset({LEADER, FOLLOWER})) as (partition, client):
             partition.log.local.offline = OSError(5, "Input/output error")  # the disk failed under it
             assert await _follower_fetch(client, 3) == ErrorCode.kafka_storage_error
             assert partition.followers[FOLLOWER].log_end_offset == -1

@@ -7,52 +7,20 @@ offsets."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from kio.schema.errors import ErrorCode
 
-from tests.integration.raw import AsyncRawClient
-from tidemark.broker.config import BrokerConfig
-from tidemark.broker.server import Broker
-from tidemark.records import build_batch, decode_records, iter_batches
+from tests.broker.leading import LEADER, NOW, leading
+from tests.broker.leading import follower_fetch as follower_answer
+from tests.broker.leading import produce
+from tidemark.records import decode_records, iter_batches
 
-NOW = 1_700_000_000_000
-LEADER, FOLLOWERS = 1, (2, 3)
-PRODUCE, FETCH = 0, 1
-
-
-@contextlib.asynccontextmanager
-async def leading(tmp_path):
-    """Broker 1 leading t-0 at epoch 1 (replicas 1, 2, 3, all in the ISR), and a client."""
-    broker = Broker(BrokerConfig({"node.id": str(LEADER)}), tmp_path / "b1", port=0)
-    await broker.start()
-    client = None
-    try:
-        broker.replicas.create_topic("t", 1, {})
-        partition = broker.replicas.partition("t", 0)
-        partition.become_leader(1, (LEADER, *FOLLOWERS), frozenset({LEADER, *FOLLOWERS}), zk_version=0, now_ms=NOW)
-        client = await AsyncRawClient.connect(broker.port)
-        yield partition, client
-    finally:
-        if client is not None:
-            await client.close()
-        await broker.stop()
+FOLLOWERS = (2, 3)
+REPLICAS = (LEADER, *FOLLOWERS)
 
 
-async def produce(client: AsyncRawClient, value: bytes) -> None:
-    response = await client.request(PRODUCE, 9, {"transactional_id": None, "acks": 1, "timeout": 30_000,
-                                                 "topic_data": [{"name": "t", "partition_data": [
-                                                     {"index": 0, "records": build_batch([(None, value, (), NOW)])}]}]})
-    assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
-
-
-async def follower_fetch(client: AsyncRawClient, replica_id: int, fetch_offset: int, epoch: int = 1) -> bytes:
-    response = await client.request(FETCH, 12, {
-        "replica_id": replica_id, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "topics": [{"topic": "t", "partitions": [
-            {"partition": 0, "current_leader_epoch": epoch, "fetch_offset": fetch_offset, "log_start_offset": 0,
-             "partition_max_bytes": 1 << 20}]}], "forgotten_topics_data": [], "rack_id": ""})
-    answer = response.responses[0].partitions[0]
+async def follower_fetch(client, replica_id: int, fetch_offset: int, epoch: int = 1) -> bytes:
+    answer = await follower_answer(client, replica_id, fetch_offset, epoch)
     assert answer.error_code == ErrorCode.none
     return bytes(answer.records or b"")
 
@@ -63,7 +31,7 @@ def values(records: bytes) -> list[tuple[int, bytes]]:
 
 def test_a_write_between_the_followers_fetches_is_read_again(tmp_path):
     async def scenario():
-        async with leading(tmp_path) as (partition, client):
+        async with leading(tmp_path, REPLICAS, frozenset(REPLICAS)) as (partition, client):
             await produce(client, b"a")
             assert values(await follower_fetch(client, FOLLOWERS[0], 0)) == [(0, b"a")]
             await produce(client, b"b")
@@ -74,7 +42,7 @@ def test_a_write_between_the_followers_fetches_is_read_again(tmp_path):
 
 def test_records_rewritten_at_the_same_offsets_under_a_new_leadership_are_read_again(tmp_path):
     async def scenario():
-        async with leading(tmp_path) as (partition, client):
+        async with leading(tmp_path, REPLICAS, frozenset(REPLICAS)) as (partition, client):
             await produce(client, b"a")
             await produce(client, b"old")
             assert values(await follower_fetch(client, FOLLOWERS[0], 1)) == [(1, b"old")]
