@@ -22,6 +22,10 @@ Targets:
             be reached, the cluster comes from Producer({"test.mock.num.brokers": 1}) and topics
             are auto-created, and both targets then use the mock's auto-create partition count.
 
+--cpu also reads, around every phase, the CPU time (/proc) of the tidemark broker process and of
+this process's threads (the Python thread running the client loop, librdkafka's threads, the
+mock's), and prints them per wall second of the phase: which side, if any, was busy.
+
 --profile DIR also records the tidemark broker with py-spy during each of its phases (raw
 collapsed stacks, one file per case, phase and round) and prints the top functions; profiled runs
 are slower, so their throughput is not the number to quote.
@@ -357,6 +361,65 @@ class Reader:
 # ------------------------------------------------------------------------------------- profiling
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(stat_path: str) -> float:
+    """utime + stime of a process or thread, from its /proc stat line."""
+    fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _thread_group(name: str) -> str:
+    if name.startswith("rdk:mock"):
+        return "mock (rdk:mock)"
+    if name.startswith("rdk:"):
+        return "librdkafka client threads"
+    return "Python threads"
+
+
+class CpuMeter:
+    """CPU seconds per phase of the tidemark broker process and of this process's threads
+    (grouped as Python, librdkafka's client threads, the mock's), from /proc."""
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[str, str], Counter[str]] = {}
+
+    def _threads(self) -> dict[str, float]:
+        out = {}
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+                out[f"{tid} {name}"] = _cpu_seconds(f"/proc/self/task/{tid}/stat")
+        return out
+
+    @contextlib.contextmanager
+    def record(self, target: str, phase: str, broker_pid: int | None):
+        broker_before = _cpu_seconds(f"/proc/{broker_pid}/stat") if broker_pid else 0.0
+        threads_before = self._threads()
+        started = time.perf_counter()
+        yield
+        wall = time.perf_counter() - started
+        threads_after = self._threads()
+        total = self.totals.setdefault((target, phase), Counter())
+        total["wall"] += wall
+        if broker_pid:
+            total["tidemark broker process"] += _cpu_seconds(f"/proc/{broker_pid}/stat") - broker_before
+        for key, seconds in threads_after.items():
+            total[_thread_group(key.split(" ", 1)[1])] += seconds - threads_before.get(key, 0.0)
+
+    def table(self) -> Table:
+        groups = ["tidemark broker process", "Python threads", "librdkafka client threads", "mock (rdk:mock)"]
+        table = Table(title="CPU seconds per wall second of each phase (all rounds)", title_justify="left")
+        table.add_column("target, phase")
+        for group in groups:
+            table.add_column(group, justify="right")
+        for (target, phase), total in sorted(self.totals.items()):
+            table.add_row(f"{target}, {phase}", *(f"{total[group] / total['wall']:.2f}" if group in total else "-"
+                                                   for group in groups))
+        return table
+
+
 class Profiler:
     """py-spy recording a process (and, with subprocesses, its descendants) during one phase,
     raw collapsed stacks to a file per phase."""
@@ -488,6 +551,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_MESSAGES:,} messages per case")
     parser.add_argument("--timeout", type=float, default=60.0, help="bound on each produce or fetch phase (s)")
     parser.add_argument("--targets", default="tidemark,mock", help="comma-separated subset of tidemark,mock")
+    parser.add_argument("--cpu", action="store_true",
+                        help="print the broker's and this process's threads' CPU per wall second of each phase")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="record the tidemark broker with py-spy during each phase into DIR")
     args = parser.parse_args(argv)
@@ -500,20 +565,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run_case(target: TidemarkTarget | MockTarget, size: int, acks: int, rounds: list[int], partitions: int,
-             timeout: float, profiler: Profiler | None, on_round) -> tuple[Phase, Phase]:
+             timeout: float, profiler: Profiler | None, on_round,
+             cpu: CpuMeter | None = None) -> tuple[Phase, Phase]:
     produced, fetched = Phase(), Phase()
     label = f"{size}B-acks{_acks_label(acks)}"
     writer = Writer(target.bootstrap, acks, size)
     reader = Reader(target.bootstrap, size)
+    broker_pid = target.pid if isinstance(target, TidemarkTarget) else None
+
+    def metered(phase: str):
+        return cpu.record(target.name, f"{label}-{phase}", broker_pid) if cpu else contextlib.nullcontext()
+
     try:
         for index, count in enumerate(rounds):
             topic = f"bench-{label}-{uuid.uuid4().hex[:8]}"
             got = target.create_topic(topic, partitions, timeout)
             if got != partitions:
                 raise BenchError(f"{target.name}: {topic} has {got} partitions, wanted {partitions}")
-            with profiler.record(f"{label}-produce-r{index}") if profiler else contextlib.nullcontext():
+            with profiler.record(f"{label}-produce-r{index}") if profiler else contextlib.nullcontext(), \
+                    metered("produce"):
                 produced.add(count, count * size, writer.produce(topic, partitions, count, timeout))
-            with profiler.record(f"{label}-fetch-r{index}") if profiler else contextlib.nullcontext():
+            with profiler.record(f"{label}-fetch-r{index}") if profiler else contextlib.nullcontext(), \
+                    metered("fetch"):
                 fetched.add(count, count * size, reader.fetch(topic, partitions, count, timeout))
             on_round()
     finally:
@@ -551,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler = None
         if args.profile is not None and "tidemark" in targets:
             profiler = Profiler(args.profile, targets["tidemark"].pid)  # type: ignore[union-attr]
+        cpu = CpuMeter() if args.cpu else None
         for name, target in targets.items():
             console.print(f"{name}: {target.bootstrap}")
 
@@ -572,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
                         progress.update(overall, description=desc)
                         produced, fetched = run_case(
                             target, size, acks, plan[size], partitions, args.timeout,
-                            profiler if name == "tidemark" else None, lambda: progress.advance(overall))
+                            profiler if name == "tidemark" else None, lambda: progress.advance(overall), cpu)
                         result = results[(size, acks)]
                         result.produce[name] = _best(result.produce.get(name), produced)
                         result.fetch[name] = _best(result.fetch.get(name), fetched)
@@ -584,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     title = (f"produce/fetch, {partitions} partitions, {counts} per case, best of {args.repeat}, "
              f"{time.monotonic() - run_started:.0f} s total (MB = 10^6 bytes of values)")
     out.print(results_table(results, list(targets), title))
+    if cpu is not None:
+        out.print(cpu.table())
     if profiler is not None:
         for size, acks in cases:
             for phase_name in ("produce", "fetch"):

@@ -21,6 +21,7 @@ from tidemark.records import (
     RecordTooLargeError,
     RecordValidationError,
     iter_batches,
+    produce_records_valid,
     records_section,
     walk_records,
 )
@@ -79,6 +80,8 @@ def _validate_records(records: bytes, position: int, header: BatchHeader, config
     so the producer fails exactly those and may retry the rest."""
     compacted = config.compact_enabled
     header, buf, start, end = records_section(records, position)
+    if produce_records_valid(buf, start, end, header.records_count, compacted):
+        return  # the compiled walk passed every record; anything else the walk below decides
     index = 0
     record_errors: list[tuple[int, str]] = []
     try:

@@ -1,6 +1,7 @@
 /* Compiled versions of batch.py's per-record loops: the offsets partition load's scan
- * (collect_latest), the cleaner's two scans (map_key_offsets, latest_record_ranges) and the
- * records section of a coordinator's batch (key_value_section).
+ * (collect_latest), the cleaner's two scans (map_key_offsets, latest_record_ranges), the
+ * records section of a coordinator's batch (key_value_section) and the produce validator's
+ * walk over a client's records (produce_records_valid).
  *
  * batch.py's pure-Python functions are the reference. These take only what they read fast:
  * a `bytes` buffer, an exact dict, well-formed records. Anything else (a malformed or
@@ -619,6 +620,92 @@ key_value_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return batch;
 }
 
+/* produce_records_valid(buf, start, end, count, compacted) -> True, or None for the reference.
+ * The produce validator's walk (broker.validator._validate_records over batch.walk_records):
+ * True only when buf[start:end] is exactly `count` well-formed records, each filling exactly
+ * its declared length, with offset deltas 0..count-1, a key on every record if `compacted`,
+ * and header keys in ASCII (a key with other bytes may still be UTF-8: the reference decides).
+ * buf: any contiguous buffer (a Produce's records arrive as a view of the receive buffer).
+ * Nothing is written or allocated, so None for anything unusual costs only the reference's walk.
+ * Every read stays below the record's end: the reference reads on past it only to fail. */
+static int
+produce_walk(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t size, int64_t count, int compacted)
+{
+    for (int64_t index = 0; index < count; index++) {
+        int64_t length, skip, offset_delta, key_length, value_length, n_headers;
+        if (pos >= size)
+            return BAIL;
+        if (read_varint(buf, size, &pos, &length) || length <= 0 || length > size - pos)
+            return BAIL;
+        Py_ssize_t record_end = pos + (Py_ssize_t)length;
+        Py_ssize_t at = pos + 1; /* after the attributes byte: the timestamp delta */
+        if (read_varint(buf, record_end, &at, &skip) || read_varint(buf, record_end, &at, &offset_delta)
+                || offset_delta != index || read_varint(buf, record_end, &at, &key_length))
+            return BAIL;
+        if (key_length < 0 && compacted)
+            return BAIL;
+        if (key_length > 0) {
+            if (key_length >= record_end - at) /* the value's length would be past the end */
+                return BAIL;
+            at += (Py_ssize_t)key_length;
+        }
+        if (read_varint(buf, record_end, &at, &value_length))
+            return BAIL;
+        if (value_length > 0) {
+            if (value_length >= record_end - at) /* the headers count would be past the end */
+                return BAIL;
+            at += (Py_ssize_t)value_length;
+        }
+        if (read_varint(buf, record_end, &at, &n_headers) || n_headers < 0)
+            return BAIL;
+        for (int64_t h = 0; h < n_headers; h++) { /* each takes two bytes at least: bounded */
+            int64_t n, n_value;
+            if (read_varint(buf, record_end, &at, &n) || n < 0 || n >= record_end - at)
+                return BAIL;
+            for (Py_ssize_t k = at; k < at + (Py_ssize_t)n; k++)
+                if (buf[k] >= 0x80)
+                    return BAIL;
+            at += (Py_ssize_t)n;
+            if (read_varint(buf, record_end, &at, &n_value))
+                return BAIL;
+            if (n_value > 0) {
+                if (n_value > record_end - at)
+                    return BAIL;
+                at += (Py_ssize_t)n_value;
+            }
+        }
+        if (at != record_end)
+            return BAIL;
+        pos = record_end;
+    }
+    return pos == size ? 0 : BAIL;
+}
+
+static PyObject *
+produce_records_valid(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "produce_records_valid takes 5 arguments");
+        return NULL;
+    }
+    Py_ssize_t start, end;
+    int64_t count;
+    if (ssize_arg(args[1], &start) || ssize_arg(args[2], &end) || int64_arg(args[3], &count)
+            || !PyBool_Check(args[4]))
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* not a contiguous buffer: the reference reads it */
+        Py_RETURN_NONE;
+    }
+    int bail = start < 0 || end < start || end > view.len
+        || produce_walk((const unsigned char *)view.buf, start, end, count, args[4] == Py_True);
+    PyBuffer_Release(&view);
+    if (bail)
+        Py_RETURN_NONE;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"collect_latest", (PyCFunction)(void (*)(void))collect_latest, METH_FASTCALL,
      "collect_latest(buf, pos, count, base_offset, latest) -> keyed records, or None for the reference"},
@@ -636,6 +723,9 @@ static PyMethodDef methods[] = {
     {"key_value_batch", (PyCFunction)(void (*)(void))key_value_batch, METH_FASTCALL,
      "key_value_batch(pairs, timestamp, producer_id, producer_epoch, attributes, crc32c) -> "
      "an uncompressed batch of (key, value) records, or None"},
+    {"produce_records_valid", (PyCFunction)(void (*)(void))produce_records_valid, METH_FASTCALL,
+     "produce_records_valid(buf, start, end, count, compacted) -> True when the records pass the "
+     "produce validator's checks, or None for the reference"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -868,6 +868,18 @@ def _latest_record_ranges_compiled(buf, start: int, end: int, count: int, base_o
     return found
 
 
+def produce_records_valid_py(buf, start: int, end: int, count: int, compacted: bool) -> bool:
+    """Never decides: the produce validator's own walk over the records is the reference."""
+    return False
+
+
+def _produce_records_valid_compiled(buf, start: int, end: int, count: int, compacted: bool) -> bool:
+    """True when the compiled walk finds buf[start:end] to be exactly `count` records that pass
+    every per-record check of the produce validator (see _speedups.produce_records_valid);
+    False when it leaves them to the validator's walk, which then passes them or raises."""
+    return _speedups.produce_records_valid(buf, start, end, count, compacted) is True
+
+
 try:
     from . import _speedups
 except ImportError:  # not built (a source tree without `make install`): the reference alone
@@ -880,8 +892,10 @@ if COMPILED:
     collect_latest = _collect_latest_compiled
     map_key_offsets = _map_key_offsets_compiled
     latest_record_ranges = _latest_record_ranges_compiled
+    produce_records_valid = _produce_records_valid_compiled
 else:
     build_key_value_batch = build_key_value_batch_py
     collect_latest = collect_latest_py
     map_key_offsets = map_key_offsets_py
     latest_record_ranges = latest_record_ranges_py
+    produce_records_valid = produce_records_valid_py
