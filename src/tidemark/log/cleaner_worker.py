@@ -11,7 +11,7 @@ from are still in the log, the very objects with the sizes the job read: a log t
 deleted or cleaned meanwhile never gets stale segments back; the job is then aborted.
 
 The worker dies with the broker (PR_SET_PDEATHSIG), runs at a lower CPU priority (the event
-loop first where cores are scarce), throttles itself to log.cleaner.io.max.bytes.per.second
+loop first where cores are scarce) and at the lowest best-effort I/O priority, throttles itself to log.cleaner.io.max.bytes.per.second
 through a SharedThrottle every worker of the broker uses (one rate for all of them, as Kafka's
 cleaner threads share one Throttler), and stops between batches when the abort event is set.
 """
@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
+import platform
 import signal
 import time
 from collections.abc import Callable
@@ -51,6 +52,15 @@ _PR_SET_PDEATHSIG = 1
 # The worker's CPU priority below the broker's: where cores are scarce, the event loop (commits,
 # fetches) runs first and the cleaning takes what is left.
 WORKER_NICE = 10
+# Its I/O priority likewise: the lowest of the best-effort class (ioprio_set). bfq orders by the
+# level; mq-deadline (this machine's default) only by class, and the idle class is not used:
+# ext4's journal commit waits for the cleaner's ordered data, so idle-class writes would stall
+# the commits' fsyncs behind them.
+_IOPRIO_CLASS_SHIFT = 13
+IOPRIO_CLASS_BE = 2
+WORKER_IOPRIO = (IOPRIO_CLASS_BE << _IOPRIO_CLASS_SHIFT) | 7
+_IOPRIO_WHO_PROCESS = 1
+_IOPRIO_SYSCALLS = {"x86_64": (251, 252), "aarch64": (30, 31)}  # ioprio_set, ioprio_get
 
 _logger = structlog.get_logger("tidemark.log.cleaner_worker")
 
@@ -347,10 +357,27 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
+def ioprio(pid: int = 0) -> int | None:
+    """The I/O priority of process `pid` (0: this one), None where it cannot be read."""
+    numbers = _IOPRIO_SYSCALLS.get(platform.machine())
+    if numbers is None:
+        return None
+    value = ctypes.CDLL(None, use_errno=True).syscall(numbers[1], _IOPRIO_WHO_PROCESS, pid)
+    return None if value < 0 else value
+
+
+def _lower_io_priority() -> None:
+    numbers = _IOPRIO_SYSCALLS.get(platform.machine())
+    if numbers is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).syscall(numbers[0], _IOPRIO_WHO_PROCESS, 0, WORKER_IOPRIO)
+
+
 def _worker_main(conn, abort, throttle: SharedThrottle, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICE)
+    _lower_io_priority()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the broker's group: the broker stops us
     from tidemark.logging import configure
 
