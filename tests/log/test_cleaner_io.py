@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 
 import pytest
 
 from tidemark.log import UnifiedLog
 from tidemark.log import cleaner as cleaner_module
-from tidemark.log.cleaner import SYNC_FILE_RANGE_WAIT_AFTER, SYNC_FILE_RANGE_WRITE, Cleaner
-from tidemark.log.cleaner_worker import WORKER_IOPRIO, WORKER_NICE, CleanerWorker, ioprio, make_job
+from tidemark.log.cleaner import SYNC_FILE_RANGE_WAIT_AFTER, SYNC_FILE_RANGE_WRITE, Cleaner, Throttler
+from tidemark.log.cleaner_worker import (WORKER_IOPRIO, WORKER_NICE, CleanerWorker, ioprio, make_job, run_job,
+                                         swap_in)
 
 from .conftest import NOW
 from .test_cleaner import compact_config, latest, read_all, write
@@ -137,4 +139,45 @@ def test_the_worker_runs_at_a_lower_cpu_and_io_priority(tmp_path):
             assert ioprio(pid) == WORKER_IOPRIO
     finally:
         worker.stop()
+        log.close()
+
+
+def test_a_leftover_cleaned_segment_is_not_appended_to(tmp_path):
+    """A worker killed mid-group leaves "<base>.log.cleaned" behind: the next job starts that
+    group's cleaned segment from nothing, not after the leftover's bytes."""
+    log = _dirty_log(tmp_path / "t-0")
+    want = latest(read_all(log))
+    job, old = make_job(log, 0, int(time.time() * 1000), 1 << 20)
+    leftover = log.directory / (log.segments[0].log_path.name + ".cleaned")
+    leftover.write_bytes(b"\x00" * 100 + b"a torn batch of an earlier attempt")
+    by_base = {seg.base_offset: seg for seg in old}
+    swapped = []
+
+    def send(message):
+        if message[0] == "group":
+            swapped.append(swap_in(log, job, [by_base[b] for b in message[1]], message[2]))
+
+    run_job(job, send, threading.Event(), Throttler())
+    assert swapped and all(swapped)
+    assert latest(read_all(log)) == want
+    log.close()
+
+
+def test_a_crc_failure_below_first_dirty_still_stops_the_cleaning(tmp_path):
+    """The copy pass skips the CRCs only of segments the offset map read: a bad batch in the
+    clean head (below the first dirty offset, never mapped) is still never copied."""
+    from tidemark.records import CorruptRecordError
+
+    from .test_cleaner import _corrupt_value_byte, _files
+
+    log = _dirty_log(tmp_path / "t-0")
+    try:
+        _corrupt_value_byte(log)  # in the second segment
+        damaged = log.segments[1].log_path.name
+        first_dirty = log.segments[3].base_offset
+        before = _files(log.directory)
+        with pytest.raises(CorruptRecordError, match=damaged):
+            Cleaner().clean(log, first_dirty)
+        assert _files(log.directory)[damaged] == before[damaged]  # (the first segment's group was cleaned)
+    finally:
         log.close()

@@ -411,7 +411,10 @@ class Cleaner:
             for n, seg in enumerate(group):
                 retain_deletes = seg.last_modified_ms > horizon
                 last_modified = max(last_modified, seg.last_modified_ms)
-                batches = list(seg.scan(fd=fds[id(seg)], with_bytes=True))  # checked as above
+                # Checked as above; the CRCs of a segment the offset map read (every one past
+                # first_dirty: whole, through the same descriptor) were checked then.
+                batches = list(seg.scan(fd=fds[id(seg)], with_bytes=True,
+                                        crc_checked=seg.next_offset > survivors.first_dirty))
                 for b, (pos, h, data) in enumerate(batches):
                     if self.abort.is_set():
                         raise _Aborted

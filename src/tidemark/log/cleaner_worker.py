@@ -328,9 +328,14 @@ def run_job(job: CleaningJob, send: Callable[[tuple], None], abort, throttler: T
                 raise StaleJob(f"segment {spec.base_offset} is shorter than {spec.size} bytes")
         cleaner = _WorkerCleaner(throttler=throttler, max_map_entries=job.max_map_entries)
         cleaner.abort = abort
+        # Leftovers of an earlier attempt (a cleaned segment is opened to append): one listing
+        # for the job rather than an unlink per file of every group.
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(CLEANED_SUFFIX):
+                    os.unlink(entry.path)
 
         def new_cleaned(base_offset: int) -> LogSegment:
-            delete_cleaned(directory, base_offset)  # a leftover of an earlier attempt
             return LogSegment(directory, base_offset, index_interval_bytes=job.index_interval_bytes,
                               index_max_bytes=job.index_max_bytes, suffix=CLEANED_SUFFIX)
 
