@@ -509,6 +509,7 @@ def disk_only(args) -> int:
         for n in range(1, args.repeats):
             shutil.copytree(tmp / "copy-0", tmp / f"copy-{n}")
         os.sync()  # the copies on the disk before either window
+        time.sleep(2)  # and the disk's queue drained of them
         worker = CleanerWorker(math.inf)
         worker.start()
         samples: list[tuple[float, float]] = []
