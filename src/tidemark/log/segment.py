@@ -175,8 +175,9 @@ class LogSegment:
         concurrent close of the segment). A batch that is not whole and sane raises
         CorruptRecordError naming the file and position (TornTailError where the file ends
         inside one); so does one whose offsets do not grow (the walk would otherwise serve
-        them out of order). crc_checked (the cleaner's second walk of a file whose CRCs its first
-        walk checked, through the same descriptor) skips the CRCs, not the other checks."""
+        them out of order). crc_checked (the cleaner's second walk of a file its first walk
+        validated, through the same descriptor) skips each batch's CRC and record-count check,
+        not the header checks."""
         fd = self.fd if fd is None else fd
         validate = validate or with_bytes
         if validate:
