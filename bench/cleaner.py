@@ -3,12 +3,19 @@ after cleaning, and commit latency while the broker's cleaner runs.
 
     python -m bench.cleaner [--records N] [--keys K] [--seconds S] [--quick]
     python -m bench.cleaner --cpu-only [--records N] [--repeats R]
+    python -m bench.cleaner --disk-only [--records N] [--repeats R] [--seconds S] [--paced-rate R]
 
 --cpu-only runs no broker: it writes the dirty partition in a temporary directory and, R times,
 times loading's scan of it (LogPartitionWriter.read_latest) and the worker's cleaning of it
 (cleaner_worker.run_job, in this process at this process's priority), both in CPU seconds, and
 prints records per CPU-second of each and their ratio (the issue's "cleaning rate vs loading
 rate" without the machine's load or the worker's nice level in it).
+
+--disk-only runs no broker either: a thread writes and fsyncs a small file at --paced-rate on a
+fixed schedule (a commit's disk work) for --seconds, then while a cleaner worker process cleans R
+copies of the dirty partition one after another (the swaps done in this process as the broker
+does them); the fsyncs' p50/p99 from their slots in both windows and the ratio: the cleaner's
+effect on the commits' disk without the broker's CPU in it.
 
 Steps, all in one run (tidemark brokers as child processes, temporary data dirs,
 offsets.topic.segment.bytes=--segment-bytes so the partition spans several segments):
@@ -41,6 +48,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -471,6 +479,77 @@ def cpu_only(args) -> int:
     return 0
 
 
+def _paced_fsyncs(path: Path, rate: float, stop: threading.Event, out_: list[tuple[float, float]]) -> None:
+    """A commit's disk work without the broker: at `rate` per second, on a fixed schedule, write
+    a small record and fsync the file; (slot time, latency from the slot) of each."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        interval = 1 / rate
+        slot = time.monotonic()
+        while not stop.is_set():
+            now = time.monotonic()
+            if now < slot:
+                time.sleep(slot - now)
+            os.write(fd, b"x" * 120)
+            os.fsync(fd)
+            out_.append((slot, time.monotonic() - slot))
+            slot += interval
+    finally:
+        os.close(fd)
+
+
+def disk_only(args) -> int:
+    """No broker: the fsync latency of a paced fsync loop on the same disk, idle and while a
+    cleaner worker process (its own priorities) cleans copies of a dirty partition one after
+    another, the swaps done here as the broker does them; p50/p99 and the ratio."""
+    group = "bench-cleaner-load"
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-cleaner-disk-") as tmp_name:
+        tmp = Path(tmp_name)
+        write_dirty(tmp / "copy-0", group, args.records, args.keys, args.segment_bytes, int(time.time() * 1000))
+        for n in range(1, args.repeats):
+            shutil.copytree(tmp / "copy-0", tmp / f"copy-{n}")
+        os.sync()  # the copies on the disk before either window
+        time.sleep(2)  # and the disk's queue drained of them
+        worker = CleanerWorker(math.inf)
+        worker.start()
+        samples: list[tuple[float, float]] = []
+        stop = threading.Event()
+        pacer = threading.Thread(target=_paced_fsyncs, args=(tmp / "journal", args.paced_rate, stop, samples))
+        pacer.start()
+        try:
+            time.sleep(args.seconds)
+            idle_end = time.monotonic()
+            cleaned, busy_start = 0, time.monotonic()
+            for n in range(args.repeats):
+                log = offsets_log(tmp / f"copy-{n}", group, args.segment_bytes)
+                try:
+                    job, segments = make_job(log, 0, int(time.time() * 1000), DEFAULT_MAX_MAP_ENTRIES)
+                    by_base = {seg.base_offset: seg for seg in segments}
+                    _end, stats = worker.run(job, lambda bases, base: swap_in(
+                        log, job, [by_base[b] for b in bases], base))
+                    cleaned += stats.records_read
+                finally:
+                    log.close()
+            busy_end = time.monotonic()
+        finally:
+            stop.set()
+            pacer.join()
+            worker.stop()
+    idle = sorted(lat for slot, lat in samples if slot < idle_end)
+    busy = sorted(lat for slot, lat in samples if busy_start <= slot < busy_end)
+    if len(busy) < 50:
+        raise BenchError(f"the cleaning took {busy_end - busy_start:.2f} s: too short, raise --repeats or --records")
+
+    def pct(xs: list[float], q: float) -> float:
+        return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
+
+    out.print(f"paced fsyncs at {args.paced_rate:g}/s: idle p50 {pct(idle, 0.5):.2f} ms, p99 {pct(idle, 0.99):.2f} ms "
+              f"({len(idle)}); while the worker cleaned {cleaned:,} records in {busy_end - busy_start:.2f} s: "
+              f"p50 {pct(busy, 0.5):.2f} ms, p99 {pct(busy, 0.99):.2f} ms ({len(busy)}); "
+              f"p99 cleaning / idle {pct(busy, 0.99) / pct(idle, 0.99):.2f}x")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------ main
 
 
@@ -488,7 +567,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-commits", action="store_true", help="skip (5)")
     parser.add_argument("--cpu-only", action="store_true",
                         help="no broker: loading's scan against the worker's cleaning, in CPU seconds")
-    parser.add_argument("--repeats", type=int, default=3, help="--cpu-only: runs (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="--cpu-only: runs; --disk-only: copies cleaned (default 3)")
+    parser.add_argument("--disk-only", action="store_true",
+                        help="no broker: a paced fsync loop's latency, idle and while a worker cleans")
     parser.add_argument("--quick", action="store_true", help="smoke run: 100,000 records, 1 MiB segments, 2 s windows")
     args = parser.parse_args(argv)
     if args.quick:
@@ -506,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.cpu_only:
         return cpu_only(args)
+    if args.disk_only:
+        return disk_only(args)
     run_started = time.monotonic()
     group = "bench-cleaner-load"
     base = settings(args.segment_bytes)

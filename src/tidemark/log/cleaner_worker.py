@@ -11,9 +11,10 @@ from are still in the log, the very objects with the sizes the job read: a log t
 deleted or cleaned meanwhile never gets stale segments back; the job is then aborted.
 
 The worker dies with the broker (PR_SET_PDEATHSIG), runs at a lower CPU priority (the event
-loop first where cores are scarce), throttles itself to log.cleaner.io.max.bytes.per.second
-through a SharedThrottle every worker of the broker uses (one rate for all of them, as Kafka's
-cleaner threads share one Throttler), and stops between batches when the abort event is set.
+loop first where cores are scarce) and the lowest best-effort I/O priority, throttles itself to
+log.cleaner.io.max.bytes.per.second through a SharedThrottle every worker of the broker uses
+(one rate for all of them, as Kafka's cleaner threads share one Throttler), and stops between
+batches when the abort event is set.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
+import platform
 import signal
 import time
 from collections.abc import Callable
@@ -51,6 +53,15 @@ _PR_SET_PDEATHSIG = 1
 # The worker's CPU priority below the broker's: where cores are scarce, the event loop (commits,
 # fetches) runs first and the cleaning takes what is left.
 WORKER_NICE = 10
+# Its I/O priority likewise: the lowest of the best-effort class (ioprio_set). bfq orders by the
+# level; mq-deadline (this machine's default) only by class, and the idle class is not used:
+# ext4's journal commit waits for the cleaner's ordered data, so idle-class writes would stall
+# the commits' fsyncs behind them.
+_IOPRIO_CLASS_SHIFT = 13
+IOPRIO_CLASS_BE = 2
+WORKER_IOPRIO = (IOPRIO_CLASS_BE << _IOPRIO_CLASS_SHIFT) | 7
+_IOPRIO_WHO_PROCESS = 1
+_IOPRIO_SYSCALLS = {"x86_64": (251, 252), "aarch64": (30, 31)}  # ioprio_set, ioprio_get
 
 _logger = structlog.get_logger("tidemark.log.cleaner_worker")
 
@@ -318,9 +329,14 @@ def run_job(job: CleaningJob, send: Callable[[tuple], None], abort, throttler: T
                 raise StaleJob(f"segment {spec.base_offset} is shorter than {spec.size} bytes")
         cleaner = _WorkerCleaner(throttler=throttler, max_map_entries=job.max_map_entries)
         cleaner.abort = abort
+        # Leftovers of an earlier attempt (a cleaned segment is opened to append): one listing
+        # for the job rather than an unlink per file of every group.
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(CLEANED_SUFFIX):
+                    os.unlink(entry.path)
 
         def new_cleaned(base_offset: int) -> LogSegment:
-            delete_cleaned(directory, base_offset)  # a leftover of an earlier attempt
             return LogSegment(directory, base_offset, index_interval_bytes=job.index_interval_bytes,
                               index_max_bytes=job.index_max_bytes, suffix=CLEANED_SUFFIX)
 
@@ -347,10 +363,27 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
+def ioprio(pid: int = 0) -> int | None:
+    """The I/O priority of process `pid` (0: this one), None where it cannot be read."""
+    numbers = _IOPRIO_SYSCALLS.get(platform.machine())
+    if numbers is None:
+        return None
+    value = ctypes.CDLL(None, use_errno=True).syscall(numbers[1], _IOPRIO_WHO_PROCESS, pid)
+    return None if value < 0 else value
+
+
+def _lower_io_priority() -> None:
+    numbers = _IOPRIO_SYSCALLS.get(platform.machine())
+    if numbers is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).syscall(numbers[0], _IOPRIO_WHO_PROCESS, 0, WORKER_IOPRIO)
+
+
 def _worker_main(conn, abort, throttle: SharedThrottle, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICE)
+    _lower_io_priority()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the broker's group: the broker stops us
     from tidemark.logging import configure
 

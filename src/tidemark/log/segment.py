@@ -166,7 +166,7 @@ class LogSegment:
         self.next_offset = last + 1
 
     def scan(self, position: int = 0, *, validate: bool = False, read_ahead: int = _READ_AHEAD,
-             fd: int | None = None, with_bytes: bool = False) -> Iterator[tuple]:
+             fd: int | None = None, with_bytes: bool = False, crc_checked: bool = False) -> Iterator[tuple]:
         """The one walk over this segment file's batches: (position, header) of each batch
         from position to the end. Only headers are read (read_ahead bytes at a time) unless
         validate, which reads each whole batch (_SCAN_CHUNK bytes at a time) to check its CRC.
@@ -175,7 +175,9 @@ class LogSegment:
         concurrent close of the segment). A batch that is not whole and sane raises
         CorruptRecordError naming the file and position (TornTailError where the file ends
         inside one); so does one whose offsets do not grow (the walk would otherwise serve
-        them out of order)."""
+        them out of order). crc_checked (the cleaner's second walk of a file its first walk
+        validated, through the same descriptor) skips each batch's CRC and record-count check,
+        not the header checks."""
         fd = self.fd if fd is None else fd
         validate = validate or with_bytes
         if validate:
@@ -201,10 +203,11 @@ class LogSegment:
             if validate:
                 if rel + h.size > len(chunk):
                     chunk_start, chunk, rel = pos, pread_exact(fd, min(max(read_ahead, h.size), end - pos), pos), 0
-                try:
-                    validate_batch(chunk, rel, rel + h.size, origin=chunk_start)
-                except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"{self.log_path.name}: {exc}") from None
+                if not crc_checked:
+                    try:
+                        validate_batch(chunk, rel, rel + h.size, origin=chunk_start)
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(f"{self.log_path.name}: {exc}") from None
                 if with_bytes:
                     yield pos, h, chunk[rel : rel + h.size]
                     next_offset = h.next_offset
