@@ -1,5 +1,5 @@
 """What an append checks depends on its origin (Kafka's AppendOrigin): a client's batches are
-checked whole, CRC included; the batches the coordinator builds in this process skip the CRC
+checked whole, CRC included, once (by the produce validator where it ran); the batches the coordinator builds in this process skip the CRC
 check but are written byte for byte as a checked append writes them."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tidemark.broker.errors import error_code_for
-from tidemark.log import AppendOrigin, LogConfig, UnifiedLog
+from tidemark.broker.validator import validate_produce
+from tidemark.log import AppendOrigin, LogConfig, UnifiedLog, unified_log
 from kio.schema.errors import ErrorCode
 from tidemark.records import CorruptRecordError, build_key_value_batch
 
@@ -65,3 +66,28 @@ def test_coordinator_bytes_that_are_not_whole_batches_are_refused(tmp_path, reco
         log.append(records(_batch(2)), now_ms=NOW, origin=AppendOrigin.COORDINATOR)
     assert log.log_end_offset == 0
     assert _file_bytes(log) == b""
+
+
+def test_a_produce_batch_the_validator_checked_is_written_as_a_checked_append_writes(tmp_path, monkeypatch):
+    batch = _batch(5, producer_id=7, producer_epoch=0)
+    header = validate_produce(batch, LogConfig(), topic="t", partition=0, internal=False)
+    walked, once = _log(tmp_path / "a-0"), _log(tmp_path / "b-0")
+    expected = walked.append(batch, now_ms=NOW)
+    # The validator's check is the only one: the append does not walk or checksum the batch again.
+    monkeypatch.setattr(unified_log, "iter_batches", _no_second_walk)
+    assert once.append(bytearray(batch), now_ms=NOW, checked=header) == expected
+    assert _file_bytes(once) == _file_bytes(walked)
+
+
+def test_a_checked_header_that_is_not_the_whole_append_leaves_it_to_the_full_check(tmp_path):
+    log = _log(tmp_path / "t-0")
+    header = validate_produce(_batch(2), LogConfig(), topic="t", partition=0, internal=False)
+    corrupt = bytearray(_batch(2)) + _batch(1)  # another batch behind the one checked
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        log.append(bytes(corrupt), now_ms=NOW, checked=header)
+    assert log.log_end_offset == 0
+
+
+def _no_second_walk(*args, **kwargs):
+    raise AssertionError("the batch was walked again")

@@ -237,7 +237,8 @@ class UnifiedLog:
     # -- append -----------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int,
-               producer_id_end: int | None = None, origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+               producer_id_end: int | None = None, origin: AppendOrigin = AppendOrigin.CLIENT,
+               checked: BatchHeader | None = None) -> AppendInfo:
         """Assign offsets to and write the batches of one append (a produce request, validated
         before by broker/validator.py, or the coordinator's records).
 
@@ -251,7 +252,10 @@ class UnifiedLog:
 
         origin COORDINATOR (batches this broker just built) skips the CRC check: the batches
         are only walked, and must fill the buffer exactly. Everything else is checked as for
-        a client.
+        a client. `checked` is the header of the one batch the produce validator has just
+        checked whole, CRC included, in these very bytes (broker/validator.validate_produce,
+        whose checks are Kafka's LogValidator's): a client's batch is then checked once, not
+        walked and checksummed again here.
         """
         self._check_online()
         buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
@@ -265,6 +269,8 @@ class UnifiedLog:
                     if not buf:
                         return AppendInfo(-1, -1, -1, -1)
                     raise CorruptRecordError(f"the coordinator's {len(buf)} bytes are not whole batches")
+        elif checked is not None and checked.size == len(buf):
+            batches = [(0, checked)]
         else:
             batches = list(iter_batches(buf))  # raises CorruptRecordError / UnsupportedMagicError
             if not batches:

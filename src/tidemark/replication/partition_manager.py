@@ -28,6 +28,7 @@ from tidemark.cluster.embedded import EmbeddedMetadata, TopicMetadata
 from tidemark.log.config import CleanerConfig, LogConfig
 from tidemark.log.unified_log import AppendInfo, AppendOrigin, UnifiedLog
 from tidemark.log.manager import LogManager
+from tidemark.records import BatchHeader
 
 log = structlog.get_logger("tidemark.partition_manager")
 
@@ -200,12 +201,14 @@ class PartitionManager:
         self._deleted_listeners.append(listener)
 
     def append(self, partition: Partition, records: bytes, timestamp_ms: int | None = None, *,
-               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+               origin: AppendOrigin = AppendOrigin.CLIENT, checked: BatchHeader | None = None) -> AppendInfo:
         """Append to a partition's log and schedule its flush (`schedule_flush`); `origin`
-        COORDINATOR for batches this broker built (see UnifiedLog.append)."""
+        COORDINATOR for batches this broker built, `checked` the header the produce validator
+        checked (see UnifiedLog.append)."""
         info = partition.log.append(records, leader_epoch=partition.leader_epoch,
                                     now_ms=now_ms() if timestamp_ms is None else timestamp_ms,
-                                    producer_id_end=self.metadata.producer_id_end, origin=origin)
+                                    producer_id_end=self.metadata.producer_id_end, origin=origin,
+                                    checked=checked)
         if not info.duplicate:
             self.schedule_flush(partition)
             partition.appended()

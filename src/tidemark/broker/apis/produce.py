@@ -63,9 +63,9 @@ async def handle(ctx: RequestContext, request: Request) -> dict[str, Any] | None
             try:
                 if ctx.api_version < 3:  # message formats v0/v1, converted on the way in as Kafka 3.x does
                     records = upconvert_produce(records, topic=topic.name, internal=topic.internal)
-                validate_produce(records, partition.log.config, topic=topic.name, partition=data.index,
-                                 internal=topic.internal)
-                info = replicas.append(partition, records, now_ms)
+                header = validate_produce(records, partition.log.config, topic=topic.name,
+                                          partition=data.index, internal=topic.internal)
+                info = replicas.append(partition, records, now_ms, checked=header)
             except Exception as exc:  # noqa: BLE001 - every failure becomes that partition's error code
                 response["error_code"] = error_code_for(exc)
                 response["error_message"] = str(exc) or None
