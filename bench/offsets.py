@@ -283,6 +283,24 @@ class ClientResults:
     fetch_many: Latencies | None = None  # (d)
 
 
+def broker_cpu_seconds(target) -> float | None:
+    """The tidemark broker process's CPU seconds so far (user + system), or None (the mock runs
+    in this process). CPU per commit holds on a shared machine where wall-clock times do not."""
+    broker = getattr(target, "broker", None)
+    process = getattr(broker, "process", None)
+    if process is None:
+        return None
+    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_note(before: float | None, target, operations: int) -> str:
+    after = broker_cpu_seconds(target)
+    if before is None or after is None or not operations:
+        return ""
+    return f", broker CPU {(after - before) * 1e6 / operations:,.0f} us/commit"
+
+
 def run_client_cases(target, args, profiler: Profiler | None) -> ClientResults:
     results = ClientResults()
     tag = uuid.uuid4().hex[:8]
@@ -300,21 +318,25 @@ def run_client_cases(target, args, profiler: Profiler | None) -> ClientResults:
 
     # (a) many clients, one partition each
     many_topic, many_group = topic("many", args.clients), f"bench-many-{tag}"
+    cpu = broker_cpu_seconds(target)
     with maybe_profile("commit-many"):
         results.many, last = run_clients(target.bootstrap, many_topic, many_group,
                                          [[p] for p in range(args.clients)], seconds)
     check_committed(target.bootstrap, many_topic, many_group, last)
     console.print(f"  {target.name:8} (a) {args.clients} clients: {results.many.ops_per_s:,.0f} commits/s, "
-                  f"p50 {results.many.p(0.5):.2f} ms, p99 {results.many.p(0.99):.2f} ms")
+                  f"p50 {results.many.p(0.5):.2f} ms, p99 {results.many.p(0.99):.2f} ms"
+                  f"{cpu_note(cpu, target, results.many.operations)}")
 
     # (b) one client, many partitions per commit
     batch_topic, batch_group = topic("batch", args.batch_partitions), f"bench-batch-{tag}"
+    cpu = broker_cpu_seconds(target)
     with maybe_profile("commit-batched"):
         results.batched, last = run_clients(target.bootstrap, batch_topic, batch_group,
                                             [list(range(args.batch_partitions))], seconds)
     check_committed(target.bootstrap, batch_topic, batch_group, last)
     console.print(f"  {target.name:8} (b) {args.batch_partitions} partitions/commit: "
-                  f"{results.batched.items_per_s:,.0f} partition offsets/s ({results.batched.ops_per_s:,.0f} commits/s)")
+                  f"{results.batched.items_per_s:,.0f} partition offsets/s ({results.batched.ops_per_s:,.0f} commits/s)"
+                  f"{cpu_note(cpu, target, results.batched.operations)}")
 
     # (b) again with several such clients at once: group commit shares each fsync between them
     wide_topic = topic("batch-wide", args.batch_partitions * args.batch_clients)
@@ -328,11 +350,13 @@ def run_client_cases(target, args, profiler: Profiler | None) -> ClientResults:
 
     # (c) paced single-partition commits
     paced_topic, paced_group = topic("paced", args.paced_clients), f"bench-paced-{tag}"
+    cpu = broker_cpu_seconds(target)
     with maybe_profile("commit-paced"):
         results.paced, _ = run_clients(target.bootstrap, paced_topic, paced_group,
                                        [[p] for p in range(args.paced_clients)], seconds, paced_rate=args.paced_rate)
     console.print(f"  {target.name:8} (c) paced {args.paced_rate:,.0f}/s: achieved {results.paced.ops_per_s:,.0f}/s, "
-                  f"p50 {results.paced.p(0.5):.2f} ms, p99 {results.paced.p(0.99):.2f} ms")
+                  f"p50 {results.paced.p(0.5):.2f} ms, p99 {results.paced.p(0.99):.2f} ms"
+                  f"{cpu_note(cpu, target, results.paced.operations)}")
 
     # (d) OffsetFetch of 1 and of all partitions of (b)'s group
     results.fetch_one = run_fetches(target.bootstrap, batch_topic, batch_group, [0], seconds / 2)
