@@ -6,10 +6,8 @@ on what real clients send."""
 
 from __future__ import annotations
 
-import struct
 
 import pytest
-from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,10 +19,10 @@ from tidemark.records import (
     InvalidRecordError,
     RecordValidationError,
     build_batch,
-    compress,
     records_section,
 )
 from tidemark.records.batch import _produce_records_valid_compiled, produce_records_valid_py
+from tests.broker.test_validator import raw_batch
 from tests.records.test_speedups import _zigzag_bytes, raw_records
 
 # Not built fails here (an ImportError), not skipped: this compares the compiled walk.
@@ -32,17 +30,6 @@ from tidemark.records import _speedups  # isort: skip
 
 PLAIN = LogConfig()
 COMPACTED = LogConfig(cleanup_policy="compact,delete")
-
-
-def _batch(section: bytes, count: int, last_offset_delta: int, codec: int = 0) -> bytes:
-    """A v2 batch around any records section, with a correct CRC, so the walk is reached."""
-    batch = bytearray(build_batch([(b"k", b"v", (), 1000)]))[:61] + compress(codec, section)
-    struct.pack_into(">i", batch, 8, len(batch) - 12)
-    struct.pack_into(">h", batch, 21, codec)
-    struct.pack_into(">i", batch, 23, last_offset_delta)
-    struct.pack_into(">i", batch, 57, count)
-    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
-    return bytes(batch)
 
 
 def _record(offset_delta: int, key: bytes | None, value: bytes | None, headers, ts_delta: int = 0) -> bytes:
@@ -115,7 +102,7 @@ def produced(draw):
     bytes, or a view into the middle of a larger receive buffer (as the broker hands them on)."""
     section, count = draw(sections())
     codec = draw(st.sampled_from([CompressionType.NONE, CompressionType.NONE, CompressionType.GZIP]))
-    batch = _batch(section, count, count - 1, codec)
+    batch = raw_batch(section, count, count - 1, codec)
     if draw(st.booleans()):
         batch = memoryview(bytearray(b"\x00" * 5 + batch + b"\x07" * 3))[5:5 + len(batch)]
     return batch
@@ -144,7 +131,7 @@ def test_the_compiled_walk_passes_only_what_the_reference_passes(section, compac
     found = _speedups.produce_records_valid(buf, len(before), len(before) + len(section), count, compacted)
     assert found is None or found is True
     if found:
-        batch = _batch(section, count, count - 1)
+        batch = raw_batch(section, count, count - 1)
         assert _outcome(batch, COMPACTED if compacted else PLAIN)[0] == "returned"
         with pytest.MonkeyPatch.context() as m:
             m.setattr(validator, "produce_records_valid", produce_records_valid_py)
@@ -203,7 +190,7 @@ def test_each_walk_error_is_the_references(monkeypatch, case):
     parts, count, config, error, message = CASES[case]
     section = b"".join(parts)
     assert _speedups.produce_records_valid(section, 0, len(section), count, config.compact_enabled) is None
-    compiled, reference = _both(monkeypatch, _batch(section, count, count - 1), config)
+    compiled, reference = _both(monkeypatch, raw_batch(section, count, count - 1), config)
     assert compiled == reference
     assert compiled[:2] == ("raised", error)
     if message is not None:
@@ -215,7 +202,7 @@ def test_each_walk_error_is_the_references(monkeypatch, case):
 def test_a_header_key_in_utf8_but_not_ascii_passes_through_the_reference(monkeypatch):
     section = _record(0, b"k", b"v", [("caf\u00e9".encode(), b"x")])
     assert _speedups.produce_records_valid(section, 0, len(section), 1, False) is None
-    compiled, reference = _both(monkeypatch, _batch(section, 1, 0), PLAIN)
+    compiled, reference = _both(monkeypatch, raw_batch(section, 1, 0), PLAIN)
     assert compiled == reference and compiled[0] == "returned"
 
 
