@@ -6,7 +6,6 @@ on what real clients send."""
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
