@@ -1,12 +1,14 @@
 """The offset manager on a cluster: commit cost on RF=3 against one broker, and coordinator failover.
 
-    python -m bench.coordinator [--seconds 5] [--repeats 3] [--records 1000000]
+    python -m bench.coordinator [--seconds 5] [--repeats 3] [--records 1000000] [--cluster-set KEY=VALUE ...]
 
 Cases, side by side in one run (same confluent-kafka client, all on 127.0.0.1):
   (a) commits on three brokers on ZooKeeper (offsets topic RF=3, min.insync.replicas=2) and on
       one embedded broker: single-partition synchronous commits paced at --paced-rate commits/s
       over 10 clients (latency from each commit's slot, bench.offsets' schedule), and one client
       committing --batch-partitions partitions per commit flat out; medians of --repeats.
+      --cluster-set sets a broker setting on the three brokers of (a) only (e.g.
+      offsets.standby.replay.enable=false, to see what the followers' standby replay costs).
   (b) failover: one offsets partition is filled with --records offset commit records (raw
       OffsetCommit requests of 1,000 partitions each, 1,000 keys; the log cleaner is off so the
       partition keeps them all), then its leader is SIGKILLed; time from the kill to the next
@@ -261,7 +263,10 @@ def main() -> None:
     parser.add_argument("--batch-partitions", type=int, default=100)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--skip", choices=["commits", "failover"], action="append", default=[])
+    parser.add_argument("--cluster-set", metavar="KEY=VALUE", action="append", default=[],
+                        help="a broker setting for the three brokers of the commit cases")
     args = parser.parse_args()
+    cluster_settings = dict(setting.split("=", 1) for setting in args.cluster_set)
     if not zookeeper_available():
         raise SystemExit("ZooKeeper is not installed (make system-deps)")
     modes: list[bool | None] = [True, False] if STANDBY in BROKER_SETTINGS else [None]
@@ -270,7 +275,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         if "commits" not in args.skip:
-            cluster = Cluster(tmp / "commits", {})
+            cluster = Cluster(tmp / "commits", cluster_settings)
             single = BrokerProcess(tmp / "single", COMMON).start()
             try:
                 for repeat in range(args.repeats):
@@ -290,7 +295,8 @@ def main() -> None:
                 failovers[label] = failover(tmp / f"failover-{standby}", args.records, standby)
 
     if figures:
-        table = Table(title=f"commits, median of {args.repeats} x {args.seconds:g} s")
+        set_on = "".join(f", {key}={value}" for key, value in cluster_settings.items())
+        table = Table(title=f"commits, median of {args.repeats} x {args.seconds:g} s{set_on}")
         columns = ["paced/s", "paced p50", "paced p99", "batched offsets/s", "batched p99"]
         for column in ["case", *[c + (" ms" if "p5" in c or "p9" in c else "") for c in columns]]:
             table.add_column(column)
