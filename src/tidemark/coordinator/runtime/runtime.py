@@ -101,7 +101,9 @@ class CoordinatorShard(Protocol):
     latest view takes a record when it is appended, the committed view when it is committed,
     and the latest is rebuilt when appended records fail), its timers, and hooks when it starts
     serving and when it is unloaded. A shard whose handlers return `CommitRecords` also replays
-    such a write whole: `replay_appended_commits` and `replay_commits` (first offset, records)."""
+    such a write whole: `replay_appended_commits` and `replay_commits` (first offset, records);
+    one with `replay_chunk` (records read back from the log, now) replays a chunk whole, as
+    `replay` of each record in turn would."""
 
     def replay_appended(self, log_offset: int, record: OffsetsRecord, *, now_ms: int) -> Result: ...
 
@@ -634,8 +636,12 @@ class ShardRuntime(Generic[S]):
             chunk, after = writer.read(self._replayed_to, upper)
             if after <= self._replayed_to:
                 break  # nothing readable below the high watermark
-            for offset, key, value in chunk:
-                replayed.merge(shard.replay(offset, key, value, now_ms=now))
+            replay_chunk = getattr(shard, "replay_chunk", None)  # a whole chunk's replay, if the shard has one
+            if replay_chunk is not None:
+                replayed.merge(replay_chunk(chunk, now_ms=now))
+            else:
+                for offset, key, value in chunk:
+                    replayed.merge(shard.replay(offset, key, value, now_ms=now))
             self._replayed_to = after
         self.runtime.release(replayed)
         if self._serving is not None and not self._serving.done() and self._replayed_to >= self._serve_from:
