@@ -717,13 +717,12 @@ class GroupCoordinatorShard:
         store = self.offsets
         offsets, pending = store._offsets, store._pending
         replay, pack_value_bytes, pack_empty = self.replay, pack_v3_value, _PACKED.pack
-        unpack_empty, unpack_log_offset = _V3_EMPTY.unpack, LOG_OFFSET.unpack_from
-        from_bytes = int.from_bytes
+        unpack_empty, unpack_log_offset, unpack_partition = _V3_EMPTY.unpack, LOG_OFFSET.unpack_from, _PARTITION.unpack_from
         # The run being replayed: its key prefix (all but the partition), group, topic, the
         # topic's partitions in the committed view (None until a commit needs them made) and
         # whether the group is known to exist. Reset by anything that may change them.
         prefix, group_id, topic, partitions, group_checked = None, "", "", None, False
-        replayed_to = groups.committed_to
+        last = -1  # the last record replayed here (a chunk's offsets ascend): committed_to follows it
         for log_offset, key, value in chunk:
             if type(key) is bytes and (size := len(key)) >= 10:
                 if prefix is None or key[:-4] != prefix:
@@ -743,10 +742,9 @@ class GroupCoordinatorShard:
                                     topics = offsets.get(group_id)
                                     partitions = topics.get(topic) if topics else None
                 if prefix is not None:
-                    partition = from_bytes(key[-4:], "big", signed=True)
+                    partition = unpack_partition(key, size - 4)[0]
                     if value is None:  # a tombstone
-                        if log_offset >= replayed_to:
-                            replayed_to = log_offset + 1
+                        last = log_offset
                         if partitions is not None:
                             current = partitions.get(partition)
                             if current is not None and unpack_log_offset(current)[0] < log_offset:
@@ -755,14 +753,12 @@ class GroupCoordinatorShard:
                         if txn_offsets.committed:
                             txn_offsets.drop_partition(group_id, (topic, partition))
                         continue
-                    if (len(value) == 24 and value[0] == 0 and value[1] == 3
-                            and (fields := unpack_empty(value))[3] == 0):
+                    if len(value) == 24 and (fields := unpack_empty(value))[0] == 3 and fields[3] == 0:
                         packed = pack_empty(log_offset, fields[1], fields[2], fields[4], -1)
                     else:
                         packed = pack_value_bytes(value, log_offset)
                     if packed is not None:
-                        if log_offset >= replayed_to:
-                            replayed_to = log_offset + 1
+                        last = log_offset
                         if partitions is None:
                             topics = offsets.get(group_id)
                             if topics is None:
@@ -779,15 +775,14 @@ class GroupCoordinatorShard:
                             group_checked = True
                         continue
             # Anything else: as one record, in its place (it may change what the run holds).
-            if replayed_to > groups.committed_to:
-                groups.committed_to = replayed_to
+            if last >= groups.committed_to:
+                groups.committed_to = last + 1
             done = replay(log_offset, key, value, now_ms=now_ms)
             if done.responses or done.records or done.on_failure is not None:
                 result.merge(done)
-            replayed_to = groups.committed_to
             prefix = None
-        if replayed_to > groups.committed_to:
-            groups.committed_to = replayed_to
+        if last >= groups.committed_to:
+            groups.committed_to = last + 1
         return result
 
     def unloaded(self, now_ms: int) -> Result:
