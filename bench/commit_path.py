@@ -21,7 +21,9 @@ pending offsets into the committed view.
 --standby: a follower's standby replay of --commits such OffsetCommit writes, each read back
 from its batch as the broker's reader does (the read, then the replay, timed apart): record by
 record (`replay` of each, the runtime's loop before `replay_chunk`) and, on a tree that has it,
-the chunk whole (`replay_chunk`), alternated in one process; min and median CPU per write.
+the chunk whole (`replay_chunk`), alternated in one process; min and median CPU per write. Then
+loading's replay of its kept records (500 groups' commits of 2 topics x 50 partitions, each
+key's last record in log order) both ways.
 
 --load: the scan that loading an offsets partition makes of its log, over RECORDS offset commit
 records of 1,000 keys in batches of 5,000 (in memory: no log, no replay of the kept records),
@@ -301,6 +303,34 @@ def run_standby(batches: list[bytes], whole: bool) -> dict[str, float]:
     return {"read": read, "replay": replay}
 
 
+def load_log(groups: int, topics: int, partitions: int) -> list[tuple[int, bytes, bytes]]:
+    """The kept records loading replays, in log order: each group's one commit of `topics` x
+    `partitions` offsets (v3 values without metadata, what consumers write)."""
+    from tidemark.records.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_key, encode_offset_commit_value
+    ordered = []
+    for g in range(groups):
+        for t in range(topics):
+            for p in range(partitions):
+                ordered.append((len(ordered), encode_key(OffsetCommitKey(f"group-{g}", f"topic-{t}", p)),
+                                encode_offset_commit_value(OffsetCommitValue(1_000 + p, -1, "", 1_700_000_000_000))))
+    return ordered
+
+
+def load_replay(ordered: list[tuple[int, bytes, bytes]], whole: bool) -> float:
+    """CPU seconds of loading's replay of its kept records (each key's last, in log order),
+    whole (`replay_chunk`, 10,000 at a time, as the runtime does) or record by record."""
+    shard = GroupCoordinatorShard(0, CoordinatorConfig(), lambda _t, _p: True)
+    now = 1_700_000_000_000
+    started = time.thread_time()
+    if whole:
+        for start in range(0, len(ordered), 10_000):
+            shard.replay_chunk(ordered[start : start + 10_000], now_ms=now)
+    else:
+        for offset, key, value in ordered:
+            shard.replay(offset, key, value, now_ms=now)
+    return time.thread_time() - started
+
+
 def standby(partitions: int, commits: int, repeats: int, profile: str | None) -> None:
     batches = standby_log(partitions, commits)
     modes = {"record by record": False}
@@ -327,6 +357,19 @@ def standby(partitions: int, commits: int, repeats: int, profile: str | None) ->
     if len(modes) == 2:
         print(f"  replay, record by record / whole chunk: "
               f"{medians['record by record', 'replay'] / medians['whole chunk', 'replay']:.2f}x")
+    # Loading's replay of its kept records: 500 groups' commits of 2 topics x 50 partitions.
+    ordered = load_log(500, 2, 50)
+    kept = len(ordered)
+    loads: dict[str, list[float]] = {mode: [] for mode in modes}
+    for _ in range(repeats):
+        for mode, whole in modes.items():
+            loads[mode].append(load_replay(ordered, whole))
+    print(f"Loading's replay of {kept:,} kept records (one per key, in log order), CPU over {repeats} repeats "
+          f"(min / median):")
+    for mode, times in loads.items():
+        times.sort()
+        print(f"  {mode:17} {times[0] * 1e3:8.1f} / {statistics.median(times) * 1e3:8.1f} ms "
+              f"{statistics.median(times) / kept * 1e6:6.2f} us/record")
 
 
 def main() -> None:

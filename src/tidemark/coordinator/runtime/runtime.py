@@ -50,6 +50,7 @@ __all__ = ["CoordinatorRuntime", "CoordinatorShard", "LoadState", "ShardNotAvail
 
 PROGRESS_INTERVAL_S = 2.0
 LOAD_SLICE_S = 0.01  # longest a load holds the event loop before letting requests through
+LOAD_REPLAY_CHUNK = 10_000  # loading's kept records replayed between two turns of the event loop
 LOAD_RETRY_BACKOFF_MS = 100  # a failed load is retried after this, doubling up to the max
 LOAD_RETRY_BACKOFF_MAX_MS = 10_000
 
@@ -410,10 +411,18 @@ class ShardRuntime(Generic[S]):
                              position=position, end=end)
             now = self.clock.now_ms()
             # In log order: the order of each key's last record.
-            for replayed, (key, (offset, value)) in enumerate(sorted(latest.items(), key=_by_offset), start=1):
-                shard.replay(offset, key, value, now_ms=now)  # nothing waits on a loading shard
-                if replayed % 10_000 == 0:
+            ordered = sorted(latest.items(), key=_by_offset)
+            replay_chunk = getattr(shard, "replay_chunk", None)
+            if replay_chunk is not None:  # nothing waits on a loading shard: its Results are dropped
+                for start in range(0, len(ordered), LOAD_REPLAY_CHUNK):
+                    replay_chunk([(offset, key, value) for key, (offset, value) in
+                                  ordered[start : start + LOAD_REPLAY_CHUNK]], now_ms=now)
                     await asyncio.sleep(0)
+            else:
+                for replayed, (key, (offset, value)) in enumerate(ordered, start=1):
+                    shard.replay(offset, key, value, now_ms=now)
+                    if replayed % LOAD_REPLAY_CHUNK == 0:
+                        await asyncio.sleep(0)
             keys += len(latest)
         await hold_async("offsets_load")  # a fault test can hold the partition here, still loading
         seconds = time.perf_counter() - started
