@@ -3,6 +3,7 @@
     python -m bench.commit_path [--partitions N] [--commits N] [--repeats R] [--profile FILE]
     python -m bench.commit_path --load RECORDS [--repeats R]
     python -m bench.commit_path --txn [--partitions N] [--commits N] [--repeats R]
+    python -m bench.commit_path --standby [--partitions N] [--commits N] [--repeats R] [--profile FILE]
 
 One OffsetCommit v9 frame (what confluent-kafka 2.16 sends) of --partitions partitions of one
 topic, from a standalone consumer (generation -1), goes through the steps the broker runs:
@@ -16,6 +17,13 @@ machine is shared) per request and per partition, step by step; with
 --txn: the same for TxnOffsetCommit v3 (a producer's transactional offsets): decoding, the
 handler, the transactional batch, both replays, then the COMMIT marker's replay, which moves the
 pending offsets into the committed view.
+
+--standby: a follower's standby replay of --commits such OffsetCommit writes, each read back
+from its batch as the broker's reader does (the read, then the replay, timed apart): record by
+record (`replay` of each, the runtime's loop before `replay_chunk`) and, on a tree that has it,
+the chunk whole (`replay_chunk`), alternated in one process; min and median CPU per write. Then
+loading's replay of its kept records (500 groups' commits of 2 topics x 50 partitions, each
+key's last record in log order) both ways.
 
 --load: the scan that loading an offsets partition makes of its log, over RECORDS offset commit
 records of 1,000 keys in batches of 5,000 (in memory: no log, no replay of the kept records),
@@ -253,6 +261,117 @@ def load_rate(records: int, repeats: int) -> dict[str, float]:
     return {name: records / statistics.median(times) for name, times in seconds.items()}
 
 
+def standby_log(partitions: int, commits: int) -> list[bytes]:
+    """The offsets log a leader writes for `commits` OffsetCommits of `partitions` partitions:
+    one batch per write, at its log offsets, as a follower's replica holds them."""
+    from tidemark.records import set_base_offset
+    leader = Path()
+    frames = [commit_frame(partitions, i * partitions) for i in range(min(commits, 50))]
+    batches = []
+    for i in range(commits):
+        request = decode_request(frames[i % len(frames)], SUPPORTED)
+        now = 1_700_000_000_000 + i
+        records = leader.shard.commit_offsets(request.body, request.api_version, 1, now).records
+        batch = bytearray(build_key_value_batch([(r.key, r.value) for r in records], now))
+        set_base_offset(batch, 0, leader.log_end)
+        leader.log_end += len(records)
+        batches.append(bytes(batch))
+    return batches
+
+
+def run_standby(batches: list[bytes], whole: bool) -> dict[str, float]:
+    """CPU seconds of a standby following the log: reading each write back as the broker's
+    reader does (records.iter_key_values) and replaying it, whole (`replay_chunk`) or record by
+    record (`replay` of each, the runtime's loop before replay_chunk)."""
+    from tidemark.records import iter_key_values
+    standby = GroupCoordinatorShard(0, CoordinatorConfig(), lambda _t, _p: True)
+    clock = time.thread_time
+    read = replay = 0.0
+    now = 1_700_000_000_000
+    for batch in batches:
+        t0 = clock()
+        chunk = list(iter_key_values(batch, 0))
+        t1 = clock()
+        if whole:
+            standby.replay_chunk(chunk, now_ms=now)
+        else:
+            for offset, key, value in chunk:
+                standby.replay(offset, key, value, now_ms=now)
+        t2 = clock()
+        read += t1 - t0
+        replay += t2 - t1
+    return {"read": read, "replay": replay}
+
+
+def load_log(groups: int, topics: int, partitions: int) -> list[tuple[int, bytes, bytes]]:
+    """The kept records loading replays, in log order: each group's one commit of `topics` x
+    `partitions` offsets (v3 values without metadata, what consumers write)."""
+    from tidemark.records.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_key, encode_offset_commit_value
+    ordered = []
+    for g in range(groups):
+        for t in range(topics):
+            for p in range(partitions):
+                ordered.append((len(ordered), encode_key(OffsetCommitKey(f"group-{g}", f"topic-{t}", p)),
+                                encode_offset_commit_value(OffsetCommitValue(1_000 + p, -1, "", 1_700_000_000_000))))
+    return ordered
+
+
+def load_replay(ordered: list[tuple[int, bytes, bytes]], whole: bool) -> float:
+    """CPU seconds of loading's replay of its kept records (each key's last, in log order),
+    whole (`replay_chunk`, 10,000 at a time, as the runtime does) or record by record."""
+    shard = GroupCoordinatorShard(0, CoordinatorConfig(), lambda _t, _p: True)
+    now = 1_700_000_000_000
+    started = time.thread_time()
+    if whole:
+        for start in range(0, len(ordered), 10_000):
+            shard.replay_chunk(ordered[start : start + 10_000], now_ms=now)
+    else:
+        for offset, key, value in ordered:
+            shard.replay(offset, key, value, now_ms=now)
+    return time.thread_time() - started
+
+
+def standby(partitions: int, commits: int, repeats: int, profile: str | None) -> None:
+    batches = standby_log(partitions, commits)
+    modes = {"record by record": False}
+    if hasattr(GroupCoordinatorShard, "replay_chunk"):
+        modes["whole chunk"] = True
+    if profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(run_standby, batches, "whole chunk" in modes)
+        profiler.dump_stats(profile)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    for _ in range(repeats):
+        for mode, whole in modes.items():  # alternated, so the machine's load weighs on both alike
+            runs[mode].append(run_standby(batches, whole))
+    print(f"A standby replaying {commits} OffsetCommit writes of {partitions} partitions read back from their "
+          f"batches, CPU us per write over {repeats} repeats (min / median):")
+    medians = {}
+    for mode, results in runs.items():
+        for step in ("read", "replay"):
+            per_write = sorted(r[step] / commits * 1e6 for r in results)
+            print(f"  {mode:17} {step:7} {per_write[0]:9.1f} / {statistics.median(per_write):9.1f} us/write "
+                  f"{statistics.median(per_write) / partitions:7.2f} us/partition")
+            medians[mode, step] = statistics.median(per_write)
+    if len(modes) == 2:
+        print(f"  replay, record by record / whole chunk: "
+              f"{medians['record by record', 'replay'] / medians['whole chunk', 'replay']:.2f}x")
+    # Loading's replay of its kept records: 500 groups' commits of 2 topics x 50 partitions.
+    ordered = load_log(500, 2, 50)
+    kept = len(ordered)
+    loads: dict[str, list[float]] = {mode: [] for mode in modes}
+    for _ in range(repeats):
+        for mode, whole in modes.items():
+            loads[mode].append(load_replay(ordered, whole))
+    print(f"Loading's replay of {kept:,} kept records (one per key, in log order), CPU over {repeats} repeats "
+          f"(min / median):")
+    for mode, times in loads.items():
+        times.sort()
+        print(f"  {mode:17} {times[0] * 1e3:8.1f} / {statistics.median(times) * 1e3:8.1f} ms "
+              f"{statistics.median(times) / kept * 1e6:6.2f} us/record")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100)
@@ -261,7 +380,12 @@ def main() -> None:
     parser.add_argument("--profile", help="write a cProfile of one repeat here (and print its top 25)")
     parser.add_argument("--load", type=int, metavar="RECORDS", help="time loading's scan instead")
     parser.add_argument("--txn", action="store_true", help="TxnOffsetCommit and its marker instead")
+    parser.add_argument("--standby", action="store_true",
+                        help="a standby replaying --commits writes read back from the log instead")
     args = parser.parse_args()
+    if args.standby:
+        standby(args.partitions, args.commits, args.repeats, args.profile)
+        return
     if args.txn:
         runs = [run_txn(args.partitions, args.commits) for _ in range(args.repeats)]
         print(f"TxnOffsetCommit of {args.partitions} partitions (+ COMMIT marker), median of {args.repeats} x "

@@ -65,6 +65,37 @@ def _unpack(packed: bytes) -> CommittedOffset:
                            expire_timestamp, log_offset)
 
 
+# A v3 offset commit value (what Kafka and tidemark write without an explicit retention):
+# version, offset, leader epoch, metadata length, then the metadata and the commit timestamp.
+_V3_HEAD = struct.Struct(">hqih")
+_V3_EMPTY = struct.Struct(">hqihq")  # the whole 24 bytes of one without metadata
+_V3_TIMESTAMP = struct.Struct(">q")
+
+
+def pack_v3_value(data: bytes, log_offset: int) -> bytes | None:
+    """A v3 offset commit value's bytes as the cache keeps it at `log_offset`, packed straight
+    from them (what `pack_value` of `decode_offset_commit_value`'s object gives); None for any
+    other value (other versions, null metadata, malformed), which takes the decoding path."""
+    size = len(data)
+    if size < 24 or data[0] != 0 or data[1] != 3:
+        return None
+    if size == 24:
+        _, offset, leader_epoch, metadata_length, commit_timestamp = _V3_EMPTY.unpack(data)
+        if metadata_length == 0:
+            return _PACKED.pack(log_offset, offset, leader_epoch, commit_timestamp, -1)
+        return None
+    _, offset, leader_epoch, metadata_length = _V3_HEAD.unpack_from(data)
+    if metadata_length < 0 or 24 + metadata_length != size:
+        return None
+    metadata = data[16 : 16 + metadata_length]
+    try:
+        metadata.decode()  # the cache holds valid UTF-8 only (decoding such a value fails)
+    except UnicodeDecodeError:
+        return None
+    return _PACKED.pack(log_offset, offset, leader_epoch, _V3_TIMESTAMP.unpack_from(data, 16 + metadata_length)[0],
+                        -1) + metadata
+
+
 FETCHED = struct.Struct(">8xqi")  # offset, leader epoch: what OffsetFetch answers, with the metadata
 PACKED_SIZE = _PACKED.size  # where the metadata starts
 

@@ -50,6 +50,7 @@ __all__ = ["CoordinatorRuntime", "CoordinatorShard", "LoadState", "ShardNotAvail
 
 PROGRESS_INTERVAL_S = 2.0
 LOAD_SLICE_S = 0.01  # longest a load holds the event loop before letting requests through
+LOAD_REPLAY_CHUNK = 10_000  # loading's kept records replayed between two turns of the event loop
 LOAD_RETRY_BACKOFF_MS = 100  # a failed load is retried after this, doubling up to the max
 LOAD_RETRY_BACKOFF_MAX_MS = 10_000
 
@@ -101,7 +102,9 @@ class CoordinatorShard(Protocol):
     latest view takes a record when it is appended, the committed view when it is committed,
     and the latest is rebuilt when appended records fail), its timers, and hooks when it starts
     serving and when it is unloaded. A shard whose handlers return `CommitRecords` also replays
-    such a write whole: `replay_appended_commits` and `replay_commits` (first offset, records)."""
+    such a write whole: `replay_appended_commits` and `replay_commits` (first offset, records);
+    one with `replay_chunk` (records read back from the log, now) replays a chunk whole, as
+    `replay` of each record in turn would."""
 
     def replay_appended(self, log_offset: int, record: OffsetsRecord, *, now_ms: int) -> Result: ...
 
@@ -408,10 +411,18 @@ class ShardRuntime(Generic[S]):
                              position=position, end=end)
             now = self.clock.now_ms()
             # In log order: the order of each key's last record.
-            for replayed, (key, (offset, value)) in enumerate(sorted(latest.items(), key=_by_offset), start=1):
-                shard.replay(offset, key, value, now_ms=now)  # nothing waits on a loading shard
-                if replayed % 10_000 == 0:
+            ordered = sorted(latest.items(), key=_by_offset)
+            replay_chunk = getattr(shard, "replay_chunk", None)
+            if replay_chunk is not None:  # nothing waits on a loading shard: its Results are dropped
+                for start in range(0, len(ordered), LOAD_REPLAY_CHUNK):
+                    replay_chunk([(offset, key, value) for key, (offset, value) in
+                                  ordered[start : start + LOAD_REPLAY_CHUNK]], now_ms=now)
                     await asyncio.sleep(0)
+            else:
+                for replayed, (key, (offset, value)) in enumerate(ordered, start=1):
+                    shard.replay(offset, key, value, now_ms=now)
+                    if replayed % LOAD_REPLAY_CHUNK == 0:
+                        await asyncio.sleep(0)
             keys += len(latest)
         await hold_async("offsets_load")  # a fault test can hold the partition here, still loading
         seconds = time.perf_counter() - started
@@ -634,8 +645,12 @@ class ShardRuntime(Generic[S]):
             chunk, after = writer.read(self._replayed_to, upper)
             if after <= self._replayed_to:
                 break  # nothing readable below the high watermark
-            for offset, key, value in chunk:
-                replayed.merge(shard.replay(offset, key, value, now_ms=now))
+            replay_chunk = getattr(shard, "replay_chunk", None)  # a whole chunk's replay, if the shard has one
+            if replay_chunk is not None:
+                replayed.merge(replay_chunk(chunk, now_ms=now))
+            else:
+                for offset, key, value in chunk:
+                    replayed.merge(shard.replay(offset, key, value, now_ms=now))
             self._replayed_to = after
         self.runtime.release(replayed)
         if self._serving is not None and not self._serving.done() and self._replayed_to >= self._serve_from:
