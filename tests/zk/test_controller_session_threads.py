@@ -4,6 +4,7 @@ the session's call timeout, so a stalled ZooKeeper fails a call instead of parki
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,7 +12,7 @@ import pytest
 
 from tests.zk.cluster_nodes import WAIT_S, Node, Observer
 from tidemark.cluster.zk import topic_admin
-from tidemark.cluster.zk.session import BoundedCalls, SerialEvents, ZkCallTimeoutError, connect
+from tidemark.cluster.zk.session import BoundedCalls, SerialEvents, ZkCallTimeoutError, ZkSession, connect
 
 
 def test_controller_events_run_on_the_session_threads(cluster: dict[int, Node], observer: Observer) -> None:
@@ -63,3 +64,20 @@ def test_a_call_to_a_stalled_zookeeper_times_out(zookeeper, chroot: str) -> None
     finally:
         client.stop()
         client.close()
+
+
+def test_a_session_call_past_its_timeout_fails_as_a_zookeeper_call(zookeeper, chroot: str) -> None:
+    """What the broker's ZooKeeper tasks catch (KazooException): a bare TimeoutError here once
+    ended the ISR maintenance task, and the broker halted, after a SIGSTOP outlived the session."""
+    async def scenario() -> None:
+        session = ZkSession(chroot)
+        await session.start()
+        release = threading.Event()
+        try:
+            with pytest.raises(ZkCallTimeoutError):  # the call cannot end before the release below
+                await session.call(release.wait, WAIT_S, timeout_s=0.1)
+        finally:
+            release.set()
+            await session.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=WAIT_S))

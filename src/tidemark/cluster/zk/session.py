@@ -123,7 +123,10 @@ class ZkSession:
             async with asyncio.timeout(timeout_s):
                 return await future
         except TimeoutError:
-            if not future.done():  # our own deadline, not a TimeoutError the call raised
+            # Our own deadline cancelled the wait (and with it the future); a TimeoutError the
+            # call raised leaves it done, not cancelled. A bare TimeoutError would escape the
+            # callers' `except KazooException` and end their task (the broker halts on it).
+            if future.cancelled() or not future.done():
                 raise ZkCallTimeoutError(
                     f"ZooKeeper call {getattr(function, '__qualname__', function)!s} did not complete "
                     f"within {timeout_s}s") from None
