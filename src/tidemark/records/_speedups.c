@@ -206,14 +206,16 @@ collect_latest_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* One record of a section as walk_records takes it: every field inside the record, which
- * it fills exactly (headers included). BAIL for anything else. */
+ * it fills exactly (headers included), and with ascii_keys every header key in ASCII (the
+ * produce validator's UTF-8 check, left to the reference for other bytes). BAIL for anything
+ * else. */
 typedef struct {
     Py_ssize_t end, key_at;
     int64_t offset_delta, key_length, value_length;
 } strict_record;
 
 static int
-read_strict_record(const unsigned char *buf, Py_ssize_t size, Py_ssize_t pos, strict_record *r)
+read_strict_record(const unsigned char *buf, Py_ssize_t size, Py_ssize_t pos, strict_record *r, int ascii_keys)
 {
     int64_t length, skip, n_headers;
     if (pos >= size)
@@ -246,6 +248,10 @@ read_strict_record(const unsigned char *buf, Py_ssize_t size, Py_ssize_t pos, st
         VARINT(end, at, n);
         if (n < 0 || n > end - at)
             goto bail;
+        if (ascii_keys)
+            for (Py_ssize_t k = at; k < at + (Py_ssize_t)n; k++)
+                if (buf[k] >= 0x80)
+                    goto bail;
         at += (Py_ssize_t)n;
         VARINT(end, at, n);
         if (n > 0) {
@@ -278,7 +284,7 @@ map_offsets(PyObject *data, Py_ssize_t start, Py_ssize_t size, int64_t count, in
     strict_record r;
     Py_ssize_t pos = start;
     for (int64_t i = 0; i < count; i++) { /* check */
-        if (read_strict_record(buf, size, pos, &r)
+        if (read_strict_record(buf, size, pos, &r, 0)
             || (r.key_length >= 0 && __builtin_add_overflow(base_offset, r.offset_delta, &offset)))
             Py_RETURN_NONE;
         null_keys += r.key_length < 0;
@@ -289,7 +295,7 @@ map_offsets(PyObject *data, Py_ssize_t start, Py_ssize_t size, int64_t count, in
         Py_RETURN_NONE;
     pos = start;
     for (int64_t i = 0; i < count; i++) { /* write */
-        read_strict_record(buf, size, pos, &r);
+        read_strict_record(buf, size, pos, &r, 0);
         pos = r.end;
         if (r.key_length < 0)
             continue;
@@ -631,52 +637,12 @@ key_value_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static int
 produce_walk(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t size, int64_t count, int compacted)
 {
+    strict_record r;
     for (int64_t index = 0; index < count; index++) {
-        int64_t length, skip, offset_delta, key_length, value_length, n_headers;
-        if (pos >= size)
+        if (read_strict_record(buf, size, pos, &r, 1) || r.offset_delta != index
+                || (r.key_length < 0 && compacted))
             return BAIL;
-        if (read_varint(buf, size, &pos, &length) || length <= 0 || length > size - pos)
-            return BAIL;
-        Py_ssize_t record_end = pos + (Py_ssize_t)length;
-        Py_ssize_t at = pos + 1; /* after the attributes byte: the timestamp delta */
-        if (read_varint(buf, record_end, &at, &skip) || read_varint(buf, record_end, &at, &offset_delta)
-                || offset_delta != index || read_varint(buf, record_end, &at, &key_length))
-            return BAIL;
-        if (key_length < 0 && compacted)
-            return BAIL;
-        if (key_length > 0) {
-            if (key_length >= record_end - at) /* the value's length would be past the end */
-                return BAIL;
-            at += (Py_ssize_t)key_length;
-        }
-        if (read_varint(buf, record_end, &at, &value_length))
-            return BAIL;
-        if (value_length > 0) {
-            if (value_length >= record_end - at) /* the headers count would be past the end */
-                return BAIL;
-            at += (Py_ssize_t)value_length;
-        }
-        if (read_varint(buf, record_end, &at, &n_headers) || n_headers < 0)
-            return BAIL;
-        for (int64_t h = 0; h < n_headers; h++) { /* each takes two bytes at least: bounded */
-            int64_t n, n_value;
-            if (read_varint(buf, record_end, &at, &n) || n < 0 || n >= record_end - at)
-                return BAIL;
-            for (Py_ssize_t k = at; k < at + (Py_ssize_t)n; k++)
-                if (buf[k] >= 0x80)
-                    return BAIL;
-            at += (Py_ssize_t)n;
-            if (read_varint(buf, record_end, &at, &n_value))
-                return BAIL;
-            if (n_value > 0) {
-                if (n_value > record_end - at)
-                    return BAIL;
-                at += (Py_ssize_t)n_value;
-            }
-        }
-        if (at != record_end)
-            return BAIL;
-        pos = record_end;
+        pos = r.end;
     }
     return pos == size ? 0 : BAIL;
 }
