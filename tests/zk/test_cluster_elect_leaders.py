@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 
-import pytest
 from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode

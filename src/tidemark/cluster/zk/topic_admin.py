@@ -24,7 +24,6 @@ from tidemark.cluster.zk.assignment import (
 )
 from tidemark.cluster.zk.errors import (
     InvalidPartitionsError,
-    InvalidReplicationFactorError,
     TopicExistsError,
     UnknownTopicError,
 )
