@@ -11,9 +11,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 STARTUP_TIMEOUT_S = 30.0
+
+# No property test may fail because the machine is busy: Hypothesis' per-example deadline
+# (200 ms by default) and its too-slow health check are timing margins, so both are off for the
+# whole suite; a test's own @settings still sets its examples and other checks.
+hypothesis.settings.register_profile(
+    "tidemark", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
+hypothesis.settings.load_profile("tidemark")
 
 
 def free_port() -> int:
