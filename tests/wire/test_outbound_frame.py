@@ -1,5 +1,6 @@
-"""A response frame made of several buffers reaches the peer whole and in order, however much
-of it the socket takes at once: one gathered send on a plain socket, the rest by the transport."""
+"""A response frame made of several buffers (a Fetch answer's records as the log read them)
+reaches the peer whole and in order, however much of it the socket takes at once, and a peer
+gone mid-answer ends the connection rather than the broker's writer."""
 
 import asyncio
 import socket

@@ -6,8 +6,6 @@ frame payloads; a partial frame stays buffered until the rest arrives.
 
 from __future__ import annotations
 
-import asyncio.selector_events
-import os
 import struct
 
 from .errors import FrameTooLarge
@@ -18,10 +16,6 @@ _SIZE = struct.Struct(">i")
 _pack_size = _SIZE.pack
 _unpack_size_from = _SIZE.unpack_from
 _unpack_key_from = struct.Struct(">h").unpack_from  # a request's api key, first in its header
-# The plain TCP transport of asyncio's selector loop, whose socket a frame may be written to
-# directly while it holds nothing unsent (a TLS transport encrypts what it is given: never).
-_PLAIN_TRANSPORT = getattr(asyncio.selector_events, "_SelectorSocketTransport", None)
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16, 1024)
 
 
 def _exported(buffer: bytearray) -> bool:
@@ -58,38 +52,8 @@ class OutboundFrame:
         return b"".join(self.parts)
 
     def write_to(self, transport) -> None:
-        """The frame's buffers in one gathered send when the transport is a plain socket with
-        nothing unsent: a send per buffer pushes each (TCP_NODELAY) as its own segments and
-        wakes the reader once per buffer, a whole Fetch answer in a dozen pieces. What the
-        socket does not take goes to the transport, which sends it in order as before."""
-        parts = self.parts
-        sent = 0
-        if type(transport) is _PLAIN_TRANSPORT and len(parts) > 1 and not transport.get_write_buffer_size() \
-                and not transport.is_closing():
-            sent = _send_gathered(transport.get_extra_info("socket").fileno(), parts)
-        for part in parts:
-            size = len(part)
-            if sent >= size:
-                sent -= size
-                continue
-            transport.write(memoryview(part)[sent:] if sent else part)
-            sent = 0
-
-
-def _send_gathered(fd: int, parts: list) -> int:
-    """How many leading bytes of `parts` one writev per IOV_MAX buffers took (0 when the socket
-    would block; on an error too, which the transport's own send then meets and handles)."""
-    sent = 0
-    for start in range(0, len(parts), _IOV_MAX):
-        chunk = parts[start:start + _IOV_MAX]
-        try:
-            taken = os.writev(fd, chunk)
-        except OSError:  # would block, interrupted, or the connection failed: the transport decides
-            return sent
-        sent += taken
-        if taken < sum(len(part) for part in chunk):
-            break
-    return sent
+        for part in self.parts:
+            transport.write(part)
 
 
 class FrameDecoder:
