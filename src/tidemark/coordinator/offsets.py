@@ -36,7 +36,6 @@ class CommittedOffset(NamedTuple):
 _PACKED = struct.Struct(">qqiqq")
 LOG_OFFSET = struct.Struct(">q")
 TAIL = struct.Struct(">qiqq")  # offset, leader epoch, commit and expire timestamps
-_PARTITION = struct.Struct(">i")  # the partition that ends an offset commit key
 
 
 class PackedCommit(NamedTuple):
@@ -199,75 +198,6 @@ class OffsetStore:
         if pending is not None and not pending and self._pending.get(group) is pending:
             del self._pending[group]
         return all_pending
-
-    def replay_commit_run(self, chunk: Sequence[tuple[int, Any, bytes | None]], start: int,
-                          tombstoned: list[tuple[str, TopicPartition]] | None) -> tuple[int, int, str | None]:
-        """The committed view's replay of the run of offset commits that starts at chunk[start]
-        (records read back from the log, in log order), packed straight from their bytes with
-        no key or value objects: records whose key is an offset commit key of one group and
-        topic on `decode_key`'s fast path (version 0 or 1, short UTF-8 names), each a v3 value
-        or a tombstone, the group having no pending records of this store's own (the latest
-        view then has its say: `replay_commit`'s way). The run ends at the first other record,
-        which is the caller's to replay (by `decode_key` and the rest) in its place.
-
-        Returns (index after the run, the log offset of its last record or -1 if it is empty,
-        the group if the run stored a commit else None); each tombstone's (group, partition) is
-        appended to `tombstoned` if given."""
-        _, key, _ = chunk[start]
-        if type(key) is not bytes or (size := len(key)) < 10 or key[0] != 0 or key[1] > 1 or key[2] >= 0x80:
-            return start, -1, None
-        topic_at = 4 + ((key[2] << 8) | key[3])
-        if topic_at + 2 > size or key[topic_at] >= 0x80 or \
-                topic_at + 6 + ((key[topic_at] << 8) | key[topic_at + 1]) != size:
-            return start, -1, None
-        try:
-            group, topic = key[4:topic_at].decode(), key[topic_at + 2 : size - 4].decode()
-        except UnicodeDecodeError:
-            return start, -1, None
-        if self._pending and group in self._pending:
-            return start, -1, None
-        prefix, partition_at = key[: size - 4], size - 4
-        offsets = self._offsets
-        topics = offsets.get(group)
-        partitions = topics.get(topic) if topics else None  # made when a commit needs it
-        unpack_partition, unpack_log_offset = _PARTITION.unpack_from, LOG_OFFSET.unpack_from
-        unpack_empty, pack_empty = _V3_EMPTY.unpack, _PACKED.pack
-        index, end, last, stored = start, len(chunk), -1, False
-        while index < end:
-            log_offset, key, value = chunk[index]
-            if type(key) is not bytes or len(key) != size or not key.startswith(prefix):
-                break
-            partition = unpack_partition(key, partition_at)[0]
-            if value is None:  # a tombstone
-                if partitions is not None:
-                    current = partitions.get(partition)
-                    if current is not None and unpack_log_offset(current)[0] < log_offset:
-                        self.replay_tombstone(log_offset, group, (topic, partition))
-                        topics = offsets.get(group)  # the topic's (and group's) dict may be gone
-                        partitions = topics.get(topic) if topics else None
-                if tombstoned is not None:
-                    tombstoned.append((group, (topic, partition)))
-            else:
-                if len(value) == 24 and (fields := unpack_empty(value))[0] == 3 and fields[3] == 0:
-                    packed = pack_empty(log_offset, fields[1], fields[2], fields[4], -1)
-                else:
-                    packed = pack_v3_value(value, log_offset)
-                    if packed is None:  # another value: the caller's
-                        break
-                if partitions is None:
-                    topics = offsets.get(group)
-                    if topics is None:
-                        topics = offsets[group] = {}
-                    partitions = topics.get(topic)
-                    if partitions is None:
-                        partitions = topics[topic] = {}
-                current = partitions.get(partition)
-                if current is None or unpack_log_offset(current)[0] < log_offset:
-                    partitions[partition] = packed
-                stored = True
-            last = log_offset
-            index += 1
-        return index, last, group if stored else None
 
     def replay_tombstone(self, log_offset: int, group: str, tp: TopicPartition) -> None:
         topics = self._offsets.get(group)

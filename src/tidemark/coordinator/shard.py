@@ -30,7 +30,8 @@ from tidemark.coordinator.group import Group, Groups, GroupState
 from tidemark.coordinator.membership import GroupMembership
 from tidemark.coordinator.rebalance import GroupConfig
 from tidemark.coordinator.offsets import (
-    FETCHED, LOG_OFFSET, PACKED_SIZE, TAIL, OffsetStore, PackedCommit, pack_tail, pack_value,
+    _PACKED, _V3_EMPTY, FETCHED, LOG_OFFSET, PACKED_SIZE, TAIL, OffsetStore, PackedCommit, pack_tail, pack_v3_value,
+    pack_value,
 )
 from tidemark.coordinator.result import CommitRecords, OffsetsRecord, Result, group_append_error, offset_commit_append_error
 from tidemark.coordinator.timer import CoordinatorTimer
@@ -706,35 +707,80 @@ class GroupCoordinatorShard:
 
         A batched commit on a follower is hundreds of offset commit records: those whose key
         decodes on the fast path (version 0 or 1) and whose value is a v3 value (or a tombstone)
-        are replayed by the offset store a run of one (group, topic) at a time
-        (`OffsetStore.replay_commit_run`: no key or value objects, each value packed straight
-        from its bytes), the group made once per run. Anything else (group metadata,
-        transactional records and markers, KIP-848 records, other value versions, a group with
-        records of this shard's own pending) takes `replay` in its place in the log."""
+        are replayed here without key or value objects, the value packed straight from its
+        bytes, and (group, topic) and its cache dict looked up once per run of keys sharing
+        them. Anything else (group metadata, transactional records and markers, KIP-848
+        records, other value versions, a group with records of this shard's own pending)
+        takes `replay` in its place in the log."""
         result = Result()
         groups, consumer_groups, txn_offsets = self.groups, self.consumer_groups, self.txn_offsets
-        replay, replay_run = self.replay, self.offsets.replay_commit_run
+        store = self.offsets
+        offsets, pending = store._offsets, store._pending
+        replay, pack_value_bytes, pack_empty = self.replay, pack_v3_value, _PACKED.pack
+        unpack_empty, unpack_log_offset, unpack_partition = _V3_EMPTY.unpack, LOG_OFFSET.unpack_from, _PARTITION.unpack_from
+        # The run being replayed: its key prefix (all but the partition), group, topic, the
+        # topic's partitions in the committed view (None until a commit needs them made) and
+        # whether the group is known to exist. Reset by anything that may change them.
+        prefix, group_id, topic, partitions, group_checked = None, "", "", None, False
         last = -1  # the last record replayed here (a chunk's offsets ascend): committed_to follows it
-        index, size = 0, len(chunk)
-        while index < size:
-            tombstoned: list[tuple[str, tuple[str, int]]] | None = [] if txn_offsets.committed else None
-            end, run_last, group_id = replay_run(chunk, index, tombstoned)
-            if end > index:  # a run of offset commits, replayed by the store
-                last, index = run_last, end
-                if group_id is not None and group_id not in groups and group_id not in consumer_groups:
-                    groups[group_id] = Group(group_id, now_ms)  # a standalone consumer's group starts here
-                if tombstoned:
-                    for tombstone_group, tp in tombstoned:
-                        txn_offsets.drop_partition(tombstone_group, tp)
-                continue
-            # Anything else: as one record, in its place (it may change what a run holds).
+        for log_offset, key, value in chunk:
+            if type(key) is bytes and (size := len(key)) >= 10:
+                if prefix is None or key[:-4] != prefix:
+                    prefix = None
+                    # decode_key's fast path, as is: anything it does not take is `replay`'s
+                    if key[0] == 0 and key[1] <= 1 and key[2] < 0x80:
+                        topic_at = 4 + ((key[2] << 8) | key[3])
+                        if topic_at + 2 <= size and key[topic_at] < 0x80 and \
+                                topic_at + 6 + ((key[topic_at] << 8) | key[topic_at + 1]) == size:
+                            try:
+                                group_id, topic = key[4:topic_at].decode(), key[topic_at + 2 : size - 4].decode()
+                            except UnicodeDecodeError:
+                                pass
+                            else:
+                                if not pending or group_id not in pending:
+                                    prefix, group_checked = key[:-4], False
+                                    topics = offsets.get(group_id)
+                                    partitions = topics.get(topic) if topics else None
+                if prefix is not None:
+                    partition = unpack_partition(key, size - 4)[0]
+                    if value is None:  # a tombstone
+                        last = log_offset
+                        if partitions is not None:
+                            current = partitions.get(partition)
+                            if current is not None and unpack_log_offset(current)[0] < log_offset:
+                                store.replay_tombstone(log_offset, group_id, (topic, partition))
+                                prefix = None  # the topic's (and group's) dict may be gone
+                        if txn_offsets.committed:
+                            txn_offsets.drop_partition(group_id, (topic, partition))
+                        continue
+                    if len(value) == 24 and (fields := unpack_empty(value))[0] == 3 and fields[3] == 0:
+                        packed = pack_empty(log_offset, fields[1], fields[2], fields[4], -1)
+                    else:
+                        packed = pack_value_bytes(value, log_offset)
+                    if packed is not None:
+                        last = log_offset
+                        if partitions is None:
+                            topics = offsets.get(group_id)
+                            if topics is None:
+                                topics = offsets[group_id] = {}
+                            partitions = topics.get(topic)
+                            if partitions is None:
+                                partitions = topics[topic] = {}
+                        current = partitions.get(partition)
+                        if current is None or unpack_log_offset(current)[0] < log_offset:
+                            partitions[partition] = packed
+                        if not group_checked:
+                            if group_id not in groups and group_id not in consumer_groups:
+                                groups[group_id] = Group(group_id, now_ms)  # a standalone consumer's group starts here
+                            group_checked = True
+                        continue
+            # Anything else: as one record, in its place (it may change what the run holds).
             if last >= groups.committed_to:
                 groups.committed_to = last + 1
-            log_offset, key, value = chunk[index]
             done = replay(log_offset, key, value, now_ms=now_ms)
             if done.responses or done.records or done.on_failure is not None:
                 result.merge(done)
-            index += 1
+            prefix = None
         if last >= groups.committed_to:
             groups.committed_to = last + 1
         return result
