@@ -279,18 +279,29 @@ def standby_log(partitions: int, commits: int) -> list[bytes]:
     return batches
 
 
-def run_standby(batches: list[bytes], whole: bool) -> dict[str, float]:
+def broker_reader():
+    """The broker's reader of a batch's (offset, key, value) list (records.key_values, compiled
+    where built), or on a tree from before it the pure-Python iter_key_values listed."""
+    try:
+        from tidemark.records import key_values
+        return key_values
+    except ImportError:
+        from tidemark.records import iter_key_values
+        return lambda batch, position: list(iter_key_values(batch, position))
+
+
+def run_standby(batches: list[bytes], whole: bool, read_batch=None) -> dict[str, float]:
     """CPU seconds of a standby following the log: reading each write back as the broker's
-    reader does (records.iter_key_values) and replaying it, whole (`replay_chunk`) or record by
-    record (`replay` of each, the runtime's loop before replay_chunk)."""
-    from tidemark.records import iter_key_values
+    reader does (`broker_reader`, or `read_batch`) and replaying it, whole (`replay_chunk`) or
+    record by record (`replay` of each, the runtime's loop before replay_chunk)."""
+    read_batch = read_batch or broker_reader()
     standby = GroupCoordinatorShard(0, CoordinatorConfig(), lambda _t, _p: True)
     clock = time.thread_time
     read = replay = 0.0
     now = 1_700_000_000_000
     for batch in batches:
         t0 = clock()
-        chunk = list(iter_key_values(batch, 0))
+        chunk = read_batch(batch, 0)
         t1 = clock()
         if whole:
             standby.replay_chunk(chunk, now_ms=now)
@@ -341,10 +352,18 @@ def standby(partitions: int, commits: int, repeats: int, profile: str | None) ->
         profiler.runcall(run_standby, batches, "whole chunk" in modes)
         profiler.dump_stats(profile)
         pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+    readers = {mode: None for mode in modes}
+    try:  # beside the compiled reader, the whole chunk read by its pure-Python reference
+        from tidemark.records import batch as records_batch
+        if records_batch.COMPILED and "whole chunk" in modes:
+            readers["whole, pure read"] = records_batch.key_values_py
+            modes["whole, pure read"] = True
+    except (ImportError, AttributeError):  # a tree from before the compiled reader
+        pass
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for _ in range(repeats):
         for mode, whole in modes.items():  # alternated, so the machine's load weighs on both alike
-            runs[mode].append(run_standby(batches, whole))
+            runs[mode].append(run_standby(batches, whole, readers[mode]))
     print(f"A standby replaying {commits} OffsetCommit writes of {partitions} partitions read back from their "
           f"batches, CPU us per write over {repeats} repeats (min / median):")
     medians = {}
@@ -354,15 +373,19 @@ def standby(partitions: int, commits: int, repeats: int, profile: str | None) ->
             print(f"  {mode:17} {step:7} {per_write[0]:9.1f} / {statistics.median(per_write):9.1f} us/write "
                   f"{statistics.median(per_write) / partitions:7.2f} us/partition")
             medians[mode, step] = statistics.median(per_write)
-    if len(modes) == 2:
+    if "whole chunk" in modes:
         print(f"  replay, record by record / whole chunk: "
               f"{medians['record by record', 'replay'] / medians['whole chunk', 'replay']:.2f}x")
+    if "whole, pure read" in modes:
+        print(f"  read, pure reference / the broker's: "
+              f"{medians['whole, pure read', 'read'] / medians['whole chunk', 'read']:.2f}x")
     # Loading's replay of its kept records: 500 groups' commits of 2 topics x 50 partitions.
     ordered = load_log(500, 2, 50)
     kept = len(ordered)
-    loads: dict[str, list[float]] = {mode: [] for mode in modes}
+    loads: dict[str, list[float]] = {mode: [] for mode in modes if mode != "whole, pure read"}
     for _ in range(repeats):
-        for mode, whole in modes.items():
+        for mode in loads:
+            whole = modes[mode]
             loads[mode].append(load_replay(ordered, whole))
     print(f"Loading's replay of {kept:,} kept records (one per key, in log order), CPU over {repeats} repeats "
           f"(min / median):")

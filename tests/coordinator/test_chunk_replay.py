@@ -213,3 +213,23 @@ def test_a_batched_commit_replays_without_a_record_by_record_replay():
     assert whole.offsets.get("g", ("b", 2)).metadata == "m"
     assert whole.offsets.get("g", ("a", 0)) is None
     assert whole.groups.committed_to == 19 and "g" in whole.groups
+
+
+def test_a_tombstone_in_a_run_drops_the_offsets_a_transaction_wrote_before_it():
+    """A transaction's offset for a partition, then a batched write with that partition's
+    tombstone among commits of others, then the transaction's COMMIT marker: as Kafka, the
+    transaction's offset does not come back, whether the chunk is replayed whole or one by one."""
+    key = commit_key(1, "g", "t", 0)
+    records = [((lambda at: TxnRecordKey(7, 0, key, at)), encode_offset_commit_value(OffsetCommitValue(50, -1, "", NOW))),
+               (commit_key(1, "g", "t", 1), encode_offset_commit_value(OffsetCommitValue(11, -1, "", NOW))),
+               (key, None),
+               (commit_key(1, "g", "t", 2), encode_offset_commit_value(OffsetCommitValue(12, -1, "", NOW))),
+               ((lambda at: TxnMarkerKey(7, 0, True, 0, at)), None)]
+    chunk = placed(records)
+    whole, each = new_shard(), new_shard()
+    for at, record_key, value in chunk:
+        each.replay(at, record_key, value, now_ms=NOW)
+    whole.replay_chunk(chunk, now_ms=NOW)
+    assert state(whole) == state(each)
+    assert whole.offsets.get("g", ("t", 0)) is None
+    assert [whole.offsets.get("g", ("t", p)).offset for p in (1, 2)] == [11, 12]

@@ -23,11 +23,13 @@ from tidemark.records.batch import (
     LOG_OVERHEAD,
     _build_key_value_batch_compiled,
     _collect_latest_compiled,
+    _key_values_compiled,
     _latest_record_ranges_compiled,
     _map_key_offsets_compiled,
     build_batch,
     build_key_value_batch_py,
     collect_latest_py,
+    key_values_py,
     latest_record_ranges_py,
     map_key_offsets_py,
     records_section,
@@ -43,12 +45,13 @@ PURE = os.environ.get("TIDEMARK_PURE_PYTHON", "") not in ("", "0")
 def test_the_extension_is_built_and_chosen_unless_the_pure_path_is_forced():
     assert records_batch.COMPILED is not PURE
     chosen = (records_batch.collect_latest, records_batch.map_key_offsets, records_batch.latest_record_ranges,
-              records_batch.build_key_value_batch)
+              records_batch.build_key_value_batch, records_batch.key_values)
     if PURE:
-        assert chosen == (collect_latest_py, map_key_offsets_py, latest_record_ranges_py, build_key_value_batch_py)
+        assert chosen == (collect_latest_py, map_key_offsets_py, latest_record_ranges_py, build_key_value_batch_py,
+                          key_values_py)
     else:
         assert chosen == (_collect_latest_compiled, _map_key_offsets_compiled, _latest_record_ranges_compiled,
-                          _build_key_value_batch_compiled)
+                          _build_key_value_batch_compiled, _key_values_compiled)
 
 
 def test_the_environment_forces_the_pure_path():
@@ -182,6 +185,14 @@ def test_map_key_offsets_compiled_is_the_reference(case, start):
 
 
 @SETTINGS
+@given(case=batches(), as_type=st.sampled_from([bytes, bytes, bytearray, memoryview]))
+def test_key_values_compiled_is_the_reference(case, as_type):
+    data, position = case
+    data = as_type(data)
+    assert _outcome(_key_values_compiled, data, position) == _outcome(key_values_py, data, position)
+
+
+@SETTINGS
 @given(case=batches(), retain=st.booleans(), data=st.data())
 def test_latest_record_ranges_compiled_is_the_reference(case, retain, data):
     batch, position = case
@@ -238,9 +249,22 @@ def test_well_formed_batches_are_read_by_the_compiled_loops(batch_records, base,
     assert _speedups.map_key_offsets(data, BATCH_OVERHEAD, len(data), count, base, offsets) is not None
     assert _speedups.map_key_offsets_batch(data + b"\x00" * 3, 0, {}) == _map_key_offsets_compiled(data, 0, offsets)
     assert _speedups.latest_record_ranges(data, BATCH_OVERHEAD, len(data), count, base, offsets, retain) is not None
+    assert _speedups.read_key_values_batch(b"\x00" * 3 + data + b"\x01", 3) == key_values_py(data) is not None
     pairs = [(key, value) for key, value, _, _ in batch_records]
     assert _speedups.key_value_section(pairs) is not None
     assert _speedups.key_value_batch(pairs, base, -1, -1, 0, crc32c) is not None
+
+
+@settings(max_examples=50, deadline=None)
+@given(batch_records=records, base=st.integers(0, 2**40),
+       codec=st.sampled_from([CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4, CompressionType.ZSTD]))
+def test_compressed_batches_are_read_by_the_compiled_loop(batch_records, base, codec):
+    data = build_batch(batch_records, base_offset=base, compression=codec)
+    assert _speedups.read_key_values_batch(data, 0) is None  # the section is decompressed first
+    _, section, start, _ = records_section(data)
+    listed = _speedups.read_key_values(section, start, len(batch_records), base)
+    assert listed == _key_values_compiled(data) == key_values_py(data)
+    assert [offset for offset, _, _ in listed] == list(range(base, base + len(batch_records)))
 
 
 def test_a_batch_past_int64_offsets_is_the_references():
@@ -249,6 +273,8 @@ def test_a_batch_past_int64_offsets_is_the_references():
     latest: dict = {}
     assert _collect_latest_compiled(data, 0, latest) == 3
     assert latest == {b"k": (2**63, b"v")}
+    assert _speedups.read_key_values_batch(data, 0) is None
+    assert _key_values_compiled(data) == [(2**63 - 2, b"k", b"v"), (2**63 - 1, b"k", b"v"), (2**63, b"k", b"v")]
 
 
 # -- hand-written edges found in review -------------------------------------------------------
@@ -327,6 +353,17 @@ _ONE = build_key_value_batch_py([(b"k", b"v")], 0)
 def test_latest_record_ranges_leaves_unusual_arguments_to_the_reference(count, base_offset, offsets, retain):
     args = (_ONE, BATCH_OVERHEAD, len(_ONE), count, base_offset, offsets, retain)
     assert _outcome(_latest_record_ranges_compiled, *args) == _outcome(latest_record_ranges_py, *args)
+
+
+def test_read_key_values_leaves_counts_and_positions_it_cannot_read_to_the_reference():
+    assert _speedups.read_key_values(_ONE, BATCH_OVERHEAD, 2**64, 0) is None
+    assert _speedups.read_key_values(_ONE, 2**64, 1, 0) is None
+    assert _speedups.read_key_values(_ONE, BATCH_OVERHEAD, 1, 2**64) is None
+    assert _speedups.read_key_values(_ONE, BATCH_OVERHEAD, 2**31 - 1, 0) is None  # more records than bytes
+    assert _speedups.read_key_values(_ONE, len(_ONE) + 1, 1, 0) is None
+    assert _speedups.read_key_values(bytearray(_ONE), BATCH_OVERHEAD, 1, 0) is None
+    assert _speedups.read_key_values(_ONE, BATCH_OVERHEAD, -1, 0) == [] == key_values_py(_around(b"", -1, 0))
+    assert _speedups.read_key_values_batch(_ONE, True) is None
 
 
 def test_map_key_offsets_and_collect_latest_leave_ints_past_64_bits_to_the_reference():

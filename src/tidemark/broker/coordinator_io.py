@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from tidemark.broker.errors import NotEnoughReplicasError, NotLeaderOrFollowerError, error_code_for
 from tidemark.coordinator.result import OffsetsRecord
 from tidemark.coordinator.runtime.io import LogRecord, PartitionWriter
-from tidemark.records import build_key_value_batch, collect_latest, iter_batches, iter_key_values
+from tidemark.records import build_key_value_batch, collect_latest, iter_batches, key_values
 from tidemark.coordinator.txn_offsets import TxnMarkerKey, TxnRecordKey
 from tidemark.log.unified_log import AppendOrigin
 from tidemark.records.compression import CompressionType
@@ -164,7 +164,7 @@ class LogPartitionWriter:
             if header.is_control or header.is_transactional:
                 self._transaction_records(data, batch_position, header, records)
             else:
-                records.extend(iter_key_values(data, batch_position))
+                records += key_values(data, batch_position)  # the batch's list, read in C
             position = header.last_offset + 1
         return records, position
 
@@ -197,7 +197,7 @@ class LogPartitionWriter:
                                                                  header.base_offset), None))
         else:
             records.extend((offset, TxnRecordKey(header.producer_id, header.producer_epoch, key, offset), value)  # type: ignore[misc]
-                           for offset, key, value in iter_key_values(data, batch_position) if key is not None)
+                           for offset, key, value in key_values(data, batch_position) if key is not None)
 
 
 class LogOffsetsTopic:

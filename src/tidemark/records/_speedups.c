@@ -1,7 +1,8 @@
 /* Compiled versions of batch.py's per-record loops: the offsets partition load's scan
- * (collect_latest), the cleaner's two scans (map_key_offsets, latest_record_ranges), the
- * records section of a coordinator's batch (key_value_section) and the produce validator's
- * walk over a client's records (produce_records_valid).
+ * (collect_latest), a coordinator's read of its log (read_key_values), the cleaner's two
+ * scans (map_key_offsets, latest_record_ranges), the records section of a coordinator's
+ * batch (key_value_section) and the produce validator's walk over a client's records
+ * (produce_records_valid).
  *
  * batch.py's pure-Python functions are the reference. These take only what they read fast:
  * a `bytes` buffer, an exact dict, well-formed records. Anything else (a malformed or
@@ -203,6 +204,115 @@ collect_latest_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!PyDict_CheckExact(args[2]) || plain_batch(args[0], args[1], &start, &end, &count, &base_offset))
         Py_RETURN_NONE;
     return scan_latest(args[0], start, count, base_offset, args[2]);
+}
+
+/* The (offset, key, value) list of the `count` records at buf[pos:size] (see
+ * batch.iter_key_values, the reference: headers skipped, trailing bytes ignored), in a list
+ * sized up front; NULL without an exception for the reference's cases. */
+static PyObject *
+scan_key_values(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t size, int64_t count, int64_t base_offset)
+{
+    if (pos < 0 || pos > size)
+        return NULL;
+    if (count <= 0) /* the reference's loop runs no times */
+        return PyList_New(0);
+    if (count > size - pos) /* each record takes a byte at least: too few to be read */
+        return NULL;
+    PyObject *listed = PyList_New((Py_ssize_t)count);
+    if (listed == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)count; i++) {
+        int64_t length, skip, offset_delta, key_length, value_length, offset;
+        VARINT(size, pos, length);
+        if (length < 0 || length > size - pos)
+            goto bail;
+        Py_ssize_t record_end = pos + (Py_ssize_t)length;
+        Py_ssize_t at = pos + 1; /* after the attributes byte: the timestamp delta */
+        VARINT(size, at, skip);
+        VARINT(size, at, offset_delta);
+        VARINT(size, at, key_length);
+        Py_ssize_t key_at = at;
+        if (key_length > 0) {
+            if (key_length >= size - at) /* the value's length would be past the end */
+                goto bail;
+            at += (Py_ssize_t)key_length;
+        }
+        VARINT(size, at, value_length);
+        if (at > record_end || (value_length > 0 && value_length > record_end - at))
+            goto bail;
+        if (__builtin_add_overflow(base_offset, offset_delta, &offset))
+            goto bail;
+        PyObject *entry = PyTuple_New(3);
+        if (entry == NULL)
+            goto bail;
+        PyList_SET_ITEM(listed, i, entry); /* the list owns it: filled below, freed with the list */
+        PyObject *item = PyLong_FromLongLong(offset);
+        if (item == NULL)
+            goto bail;
+        PyTuple_SET_ITEM(entry, 0, item);
+        if (key_length >= 0) {
+            item = PyBytes_FromStringAndSize((const char *)buf + key_at, (Py_ssize_t)key_length);
+            if (item == NULL)
+                goto bail;
+        } else {
+            item = Py_NewRef(Py_None);
+        }
+        PyTuple_SET_ITEM(entry, 1, item);
+        if (value_length >= 0) {
+            item = PyBytes_FromStringAndSize((const char *)buf + at, (Py_ssize_t)value_length);
+            if (item == NULL)
+                goto bail;
+        } else {
+            item = Py_NewRef(Py_None);
+        }
+        PyTuple_SET_ITEM(entry, 2, item);
+        pos = record_end;
+    }
+    return listed;
+bail: /* with an exception set (no memory) or not (the reference's) */
+    Py_DECREF(listed);
+    return NULL;
+}
+
+/* read_key_values(buf, pos, count, base_offset) -> [(offset, key, value), ...] of the records
+ * of a section in a bytes object (a decompressed one, or a batch's in place), or None. */
+static PyObject *
+read_key_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "read_key_values takes 4 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos;
+    int64_t count, base_offset;
+    if (!PyBytes_CheckExact(args[0]) || ssize_arg(args[1], &pos) || int64_arg(args[2], &count)
+        || int64_arg(args[3], &base_offset))
+        Py_RETURN_NONE;
+    PyObject *listed = scan_key_values((const unsigned char *)PyBytes_AS_STRING(args[0]), pos,
+                                       PyBytes_GET_SIZE(args[0]), count, base_offset);
+    if (listed == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return listed;
+}
+
+/* read_key_values_batch(batch, position): read_key_values for an uncompressed batch in a bytes
+ * object, header read here and records read only inside it; None for the rest. */
+static PyObject *
+read_key_values_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "read_key_values_batch takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t start, end;
+    int64_t count, base_offset;
+    if (plain_batch(args[0], args[1], &start, &end, &count, &base_offset))
+        Py_RETURN_NONE;
+    PyObject *listed = scan_key_values((const unsigned char *)PyBytes_AS_STRING(args[0]), start, end, count,
+                                       base_offset);
+    if (listed == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return listed;
 }
 
 /* One record of a section as walk_records takes it: every field inside the record, which
@@ -677,6 +787,10 @@ static PyMethodDef methods[] = {
      "collect_latest(buf, pos, count, base_offset, latest) -> keyed records, or None for the reference"},
     {"collect_latest_batch", (PyCFunction)(void (*)(void))collect_latest_batch, METH_FASTCALL,
      "collect_latest_batch(batch, position, latest) -> keyed records, or None"},
+    {"read_key_values", (PyCFunction)(void (*)(void))read_key_values, METH_FASTCALL,
+     "read_key_values(buf, pos, count, base_offset) -> [(offset, key, value), ...], or None for the reference"},
+    {"read_key_values_batch", (PyCFunction)(void (*)(void))read_key_values_batch, METH_FASTCALL,
+     "read_key_values_batch(batch, position) -> [(offset, key, value), ...], or None"},
     {"map_key_offsets_batch", (PyCFunction)(void (*)(void))map_key_offsets_batch, METH_FASTCALL,
      "map_key_offsets_batch(batch, position, offsets) -> (keyed, tombstone), or None"},
     {"map_key_offsets", (PyCFunction)(void (*)(void))map_key_offsets, METH_FASTCALL,

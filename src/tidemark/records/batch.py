@@ -573,6 +573,12 @@ def iter_key_values(batch, position: int = 0) -> Iterator[tuple[int, bytes | Non
         raise CorruptRecordError(f"malformed record: {e}") from None
 
 
+def key_values_py(batch, position: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
+    """iter_key_values's records as one list: what a coordinator reads from its log per batch
+    (a standby's replay and loading's transactional batches take it whole)."""
+    return list(iter_key_values(batch, position))
+
+
 def collect_latest_py(batch, position: int, latest: dict) -> int:
     """Put (offset, value) of each keyed record of the batch at position into `latest` under its
     key, later records replacing earlier ones; returns how many keyed records there were. The
@@ -851,6 +857,14 @@ def _collect_latest_compiled(batch, position: int, latest: dict) -> int:
     return collect_latest_py(batch, position, latest) if keyed is None else keyed
 
 
+def _key_values_compiled(batch, position: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
+    listed = _speedups.read_key_values_batch(batch, position)  # an uncompressed batch: header and all in C
+    if listed is None:
+        header, buf, pos = _lean_section(batch, position)
+        listed = _speedups.read_key_values(buf, pos, header.records_count, header.base_offset)
+    return key_values_py(batch, position) if listed is None else listed
+
+
 def _map_key_offsets_compiled(batch, position: int, offsets: dict) -> tuple[int, bool]:
     found = _speedups.map_key_offsets_batch(batch, position, offsets)
     if found is None:
@@ -890,12 +904,14 @@ COMPILED = _speedups is not None and os.environ.get("TIDEMARK_PURE_PYTHON", "") 
 if COMPILED:
     build_key_value_batch = _build_key_value_batch_compiled
     collect_latest = _collect_latest_compiled
+    key_values = _key_values_compiled
     map_key_offsets = _map_key_offsets_compiled
     latest_record_ranges = _latest_record_ranges_compiled
     produce_records_valid = _produce_records_valid_compiled
 else:
     build_key_value_batch = build_key_value_batch_py
     collect_latest = collect_latest_py
+    key_values = key_values_py
     map_key_offsets = map_key_offsets_py
     latest_record_ranges = latest_record_ranges_py
     produce_records_valid = produce_records_valid_py
