@@ -124,7 +124,7 @@ def test_a_crash_during_write_back_leaves_the_old_segments_intact(tmp_path, monk
         reopened.close()
 
 
-def test_the_worker_runs_at_a_lower_cpu_and_io_priority(tmp_path):
+def test_the_worker_runs_at_a_lower_cpu_and_io_priority_and_sched_idle(tmp_path):
     log = _dirty_log(tmp_path / "t-0")
     made = make_job(log, 0, int(time.time() * 1000), 1 << 20)
     assert made is not None
@@ -137,6 +137,8 @@ def test_the_worker_runs_at_a_lower_cpu_and_io_priority(tmp_path):
         assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE)
         if ioprio() is not None:  # a machine whose ioprio syscalls this knows
             assert ioprio(pid) == WORKER_IOPRIO
+        if hasattr(os, "SCHED_IDLE"):  # Linux: it runs only on a core nothing else wants
+            assert os.sched_getscheduler(pid) == os.SCHED_IDLE
     finally:
         worker.stop()
         log.close()

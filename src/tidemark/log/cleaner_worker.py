@@ -10,8 +10,8 @@ fsynced), then reports the group. The broker swaps it in on its own side (swap_i
 from are still in the log, the very objects with the sizes the job read: a log truncated,
 deleted or cleaned meanwhile never gets stale segments back; the job is then aborted.
 
-The worker dies with the broker (PR_SET_PDEATHSIG), runs at a lower CPU priority (the event
-loop first where cores are scarce) and the lowest best-effort I/O priority, throttles itself to
+The worker dies with the broker (PR_SET_PDEATHSIG), runs at a lower CPU priority (SCHED_IDLE
+and nice 10: the event loop first where cores are scarce) and the lowest best-effort I/O priority, throttles itself to
 log.cleaner.io.max.bytes.per.second through a SharedThrottle every worker of the broker uses
 (one rate for all of them, as Kafka's cleaner threads share one Throttler), and stops between
 batches when the abort event is set.
@@ -51,8 +51,12 @@ _SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX
 _POLL_S = 0.2  # how often the broker's side looks whether a silent worker still lives
 _PR_SET_PDEATHSIG = 1
 # The worker's CPU priority below the broker's: where cores are scarce, the event loop (commits,
-# fetches) runs first and the cleaning takes what is left.
+# fetches) runs first and the cleaning takes what is left. SCHED_IDLE (Linux) goes further than
+# nice 10: the worker runs only on a core no ordinary task wants, so it no longer takes a slice
+# of the event loop's core when both cores are busy; on an otherwise idle core it runs at full
+# speed. The nice level stays for where SCHED_IDLE cannot be set.
 WORKER_NICE = 10
+WORKER_SCHED_POLICY = getattr(os, "SCHED_IDLE", None)
 # Its I/O priority likewise: the lowest of the best-effort class (ioprio_set). bfq orders by the
 # level; mq-deadline (this machine's default) only by class, and the idle class is not used:
 # ext4's journal commit waits for the cleaner's ordered data, so idle-class writes would stall
@@ -372,6 +376,12 @@ def ioprio(pid: int = 0) -> int | None:
     return None if value < 0 else value
 
 
+def _lower_cpu_policy() -> None:
+    if WORKER_SCHED_POLICY is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, WORKER_SCHED_POLICY, os.sched_param(0))
+
+
 def _lower_io_priority() -> None:
     numbers = _IOPRIO_SYSCALLS.get(platform.machine())
     if numbers is not None:
@@ -383,6 +393,7 @@ def _worker_main(conn, abort, throttle: SharedThrottle, parent_pid: int) -> None
     _die_with_parent(parent_pid)
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICE)
+    _lower_cpu_policy()
     _lower_io_priority()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the broker's group: the broker stops us
     from tidemark.logging import configure
