@@ -240,3 +240,98 @@ def test_a_worker_reporting_while_another_sleeps_waits_for_it():
     clock.now += 0.5
     b.maybe_throttle(10)
     assert clock.slept == [("a", pytest.approx(1.5)), ("b", pytest.approx(1.0))]
+
+
+def _pacing(clock: _Clock):
+    from tidemark.log.cleaner_worker import SharedThrottle
+
+    throttle = SharedThrottle(float("inf"))
+    return throttle, _SharedRateThrottler(throttle, clock=lambda: clock.now, sleep=clock.sleeper("w"))
+
+
+def test_the_worker_holds_back_its_disk_writes_while_the_brokers_fsyncs_are_slow():
+    """The broker's flush rounds (report_flush) with no cleaning running are the baseline;
+    while a cleaning runs and they take much longer, the worker waits before its next disk
+    write, in steps, until they are fast again."""
+    from tidemark.log.cleaner_worker import PACE_STEP_S
+
+    clock = _Clock()
+    throttle, throttler = _pacing(clock)
+    for _ in range(20):
+        throttle.report_flush(0.001, now=clock.now)  # idle: 1 ms rounds
+    throttle.cleaning(+1)
+    throttler.before_disk_write()
+    assert clock.slept == []  # as fast as idle: no wait
+    for _ in range(5):
+        throttle.report_flush(0.020, now=clock.now)  # the cleaner's writes slow the commits' fsyncs
+    fast_again_after = 3
+
+    def sleep(seconds: float) -> None:
+        clock.slept.append(("w", seconds))
+        clock.now += seconds
+        if len(clock.slept) == fast_again_after:
+            for _ in range(20):
+                throttle.report_flush(0.001, now=clock.now)
+
+    throttler.sleep = sleep
+    throttler.before_disk_write()
+    assert clock.slept == [("w", PACE_STEP_S)] * fast_again_after
+    assert throttler.paced_s == pytest.approx(fast_again_after * PACE_STEP_S)
+    throttle.cleaning(-1)
+
+
+def test_pacing_has_a_floor_and_needs_a_fresh_signal_and_a_baseline():
+    from tidemark.log.cleaner_worker import FSYNC_SIGNAL_MAX_AGE_S, PACE_MAX_S
+
+    clock = _Clock()
+    throttle, throttler = _pacing(clock)
+    throttle.cleaning(+1)
+    throttle.report_flush(0.5, now=clock.now)  # slow rounds, but never seen idle: no baseline
+    throttler.before_disk_write()
+    assert clock.slept == []
+    throttle.cleaning(-1)
+    for _ in range(20):
+        throttle.report_flush(0.001, now=clock.now)
+    throttle.cleaning(+1)
+    for _ in range(20):
+        throttle.report_flush(0.5, now=clock.now)  # slow, and the baseline does not follow
+    throttler.before_disk_write()  # slow the whole time: waits PACE_MAX_S, then writes anyway
+    assert sum(s for _, s in clock.slept) == pytest.approx(PACE_MAX_S)
+    clock.slept.clear()
+    clock.now += FSYNC_SIGNAL_MAX_AGE_S + 0.1  # no flush round since (no commits): no pacing
+    throttler.before_disk_write()
+    assert clock.slept == []
+
+
+def test_the_flush_rounds_during_a_job_do_not_move_the_idle_baseline(tmp_path):
+    """A worker's job counts as cleaning from its start to its end: the broker's flush rounds
+    meanwhile (slow ones, here) update only the recent average; after it, the baseline again."""
+    from tidemark.log.cleaner_worker import make_job
+
+    manager = _manager(tmp_path)
+    log = manager.get_or_create("t", 0)
+    _fill(log)
+    worker = CleanerWorker(float("inf"))
+    throttle = worker.throttle
+    for _ in range(20):
+        throttle.report_flush(0.001, now=0.0)
+    job, segments = make_job(log, 0, int(time.time() * 1000), 1 << 20)
+    groups = []
+
+    def on_group(old, base):
+        groups.append(base)
+        throttle.report_flush(0.5, now=0.0)  # a slow round while the worker cleans
+
+    worker.start()
+    try:
+        worker.run(job, on_group)
+    finally:
+        worker.stop()
+        manager.close()
+    assert groups
+    assert throttle.fsyncs_slow(0.0)  # the recent rounds against the 1 ms baseline
+    for _ in range(60):
+        throttle.report_flush(0.001)  # idle again: the recent average comes back down
+    assert not throttle.fsyncs_slow(0.0)
+    throttle.report_flush(0.5, now=0.0)  # no job running: this one moves the baseline (a little)
+    assert throttle._disk[1] > 0.001
