@@ -15,8 +15,7 @@ rate" without the machine's load or the worker's nice level in it).
 fixed schedule (a commit's disk work) for --seconds, then while a cleaner worker process cleans R
 copies of the dirty partition one after another (the swaps done in this process as the broker
 does them); the fsyncs' p50/p99 from their slots in both windows and the ratio: the cleaner's
-effect on the commits' disk without the broker's CPU in it. Each fsync's duration goes to the worker's
-shared throttle, as the broker's flush rounds do (the worker paces its disk writes by them).
+effect on the commits' disk without the broker's CPU in it.
 
 Steps, all in one run (tidemark brokers as child processes, temporary data dirs,
 offsets.topic.segment.bytes=--segment-bytes so the partition spans several segments):
@@ -480,11 +479,9 @@ def cpu_only(args) -> int:
     return 0
 
 
-def _paced_fsyncs(path: Path, rate: float, stop: threading.Event, out_: list[tuple[float, float]],
-                  report=None) -> None:
+def _paced_fsyncs(path: Path, rate: float, stop: threading.Event, out_: list[tuple[float, float]]) -> None:
     """A commit's disk work without the broker: at `rate` per second, on a fixed schedule, write
-    a small record and fsync the file; (slot time, latency from the slot) of each. `report`
-    gets each fsync's seconds, as the broker's flusher reports its rounds to the cleaner."""
+    a small record and fsync the file; (slot time, latency from the slot) of each."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         interval = 1 / rate
@@ -494,10 +491,7 @@ def _paced_fsyncs(path: Path, rate: float, stop: threading.Event, out_: list[tup
             if now < slot:
                 time.sleep(slot - now)
             os.write(fd, b"x" * 120)
-            started = time.perf_counter()
             os.fsync(fd)
-            if report is not None:
-                report(time.perf_counter() - started)
             out_.append((slot, time.monotonic() - slot))
             slot += interval
     finally:
@@ -520,8 +514,7 @@ def disk_only(args) -> int:
         worker.start()
         samples: list[tuple[float, float]] = []
         stop = threading.Event()
-        pacer = threading.Thread(target=_paced_fsyncs, args=(tmp / "journal", args.paced_rate, stop, samples,
-                                                             worker.throttle.report_flush))
+        pacer = threading.Thread(target=_paced_fsyncs, args=(tmp / "journal", args.paced_rate, stop, samples))
         pacer.start()
         try:
             time.sleep(args.seconds)

@@ -153,34 +153,3 @@ def test_a_flusher_started_again_after_stop_runs_rounds_on_one_thread(tmp_path):
             partition.log.close()
 
     asyncio.run(scenario())
-
-
-def test_each_round_reports_its_seconds_to_the_log_cleaners_throttle(tmp_path):
-    """The partition manager hands the flusher's rounds to its log cleaner's shared throttle
-    (what the cleaner workers pace their disk writes by): a round's duration, from its disk
-    thread."""
-    from tidemark.broker.config import BrokerConfig
-    from tidemark.broker.server import partition_manager_config
-    from tidemark.replication.partition_manager import PartitionManager
-
-    async def scenario() -> list[float]:
-        manager = PartitionManager(partition_manager_config(BrokerConfig({})), tmp_path / "data")
-        manager.open()
-        manager.start()
-        reported = threading.Semaphore(0)
-        seen: list[float] = []
-        throttle = manager.logs.cleaner.throttle
-        assert manager.flusher.on_round == throttle.report_flush
-        manager.flusher.on_round = lambda seconds: (seen.append(seconds), throttle.report_flush(seconds),
-                                                    reported.release())
-        partition = _partition(tmp_path, "p", 2)
-        try:
-            manager.flusher.mark_dirty(partition)
-            assert await asyncio.to_thread(reported.acquire, timeout=BOUND_S), "no round reported"
-            return seen
-        finally:
-            await manager.close()
-            partition.log.close()
-
-    seen = asyncio.run(scenario())
-    assert len(seen) == 1 and seen[0] > 0

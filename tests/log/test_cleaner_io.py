@@ -183,30 +183,3 @@ def test_a_crc_failure_below_first_dirty_still_stops_the_cleaning(tmp_path):
         assert _files(log.directory)[damaged] == before[damaged]  # (the first segment's group was cleaned)
     finally:
         log.close()
-
-
-@needs_sync_file_range
-def test_the_cleaner_asks_its_throttler_before_each_write_back_step_and_fsync(tmp_path, monkeypatch):
-    """Where the worker paces its disk writes by the broker's fsyncs: before each write-back
-    step of a cleaned segment and before its fsyncs."""
-    monkeypatch.setattr(cleaner_module, "_WRITE_CHUNK", 1)
-    monkeypatch.setattr(cleaner_module, "WRITE_BACK_BYTES", 100)
-    log = _dirty_log(tmp_path / "t-0")
-    recorder = _Recorder(monkeypatch)
-
-    class Pacing(Throttler):
-        def before_disk_write(self) -> None:
-            recorder.calls.append(("pace",))
-
-    Cleaner(throttler=Pacing()).clean(log, 0)
-    log.close()
-    calls = [c for c in recorder.calls if c[0] == "pace" or c[1].endswith(".cleaned")]
-    starts = [i for i, c in enumerate(calls) if c[0] == "range" and c[3] > 0 and c[4] == SYNC_FILE_RANGE_WRITE]
-    first_fsyncs = [i for i, c in enumerate(calls)
-                    if c[0] == "fsync" and c[1].endswith(".log.cleaned") and (i == 0 or calls[i - 1][0] != "fsync")]
-    assert starts and first_fsyncs
-    for i in starts:  # (after the pace, the wait for the step before it)
-        waited = calls[i - 1][0] == "range" and calls[i - 1][4] & SYNC_FILE_RANGE_WAIT_AFTER
-        assert calls[i - 2 if waited else i - 1] == ("pace",)
-    for i in first_fsyncs:  # the three write-backs started together, right after the pace
-        assert [c[0] for c in calls[i - 4:i]] == ["pace", "range", "range", "range"]

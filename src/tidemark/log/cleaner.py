@@ -165,11 +165,6 @@ class Throttler:
             self.sleep(delay)
             self.throttled_s += delay
 
-    def before_disk_write(self) -> None:
-        """Called before the cleaner sends a step of a cleaned segment to the disk or fsyncs it:
-        a throttler that knows how the broker's own fsyncs fare may hold it back (the worker's
-        does); this one does not."""
-
 
 @dataclass
 class CleanerStats:
@@ -447,8 +442,6 @@ class Cleaner:
                         buf += out
                     if len(buf) >= _WRITE_CHUNK:
                         self._write(cleaned, buf, headers, now, stats)
-                        if write_back.due(cleaned.size):
-                            self.throttler.before_disk_write()
                         write_back.step(cleaned.size)
                         buf, headers = bytearray(), []
                     self.throttler.maybe_throttle(len(data) + (len(out) if out is not None else 0))
@@ -459,7 +452,6 @@ class Cleaner:
             for aborted in kept_aborted:  # those with data left stay flagged for read_committed readers
                 cleaned.txn_index.append(aborted)
             cleaned.on_roll()
-            self.throttler.before_disk_write()
             sync_cleaned(cleaned)
             # Kafka keeps the replaced segments' last modified time: it is what tombstone
             # retention counts from.
@@ -549,12 +541,8 @@ class WriteBack:
         self.started = 0  # bytes whose write-back was started
         self.in_flight: tuple[int, int] | None = None  # the last step: offset, length
 
-    def due(self, size: int) -> bool:
-        """Whether step(size) starts a write-back."""
-        return _SYNC_RANGE is not None and size - self.started >= WRITE_BACK_BYTES
-
     def step(self, size: int) -> None:
-        if not self.due(size):
+        if _SYNC_RANGE is None or size - self.started < WRITE_BACK_BYTES:
             return
         if self.in_flight is not None:
             _SYNC_RANGE(self.fd, *self.in_flight, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE

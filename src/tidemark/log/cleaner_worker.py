@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import multiprocessing
 import os
 import platform
@@ -170,57 +169,16 @@ def delete_cleaned(directory: Path, base_offset: int) -> None:
 # -- the broker's side ----------------------------------------------------------------------------
 
 
-# Pacing by the broker's own fsyncs (SharedThrottle.report_flush): the workers hold back before
-# a cleaned segment's write-back or fsync while the broker's recent flush rounds take more than
-# FSYNC_SLOW_FACTOR times, and FSYNC_SLOW_MARGIN_S more than, what they took with no cleaning
-# running; in steps of PACE_STEP_S, at most PACE_MAX_S per step (the floor: cleaning always
-# goes on), and only on a signal younger than FSYNC_SIGNAL_MAX_AGE_S (no commits, no pacing).
-FSYNC_SLOW_FACTOR = 1.5
-FSYNC_SLOW_MARGIN_S = 0.001
-FSYNC_SIGNAL_MAX_AGE_S = 1.0
-PACE_STEP_S = 0.005
-PACE_MAX_S = 0.05
-_PACE_STEPS = round(PACE_MAX_S / PACE_STEP_S)
-_RECENT_WEIGHT = 0.3  # of a new round in the recent average
-_IDLE_WEIGHT = 0.05  # in the idle baseline
-_RECENT, _IDLE, _REPORTED_AT, _JOBS = range(4)
-
-
 class SharedThrottle(ThrottlePeriod):
     """log.cleaner.io.max.bytes.per.second for every worker process of a broker: the rate (set
     by the broker, changed without a restart) and the throttler's current period, in shared
-    memory under one lock, so all the workers together stay under the rate. Also how the
-    broker's own fsyncs fare (report_flush, from its flusher), which the workers pace their
-    disk writes by."""
+    memory under one lock, so all the workers together stay under the rate."""
 
     def __init__(self, rate: float):
         ctx = multiprocessing.get_context("spawn")
         self.rate = ctx.Value("d", rate, lock=False)
         self._period = ctx.Array("d", [time.monotonic(), 0.0], lock=False)  # CLOCK_MONOTONIC: one for all processes
-        # recent flush seconds, idle baseline (0: none yet), when last reported, cleanings running
-        self._disk = ctx.Array("d", [0.0, 0.0, -math.inf, 0.0], lock=False)
         self.lock = ctx.Lock()
-
-    def report_flush(self, seconds: float, now: float | None = None) -> None:
-        """A flush round of the broker took `seconds` (called from its one disk thread): the
-        recent average, and the idle baseline while no cleaning runs."""
-        disk = self._disk
-        disk[_RECENT] = seconds if disk[_RECENT] == 0 else (
-            _RECENT_WEIGHT * seconds + (1 - _RECENT_WEIGHT) * disk[_RECENT])
-        if disk[_JOBS] == 0:
-            disk[_IDLE] = seconds if disk[_IDLE] == 0 else _IDLE_WEIGHT * seconds + (1 - _IDLE_WEIGHT) * disk[_IDLE]
-        disk[_REPORTED_AT] = time.monotonic() if now is None else now
-
-    def cleaning(self, delta: int) -> None:
-        """A cleaning job started (+1) or ended (-1)."""
-        with self.lock:
-            self._disk[_JOBS] = max(0.0, self._disk[_JOBS] + delta)
-
-    def fsyncs_slow(self, now: float) -> bool:
-        """Whether the broker's recent fsyncs are slower than its idle baseline."""
-        recent, idle, reported_at, _ = self._disk[:]
-        return (idle > 0 and now - reported_at <= FSYNC_SIGNAL_MAX_AGE_S and recent > FSYNC_SLOW_FACTOR * idle
-                and recent > idle + FSYNC_SLOW_MARGIN_S)
 
     @property
     def start(self) -> float:
@@ -279,13 +237,6 @@ class CleanerWorker:
         if not self.alive:
             raise WorkerDied("the cleaner worker is not running")
         self.abort.clear()
-        self.throttle.cleaning(+1)  # the broker's fsyncs from now on are not its idle baseline
-        try:
-            return self._run(job, on_group)
-        finally:
-            self.throttle.cleaning(-1)
-
-    def _run(self, job: CleaningJob, on_group: Callable[[list[int], int], None]) -> tuple[int, CleanerStats]:
         try:
             self._conn.send(job)
         except OSError as exc:
@@ -333,7 +284,6 @@ class _SharedRateThrottler(Throttler):
 
     def __init__(self, shared: SharedThrottle, **kw):
         self._shared = shared
-        self.paced_s = 0.0  # held back by before_disk_write
         super().__init__(shared.rate.value, period=shared, **kw)
 
     @property
@@ -343,14 +293,6 @@ class _SharedRateThrottler(Throttler):
     @rate.setter
     def rate(self, value: float) -> None:
         pass
-
-    def before_disk_write(self) -> None:
-        """Hold back while the broker's fsyncs are slow, PACE_MAX_S at most (the floor)."""
-        for _ in range(_PACE_STEPS):
-            if not self._shared.fsyncs_slow(self.clock()):
-                return
-            self.sleep(PACE_STEP_S)
-            self.paced_s += PACE_STEP_S
 
 
 class SegmentFile:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import structlog
@@ -57,8 +56,6 @@ class Flusher:
         self._thread: threading.Thread | None = None
         self._flush_threads = flush_threads
         self._fsyncs: ThreadPoolExecutor | None = None  # a round's logs synced side by side
-        # Told each round's seconds, on the disk thread: the log cleaner paces its disk writes by them.
-        self.on_round: Callable[[float], None] | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -149,10 +146,7 @@ class Flusher:
                 if batch:
                     started = time.perf_counter()
                     results = _flush_all(batch, self._fsyncs)
-                    seconds = time.perf_counter() - started
-                    metrics.FLUSH_SECONDS.observe(seconds)
-                    if self.on_round is not None:
-                        self.on_round(seconds)
+                    metrics.FLUSH_SECONDS.observe(time.perf_counter() - started)
                     self._post(self._flushed, batch, results)
             except Exception:  # noqa: BLE001 - the thread must outlive a bug: every round after it counts
                 log.exception("flusher_round_failed")

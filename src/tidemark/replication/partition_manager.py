@@ -96,8 +96,6 @@ class PartitionManager:
     def start(self) -> None:
         self.flusher.start()
         self.logs.start()
-        if self.logs.cleaner is not None:  # its workers pace their disk writes by the commits' fsyncs
-            self.flusher.on_round = self.logs.cleaner.throttle.report_flush
 
     async def close(self) -> None:
         # Writes still waiting for replication are not this broker's to acknowledge any more.
