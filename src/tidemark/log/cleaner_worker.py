@@ -11,10 +11,10 @@ from are still in the log, the very objects with the sizes the job read: a log t
 deleted or cleaned meanwhile never gets stale segments back; the job is then aborted.
 
 The worker dies with the broker (PR_SET_PDEATHSIG), runs at a lower CPU priority (SCHED_IDLE
-and nice 10: the event loop first where cores are scarce) and the lowest best-effort I/O priority, throttles itself to
-log.cleaner.io.max.bytes.per.second through a SharedThrottle every worker of the broker uses
-(one rate for all of them, as Kafka's cleaner threads share one Throttler), and stops between
-batches when the abort event is set.
+and nice 10: the event loop first where cores are scarce) and the lowest best-effort I/O
+priority, throttles itself to log.cleaner.io.max.bytes.per.second through a SharedThrottle
+every worker of the broker uses (one rate for all of them, as Kafka's cleaner threads share one
+Throttler), and stops between batches when the abort event is set.
 """
 
 from __future__ import annotations
