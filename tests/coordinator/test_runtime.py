@@ -307,3 +307,35 @@ def test_a_submitters_meter_is_charged_with_its_events_time(coordinator_harness)
         assert meter.seconds == charged
 
     coordinator_harness(scenario)
+
+
+def test_no_request_leaves_its_response_token_behind(coordinator_harness):
+    """Every request's token goes once it is answered, whatever the answer: a commit refused
+    while its shard loads, an answered commit, a timed-out one, one whose caller gave up. (A
+    commit refused by a loading shard used to keep its token, and its future, for ever.)"""
+    async def scenario(h):
+        waiting = h.coordinator._waiting
+        h.topic.create()
+        h.coordinator.start()
+        assert h.shard.state is LoadState.LOADING
+        assert h.commit_code(await h.commit(1)) == ErrorCode.coordinator_load_in_progress
+        assert waiting == {}
+        await h.settle()
+        assert h.commit_code(await h.commit(2)) == ErrorCode.none
+        assert waiting == {}
+        h.writer.auto_commit = False  # appends wait for the test from here on
+        timing_out = asyncio.ensure_future(h.commit(3))
+        await h.settle()
+        assert len(waiting) == 1  # held until the high watermark passes it, or the timeout
+        h.clock.advance(200)
+        await h.settle()
+        assert h.commit_code(timing_out.result()) == ErrorCode.request_timed_out
+        assert waiting == {}
+        given_up = asyncio.ensure_future(h.commit(4))
+        await h.settle()
+        given_up.cancel()
+        await h.settle()
+        assert given_up.cancelled()
+        assert waiting == {}
+
+    coordinator_harness(scenario, offsets_commit_timeout_ms="200")

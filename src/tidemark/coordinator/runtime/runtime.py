@@ -830,15 +830,20 @@ class CoordinatorRuntime(Generic[S]):
     # -- requests -----------------------------------------------------------------------------
 
     def new_token(self) -> tuple[int, asyncio.Future[Any]]:
-        """A token naming one request, and the future its response will be released into."""
+        """A token naming one request, and the future its response will be released into. The
+        token is forgotten as its response is released, or by `forget_token` once the caller
+        stops waiting (no done callback per request: each cost the event loop a callback run)."""
         token = next(self._tokens)
         future = self._waiting[token] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda _f, t=token: self._waiting.pop(t, None))
         return token, future
 
+    def forget_token(self, token: int) -> None:
+        self._waiting.pop(token, None)
+
     def release(self, result: Result) -> None:
+        waiting = self._waiting
         for token, response in result.responses.items():
-            future = self._waiting.get(token)
+            future = waiting.pop(token, None)
             if future is not None and not future.done():
                 future.set_result(response)
 
@@ -849,19 +854,25 @@ class CoordinatorRuntime(Generic[S]):
         try:
             shard = self.shard_for(group_id)
             self._check_lead()
-            token, response = self.new_token()
-            handled = shard.submit(lambda s, now: event(s, token, now))
         except ShardNotAvailable as exc:
             return error_response(exc.code)
+        token, response = self.new_token()
         try:
-            await handled  # raises if the handler failed: the dispatcher answers UNKNOWN_SERVER_ERROR
-        except ShardNotAvailable as exc:  # unloaded before the event ran
-            response.cancel()
-            return error_response(exc.code)
-        finally:
-            if not response.done() and handled.done() and handled.exception() is not None:
+            try:
+                handled = shard.submit(lambda s, now: event(s, token, now))
+            except ShardNotAvailable as exc:
+                return error_response(exc.code)
+            try:
+                await handled  # raises if the handler failed: the dispatcher answers UNKNOWN_SERVER_ERROR
+            except ShardNotAvailable as exc:  # unloaded before the event ran
                 response.cancel()
-        return await response
+                return error_response(exc.code)
+            finally:
+                if not response.done() and handled.done() and handled.exception() is not None:
+                    response.cancel()
+            return await response
+        finally:
+            self.forget_token(token)
 
     def _check_lead(self) -> None:
         """NOT_COORDINATOR while this broker may not act as a leader, before `fence` has run
