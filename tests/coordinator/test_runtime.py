@@ -339,3 +339,42 @@ def test_no_request_leaves_its_response_token_behind(coordinator_harness):
         assert waiting == {}
 
     coordinator_harness(scenario, offsets_commit_timeout_ms="200")
+
+
+def test_pending_commits_time_out_each_at_its_own_deadline(coordinator_harness):
+    """Commits appended at different times, none committed: each is answered
+    REQUEST_TIMED_OUT exactly offsets.commit.timeout.ms after its own append, not with the
+    first one nor later; one committed meanwhile is answered NONE."""
+    async def scenario(h):
+        await h.start()
+        h.writer.auto_commit = False
+        first = asyncio.ensure_future(h.commit(1, partition=0))
+        await h.settle()
+        h.clock.advance(50)
+        second = asyncio.ensure_future(h.commit(2, partition=1))
+        await h.settle()
+        h.clock.advance(50)
+        third = asyncio.ensure_future(h.commit(3, partition=0, group="other"))
+        await h.settle()
+        h.clock.advance(99)  # 199 ms after the first
+        await h.settle()
+        assert not first.done() and not second.done() and not third.done()
+        h.clock.advance(1)
+        await h.settle()
+        assert h.commit_code(first.result()) == ErrorCode.request_timed_out
+        assert not second.done() and not third.done()
+        h.clock.advance(49)
+        await h.settle()
+        assert not second.done()
+        h.clock.advance(1)
+        await h.settle()
+        assert h.commit_code(second.result()) == ErrorCode.request_timed_out
+        assert not third.done()
+        h.writer.commit()  # the third is committed before its deadline
+        await h.settle()
+        assert h.commit_code(third.result()) == ErrorCode.none
+        h.clock.advance(1_000)
+        await h.settle()
+        assert await h.fetch("other") == (ErrorCode.none, 3)
+
+    coordinator_harness(scenario, offsets_commit_timeout_ms="200")

@@ -156,6 +156,9 @@ class ShardRuntime(Generic[S]):
         self._wakeup_at: int | None = None
         self._retry: Cancellable | None = None
         self._failures = 0
+        # One timer for the pending writes' timeouts, at the earliest deadline not yet passed
+        # (a timer per write cost the loop a timer set and cancelled per commit).
+        self._expiry: Cancellable | None = None
 
     @property
     def clock(self) -> Clock:
@@ -294,9 +297,10 @@ class ShardRuntime(Generic[S]):
             if not future.done():
                 future.set_exception(unavailable)
         now = self.clock.now_ms()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for write in self._pending:  # their commits are no longer this broker's to wait for
-            if write.timeout is not None:
-                write.timeout.cancel()
             if not write.answered:
                 on_failure = write.result.on_failure
                 self._answer(write, on_failure(ErrorCode.not_leader_or_follower, now) if on_failure else write.result)
@@ -514,9 +518,26 @@ class ShardRuntime(Generic[S]):
         if write.end <= self._replayed_to:
             self._released(write)
             return
-        write.timeout = self.clock.call_at(now + self.runtime.config["offsets.commit.timeout.ms"],
-                                           lambda: self._write_failed(write, ErrorCode.request_timed_out))
+        write.deadline = now + self.runtime.config["offsets.commit.timeout.ms"]
         self._pending.append(write)
+        if self._expiry is None:
+            self._expiry = self.clock.call_at(write.deadline, self._expire_writes)
+
+    def _expire_writes(self) -> None:
+        """Answer REQUEST_TIMED_OUT every pending write whose deadline has come, and wait for
+        the earliest deadline still ahead."""
+        self._expiry = None
+        now = self.clock.now_ms()
+        next_deadline: int | None = None
+        for write in list(self._pending):
+            if write.answered or write.deadline is None:
+                continue
+            if write.deadline <= now:
+                self._write_failed(write, ErrorCode.request_timed_out)
+            elif next_deadline is None or write.deadline < next_deadline:
+                next_deadline = write.deadline
+        if next_deadline is not None and self._expiry is None:
+            self._expiry = self.clock.call_at(next_deadline, self._expire_writes)
 
     def _replay_appended(self, write: _PendingWrite, now: int) -> None:
         """The latest view takes the write's records as they are appended: the next event
@@ -555,8 +576,6 @@ class ShardRuntime(Generic[S]):
 
     def _released(self, write: _PendingWrite) -> None:
         """The write's records are committed and replayed: its responses go."""
-        if write.timeout is not None:
-            write.timeout.cancel()
         if not write.answered:
             self._answer(write, write.result)
 
@@ -689,7 +708,7 @@ class _PendingWrite:
     end: int
     result: Result
     future: asyncio.Future[Result]
-    timeout: Cancellable | None = None
+    deadline: int | None = None  # when it is answered REQUEST_TIMED_OUT if not committed by then
     answered: bool = False
 
 
