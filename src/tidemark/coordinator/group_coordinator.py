@@ -46,7 +46,8 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard]):
             ),
         )
         super().__init__(OFFSETS_TOPIC, config, topic,
-                         lambda index: GroupCoordinatorShard(index, self.shard_config, topic.partition_exists),
+                         lambda index: GroupCoordinatorShard(index, self.shard_config, topic.partition_exists,
+                                                              getattr(topic, "topic_partitions", None)),
                          config["offsets.topic.num.partitions"], clock)
 
     async def on_topics_deleted(self, topics: list[str]) -> None:
