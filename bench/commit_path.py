@@ -94,11 +94,15 @@ def encode(request, response: dict) -> bytes:
     return frame
 
 
+EVERY_PARTITION = range(2**31)
+
+
 class Path:
     """One shard and its log's next offset: commits go through every step, timed per step."""
 
     def __init__(self) -> None:
-        self.shard = GroupCoordinatorShard(0, CoordinatorConfig(), lambda _t, _p: True)
+        # Every partition exists, asked as the broker asks: once per topic (its range of indexes).
+        self.shard = GroupCoordinatorShard(0, CoordinatorConfig(), lambda _t, _p: True, lambda _t: EVERY_PARTITION)
         self.log_end = 0
         self.seconds = dict.fromkeys(("decode", "handler", "batch", "replay_appended", "replay", "response"), 0.0)
 

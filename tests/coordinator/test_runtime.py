@@ -307,3 +307,74 @@ def test_a_submitters_meter_is_charged_with_its_events_time(coordinator_harness)
         assert meter.seconds == charged
 
     coordinator_harness(scenario)
+
+
+def test_no_request_leaves_its_response_token_behind(coordinator_harness):
+    """Every request's token goes once it is answered, whatever the answer: a commit refused
+    while its shard loads, an answered commit, a timed-out one, one whose caller gave up. (A
+    commit refused by a loading shard used to keep its token, and its future, for ever.)"""
+    async def scenario(h):
+        waiting = h.coordinator._waiting
+        h.topic.create()
+        h.coordinator.start()
+        assert h.shard.state is LoadState.LOADING
+        assert h.commit_code(await h.commit(1)) == ErrorCode.coordinator_load_in_progress
+        assert waiting == {}
+        await h.settle()
+        assert h.commit_code(await h.commit(2)) == ErrorCode.none
+        assert waiting == {}
+        h.writer.auto_commit = False  # appends wait for the test from here on
+        timing_out = asyncio.ensure_future(h.commit(3))
+        await h.settle()
+        assert len(waiting) == 1  # held until the high watermark passes it, or the timeout
+        h.clock.advance(200)
+        await h.settle()
+        assert h.commit_code(timing_out.result()) == ErrorCode.request_timed_out
+        assert waiting == {}
+        given_up = asyncio.ensure_future(h.commit(4))
+        await h.settle()
+        given_up.cancel()
+        await h.settle()
+        assert given_up.cancelled()
+        assert waiting == {}
+
+    coordinator_harness(scenario, offsets_commit_timeout_ms="200")
+
+
+def test_pending_commits_time_out_each_at_its_own_deadline(coordinator_harness):
+    """Commits appended at different times, none committed: each is answered
+    REQUEST_TIMED_OUT exactly offsets.commit.timeout.ms after its own append, not with the
+    first one nor later; one committed meanwhile is answered NONE."""
+    async def scenario(h):
+        await h.start()
+        h.writer.auto_commit = False
+        first = asyncio.ensure_future(h.commit(1, partition=0))
+        await h.settle()
+        h.clock.advance(50)
+        second = asyncio.ensure_future(h.commit(2, partition=1))
+        await h.settle()
+        h.clock.advance(50)
+        third = asyncio.ensure_future(h.commit(3, partition=0, group="other"))
+        await h.settle()
+        h.clock.advance(99)  # 199 ms after the first
+        await h.settle()
+        assert not first.done() and not second.done() and not third.done()
+        h.clock.advance(1)
+        await h.settle()
+        assert h.commit_code(first.result()) == ErrorCode.request_timed_out
+        assert not second.done() and not third.done()
+        h.clock.advance(49)
+        await h.settle()
+        assert not second.done()
+        h.clock.advance(1)
+        await h.settle()
+        assert h.commit_code(second.result()) == ErrorCode.request_timed_out
+        assert not third.done()
+        h.writer.commit()  # the third is committed before its deadline
+        await h.settle()
+        assert h.commit_code(third.result()) == ErrorCode.none
+        h.clock.advance(1_000)
+        await h.settle()
+        assert await h.fetch("other") == (ErrorCode.none, 3)
+
+    coordinator_harness(scenario, offsets_commit_timeout_ms="200")

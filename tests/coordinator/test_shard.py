@@ -164,3 +164,26 @@ def test_offset_delete_counts_unknown_subscriptions_of_a_live_consumer_group_as_
     deleted = log.append_and_replay(shard, shard.delete_offsets(request, 4, NOW))
     assert codes(deleted, 4) == {("orders", 0): ErrorCode.none}
     assert shard.offsets.group_offsets("g") == {}
+
+
+def test_a_topics_partitions_looked_up_once_answer_as_partition_exists_does():
+    """The broker hands the shard each topic's partitions (range(count)) instead of a question
+    per partition: every commit is answered and written exactly as with partition_exists."""
+    counts = {"orders": 3, "empty": 0}
+
+    def exists(topic, partition):
+        return 0 <= partition < counts.get(topic, 0)
+
+    per_partition = GroupCoordinatorShard(0, CoordinatorConfig(), exists)
+    per_topic = GroupCoordinatorShard(0, CoordinatorConfig(), exists,
+                                      lambda topic: range(counts[topic]) if topic in counts else range(0))
+    request = commit_request("g", {"orders": [(-1, 1), (0, 2), (2, 3), (3, 4), (2**31 - 1, 5)],
+                                   "empty": [(0, 6)], "nope": [(0, 7), (1, 8)]})
+    one, other = per_partition.commit_offsets(request, 8, 1, NOW), per_topic.commit_offsets(request, 8, 1, NOW)
+    assert codes(one) == codes(other) == {
+        ("orders", -1): ErrorCode.unknown_topic_or_partition, ("orders", 0): ErrorCode.none,
+        ("orders", 2): ErrorCode.none, ("orders", 3): ErrorCode.unknown_topic_or_partition,
+        ("orders", 2**31 - 1): ErrorCode.unknown_topic_or_partition,
+        ("empty", 0): ErrorCode.unknown_topic_or_partition,
+        ("nope", 0): ErrorCode.unknown_topic_or_partition, ("nope", 1): ErrorCode.unknown_topic_or_partition}
+    assert [(r.key, r.value) for r in one.records] == [(r.key, r.value) for r in other.records]

@@ -231,6 +231,12 @@ class LogOffsetsTopic:
         """Whether the cluster has the partition (in a cluster it need not be on this broker)."""
         return self.replicas.has_partition(topic, partition)
 
+    def topic_partitions(self, topic: str) -> range:
+        """The partition indexes the cluster has of `topic` (none if it does not exist): what
+        partition_exists answers, for a whole topic of a commit at once."""
+        metadata = self.replicas.topic(topic)
+        return range(metadata.partitions) if metadata is not None else range(0)
+
     def on_deleted(self, callback: Callable[[], None]) -> None:
         self.replicas.on_topic_deleted(lambda name: callback() if name == OFFSETS_TOPIC else None)
 

@@ -46,7 +46,8 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard]):
             ),
         )
         super().__init__(OFFSETS_TOPIC, config, topic,
-                         lambda index: GroupCoordinatorShard(index, self.shard_config, topic.partition_exists),
+                         lambda index: GroupCoordinatorShard(index, self.shard_config, topic.partition_exists,
+                                                              getattr(topic, "topic_partitions", None)),
                          config["offsets.topic.num.partitions"], clock)
 
     async def on_topics_deleted(self, topics: list[str]) -> None:
@@ -69,13 +70,16 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard]):
             return ErrorCode.not_coordinator
         token, response = self.new_token()
         try:
-            handled = runtime.submit(lambda shard, now: shard.complete_transaction(
-                producer_id, producer_epoch, committed, coordinator_epoch, token))
-            await handled
-        except ShardNotAvailable as exc:
-            response.cancel()
-            return exc.code
-        return await response
+            try:
+                handled = runtime.submit(lambda shard, now: shard.complete_transaction(
+                    producer_id, producer_epoch, committed, coordinator_epoch, token))
+                await handled
+            except ShardNotAvailable as exc:
+                response.cancel()
+                return exc.code
+            return await response
+        finally:
+            self.forget_token(token)
 
     def list_groups(self, body: Any, version: int) -> tuple[list[dict[str, Any]], ErrorCode]:
         """ListGroups across every loaded shard, from their committed views: (groups, NONE), or

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import structlog
@@ -127,16 +127,33 @@ def _encoded_commit(key_prefix: bytes | None, group_id: str, name: str, index: i
             encode_offset_commit_value(OffsetCommitValue(offset, leader_epoch, metadata or "", commit_timestamp,
                                                          expire_timestamp)))
 
+class _PartitionsOf:
+    """A topic's partitions as a container, asking `partition_exists` per index."""
+
+    __slots__ = ("exists", "name")
+
+    def __init__(self, exists: Callable[[str, int], bool], name: str) -> None:
+        self.exists, self.name = exists, name
+
+    def __contains__(self, index: object) -> bool:
+        return self.exists(self.name, index)  # type: ignore[arg-type]
+
+
 class GroupCoordinatorShard:
     def __init__(
         self,
         partition_index: int,
         config: CoordinatorConfig,
         partition_exists: Callable[[str, int], bool],
+        topic_partitions: Callable[[str], Container[int]] | None = None,
     ) -> None:
         self.partition_index = partition_index
         self.config = config
         self.partition_exists = partition_exists
+        # A topic's partition indexes looked up once per topic of a commit (a container such as
+        # range(count)), instead of a partition_exists call per partition; without it each
+        # partition asks partition_exists.
+        self.topic_partitions = topic_partitions or (lambda name: _PartitionsOf(partition_exists, name))
         self.groups = Groups()  # the latest view; reads go through its committed view
         self.offsets = OffsetStore()
         self.txn_offsets = PendingTxnOffsets()  # TxnOffsetCommit's, until their marker (txn_offsets.py)
@@ -221,7 +238,7 @@ class GroupCoordinatorShard:
         expire_timestamp = now_ms + retention_ms if retention_ms >= 0 else -1
         group_id = request.group_id
         max_metadata = self.config.offset_metadata_max_bytes
-        partition_exists = self.partition_exists
+        topic_partitions = self.topic_partitions
         per_partition_timestamp = version < 2  # only v1 carries a commit timestamp per partition
         records = CommitRecords(group_id)
         append = records.append
@@ -237,12 +254,13 @@ class GroupCoordinatorShard:
             name = topic_names(topic)
             key_prefix = offset_commit_key_prefix(group_id, name) if name is not None else None
             packs_empty = key_prefix is not None and expire_timestamp < 0
+            known = topic_partitions(name) if name is not None else ()
             partitions = []
             for p in topic.partitions:
                 index = p.partition_index
                 code = none
                 metadata = p.committed_metadata
-                if name is None or not partition_exists(name, index):
+                if index not in known:
                     code = ErrorCode.unknown_topic_or_partition
                 elif group_error is not None:
                     code = group_error

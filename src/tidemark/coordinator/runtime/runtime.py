@@ -156,6 +156,9 @@ class ShardRuntime(Generic[S]):
         self._wakeup_at: int | None = None
         self._retry: Cancellable | None = None
         self._failures = 0
+        # One timer for the pending writes' timeouts, at the earliest deadline not yet passed
+        # (a timer per write cost the loop a timer set and cancelled per commit).
+        self._expiry: Cancellable | None = None
 
     @property
     def clock(self) -> Clock:
@@ -294,9 +297,10 @@ class ShardRuntime(Generic[S]):
             if not future.done():
                 future.set_exception(unavailable)
         now = self.clock.now_ms()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for write in self._pending:  # their commits are no longer this broker's to wait for
-            if write.timeout is not None:
-                write.timeout.cancel()
             if not write.answered:
                 on_failure = write.result.on_failure
                 self._answer(write, on_failure(ErrorCode.not_leader_or_follower, now) if on_failure else write.result)
@@ -514,9 +518,26 @@ class ShardRuntime(Generic[S]):
         if write.end <= self._replayed_to:
             self._released(write)
             return
-        write.timeout = self.clock.call_at(now + self.runtime.config["offsets.commit.timeout.ms"],
-                                           lambda: self._write_failed(write, ErrorCode.request_timed_out))
+        write.deadline = now + self.runtime.config["offsets.commit.timeout.ms"]
         self._pending.append(write)
+        if self._expiry is None:
+            self._expiry = self.clock.call_at(write.deadline, self._expire_writes)
+
+    def _expire_writes(self) -> None:
+        """Answer REQUEST_TIMED_OUT every pending write whose deadline has come, and wait for
+        the earliest deadline still ahead."""
+        self._expiry = None
+        now = self.clock.now_ms()
+        next_deadline: int | None = None
+        for write in list(self._pending):
+            if write.answered or write.deadline is None:
+                continue
+            if write.deadline <= now:
+                self._write_failed(write, ErrorCode.request_timed_out)
+            elif next_deadline is None or write.deadline < next_deadline:
+                next_deadline = write.deadline
+        if next_deadline is not None and self._expiry is None:
+            self._expiry = self.clock.call_at(next_deadline, self._expire_writes)
 
     def _replay_appended(self, write: _PendingWrite, now: int) -> None:
         """The latest view takes the write's records as they are appended: the next event
@@ -555,8 +576,6 @@ class ShardRuntime(Generic[S]):
 
     def _released(self, write: _PendingWrite) -> None:
         """The write's records are committed and replayed: its responses go."""
-        if write.timeout is not None:
-            write.timeout.cancel()
         if not write.answered:
             self._answer(write, write.result)
 
@@ -689,7 +708,7 @@ class _PendingWrite:
     end: int
     result: Result
     future: asyncio.Future[Result]
-    timeout: Cancellable | None = None
+    deadline: int | None = None  # when it is answered REQUEST_TIMED_OUT if not committed by then
     answered: bool = False
 
 
@@ -830,15 +849,20 @@ class CoordinatorRuntime(Generic[S]):
     # -- requests -----------------------------------------------------------------------------
 
     def new_token(self) -> tuple[int, asyncio.Future[Any]]:
-        """A token naming one request, and the future its response will be released into."""
+        """A token naming one request, and the future its response will be released into. The
+        token is forgotten as its response is released, or by `forget_token` once the caller
+        stops waiting (no done callback per request: each cost the event loop a callback run)."""
         token = next(self._tokens)
         future = self._waiting[token] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda _f, t=token: self._waiting.pop(t, None))
         return token, future
 
+    def forget_token(self, token: int) -> None:
+        self._waiting.pop(token, None)
+
     def release(self, result: Result) -> None:
+        waiting = self._waiting
         for token, response in result.responses.items():
-            future = self._waiting.get(token)
+            future = waiting.pop(token, None)
             if future is not None and not future.done():
                 future.set_result(response)
 
@@ -849,19 +873,25 @@ class CoordinatorRuntime(Generic[S]):
         try:
             shard = self.shard_for(group_id)
             self._check_lead()
-            token, response = self.new_token()
-            handled = shard.submit(lambda s, now: event(s, token, now))
         except ShardNotAvailable as exc:
             return error_response(exc.code)
+        token, response = self.new_token()
         try:
-            await handled  # raises if the handler failed: the dispatcher answers UNKNOWN_SERVER_ERROR
-        except ShardNotAvailable as exc:  # unloaded before the event ran
-            response.cancel()
-            return error_response(exc.code)
-        finally:
-            if not response.done() and handled.done() and handled.exception() is not None:
+            try:
+                handled = shard.submit(lambda s, now: event(s, token, now))
+            except ShardNotAvailable as exc:
+                return error_response(exc.code)
+            try:
+                await handled  # raises if the handler failed: the dispatcher answers UNKNOWN_SERVER_ERROR
+            except ShardNotAvailable as exc:  # unloaded before the event ran
                 response.cancel()
-        return await response
+                return error_response(exc.code)
+            finally:
+                if not response.done() and handled.done() and handled.exception() is not None:
+                    response.cancel()
+            return await response
+        finally:
+            self.forget_token(token)
 
     def _check_lead(self) -> None:
         """NOT_COORDINATOR while this broker may not act as a leader, before `fence` has run
