@@ -5,6 +5,7 @@ and Jepsen's checkers hold a replicated log to:
 
 - every acknowledged record is read back at its acknowledged offset (no lost write);
 - no offset holds two records (no two acknowledgements, no two reads, of one offset);
+- every acknowledged record has an offset (Kafka never acknowledges a write without one);
 - OffsetFetch never answers less than the last acknowledged commit;
 - the replicas' logs are identical at the end, read from their segment files offline;
 - librdkafka never reports a fatal error (an idempotence sequence it cannot reconcile).
@@ -71,6 +72,9 @@ class Ledger:
     produce_errors: list[str] = field(default_factory=list)
     double_acks: list[str] = field(default_factory=list)  # two records acknowledged at one offset
     extra_acks: list[tuple[tuple[int, int], bytes]] = field(default_factory=list)  # the later of those
+    # Successes without an offset (librdkafka's offset -1): an acknowledgement nobody can hold
+    # the log to. Kafka never gives one, so each is a violation, kept out of `produced`.
+    offsetless_acks: list[str] = field(default_factory=list)
     fatal_errors: list[str] = field(default_factory=list)  # librdkafka's fatal errors (any client)
     client_errors: list[str] = field(default_factory=list)  # librdkafka's other error_cb reports (not failures)
     consumed: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset), in order
@@ -121,6 +125,10 @@ def run_producer(workload: Workload, ledger: Ledger, stop: threading.Event, name
                 ledger.produce_errors.append(str(error))
                 if error.fatal():
                     ledger.fatal_errors.append(f"producer {name} delivery: {error}")
+            elif message.offset() is None:
+                ledger.offsetless_acks.append(
+                    f"acknowledged without an offset: partition {message.partition()} value {message.value()!r}"
+                    + (f" during {ledger.phase}" if ledger.phase else ""))
             else:
                 key = (message.partition(), message.offset())
                 if key in ledger.produced and ledger.produced[key] != message.value():

@@ -432,6 +432,7 @@ def run_chaos(c: Chaos, faults) -> None:
                 c.violate(f"replicas differ: {problem}")
         with ledger.lock:
             for name, found in (("two records acknowledged at one offset", ledger.double_acks),
+                                ("a record acknowledged without an offset", ledger.offsetless_acks),
                                 ("one offset read with two values", ledger.read_conflicts),
                                 ("OffsetFetch below an acknowledged commit", ledger.fetch_violations),
                                 ("librdkafka fatal error", ledger.fatal_errors),
