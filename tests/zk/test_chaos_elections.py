@@ -50,6 +50,7 @@ from tests.zk.chaos_checks import (
     Workload,
     log_ends,
     lost_writes,
+    offsetless_acks_missing,
     read_back,
     replica_divergence,
     run_consumer,
@@ -411,13 +412,16 @@ def run_chaos(c: Chaos, faults) -> None:
                 c.violate(f"{thread.name} did not stop")
 
         # Checked from the running cluster: every acknowledged record at its offset; the commits.
-        lost = lost_writes(ledger, read_back(workload, ends))
+        records = read_back(workload, ends)
+        lost = lost_writes(ledger, records)
         if lost:
             shown = [f"{key}: acknowledged {acked!r}, read {read!r}" for key, acked, read in lost[:5]]
             # Where replicas cut their logs tells an acknowledgement after a truncation (issue 23's
             # defect 1) from a wrong truncation (defect 2).
             c.violate(f"{len(lost)} acknowledged records not read back at their offset: {shown}; truncations "
                       f"logged: {_truncated_ranges(c)}")
+        for missing in offsetless_acks_missing(ledger, records):
+            c.violate(missing)
         committed = _committed(workload)
         if committed != ends:
             c.violate(f"OffsetFetch answers {committed}, the last acknowledged commits are {ledger.acked}")
@@ -432,14 +436,14 @@ def run_chaos(c: Chaos, faults) -> None:
                 c.violate(f"replicas differ: {problem}")
         with ledger.lock:
             for name, found in (("two records acknowledged at one offset", ledger.double_acks),
-                                ("a record acknowledged without an offset", ledger.offsetless_acks),
                                 ("one offset read with two values", ledger.read_conflicts),
                                 ("OffsetFetch below an acknowledged commit", ledger.fetch_violations),
                                 ("librdkafka fatal error", ledger.fatal_errors),
                                 ("delivery failed", ledger.produce_errors)):
                 if found:
                     c.violate(f"{name}: {found[:3]}")
-            summary = (f"acknowledged {len(ledger.produced)} records, {ledger.commits_acked} commits, "
+            summary = (f"acknowledged {len(ledger.produced)} records ({len(ledger.offsetless_acks)} more "
+                       f"without an offset), {ledger.commits_acked} commits, "
                    f"{ledger.fetches_checked} OffsetFetch checks, {len(ledger.commits_failed)} failed commits")
         c.note(summary)
     finally:
