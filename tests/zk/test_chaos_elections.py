@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kazoo.client import KazooClient
@@ -466,12 +466,26 @@ def _truncated_ranges(c: Chaos) -> dict[int, list[tuple[int, int]]]:
     return ranges
 
 
+_COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+
+
 def _committed(workload: Workload) -> dict[int, int]:
     checker = Consumer({"bootstrap.servers": workload.bootstrap, "log_level": 0, "group.id": workload.group,
                         "enable.auto.commit": False})
+    deadline = time.monotonic() + WAIT_S
     try:
-        answered = checker.committed([TopicPartition(workload.topic, p) for p in range(workload.partitions)],
-                                     timeout=WAIT_S)
+        while True:
+            try:
+                answered = checker.committed([TopicPartition(workload.topic, p) for p in range(workload.partitions)],
+                                             timeout=WAIT_S)
+                break
+            except KafkaException as exc:
+                # The group's coordinator may still be moving after the last round: librdkafka
+                # gives up on NOT_COORDINATOR here, where Kafka's clients find it again and retry.
+                if exc.args[0].code() not in _COORDINATOR_MOVING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # pacing only: the next answer decides
     finally:
         checker.close()
     return {tp.partition: tp.offset for tp in answered}
