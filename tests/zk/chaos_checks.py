@@ -5,6 +5,7 @@ and Jepsen's checkers hold a replicated log to:
 
 - every acknowledged record is read back at its acknowledged offset (no lost write);
 - no offset holds two records (no two acknowledgements, no two reads, of one offset);
+- every acknowledged record has an offset (Kafka never acknowledges a write without one);
 - OffsetFetch never answers less than the last acknowledged commit;
 - the replicas' logs are identical at the end, read from their segment files offline;
 - librdkafka never reports a fatal error (an idempotence sequence it cannot reconcile).
@@ -71,6 +72,11 @@ class Ledger:
     produce_errors: list[str] = field(default_factory=list)
     double_acks: list[str] = field(default_factory=list)  # two records acknowledged at one offset
     extra_acks: list[tuple[tuple[int, int], bytes]] = field(default_factory=list)  # the later of those
+    # Successes without an offset, kept out of `produced` (its keys are offsets): (partition,
+    # value, phase). A broker never acknowledges a write without its offset, but librdkafka
+    # does, for a batch whose request failed as "possibly persisted" (a timeout, a lost
+    # connection) when a later batch of the partition succeeds: its records must be in the log.
+    offsetless_acks: list[tuple[int, bytes, str]] = field(default_factory=list)
     fatal_errors: list[str] = field(default_factory=list)  # librdkafka's fatal errors (any client)
     client_errors: list[str] = field(default_factory=list)  # librdkafka's other error_cb reports (not failures)
     consumed: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset), in order
@@ -107,20 +113,16 @@ class Ledger:
         return report
 
 
-def run_producer(workload: Workload, ledger: Ledger, stop: threading.Event, name: str = "record",
-                 idempotent: bool = True) -> None:
-    """acks=all, idempotent unless told, every value unique (`name`-N: producers of one ledger
-    need their own names); runs until `stop`, then waits for every ack."""
-    producer = Producer({"bootstrap.servers": workload.bootstrap, "log_level": 0, "enable.idempotence": idempotent,
-                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 300_000,
-                         "error_cb": ledger.error_cb(f"producer {name}")})
-
+def delivery_recorder(ledger: Ledger, name: str) -> Callable[[object, object], None]:
+    """The producer's delivery callback: each outcome into the ledger (see Ledger)."""
     def delivered(error, message) -> None:
         with ledger.changed:
             if error is not None:
                 ledger.produce_errors.append(str(error))
                 if error.fatal():
                     ledger.fatal_errors.append(f"producer {name} delivery: {error}")
+            elif message.offset() is None:
+                ledger.offsetless_acks.append((message.partition(), message.value(), ledger.phase))
             else:
                 key = (message.partition(), message.offset())
                 if key in ledger.produced and ledger.produced[key] != message.value():
@@ -130,6 +132,18 @@ def run_producer(workload: Workload, ledger: Ledger, stop: threading.Event, name
                 else:
                     ledger.produced[key] = message.value()
             ledger.changed.notify_all()
+    return delivered
+
+
+def run_producer(workload: Workload, ledger: Ledger, stop: threading.Event, name: str = "record",
+                 idempotent: bool = True) -> None:
+    """acks=all, idempotent unless told, every value unique (`name`-N: producers of one ledger
+    need their own names); runs until `stop`, then waits for every ack."""
+    producer = Producer({"bootstrap.servers": workload.bootstrap, "log_level": 0, "enable.idempotence": idempotent,
+                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 300_000,
+                         "error_cb": ledger.error_cb(f"producer {name}")})
+
+    delivered = delivery_recorder(ledger, name)
 
     sent = 0
     try:
@@ -280,6 +294,18 @@ def lost_writes(ledger: Ledger, read: dict[tuple[int, int], bytes]) -> list[Lost
     with ledger.lock:
         acknowledged = sorted([*ledger.produced.items(), *ledger.extra_acks])
     return [(key, value, read.get(key)) for key, value in acknowledged if read.get(key) != value]
+
+
+def offsetless_acks_missing(ledger: Ledger, read: dict[tuple[int, int], bytes]) -> list[str]:
+    """Each success without an offset whose record was not read back in its partition (read up
+    to the ends of the acknowledged offsets, which lie past it: a later batch's success is what
+    acknowledged it): a lost write nobody could hold to an offset."""
+    found = {(partition, value) for (partition, _), value in read.items()}
+    with ledger.lock:
+        acks = list(ledger.offsetless_acks)
+    return [f"acknowledged without an offset: partition {partition} value {value!r}"
+            + (f" during {phase}" if phase else "") + ", and not in the log"
+            for partition, value, phase in acks if (partition, value) not in found]
 
 
 def replica_records(data_dirs: dict[int, Path], topic: str) -> dict[int, dict[int, list[tuple]]]:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kazoo.client import KazooClient
@@ -50,6 +50,7 @@ from tests.zk.chaos_checks import (
     Workload,
     log_ends,
     lost_writes,
+    offsetless_acks_missing,
     read_back,
     replica_divergence,
     run_consumer,
@@ -411,13 +412,16 @@ def run_chaos(c: Chaos, faults) -> None:
                 c.violate(f"{thread.name} did not stop")
 
         # Checked from the running cluster: every acknowledged record at its offset; the commits.
-        lost = lost_writes(ledger, read_back(workload, ends))
+        records = read_back(workload, ends)
+        lost = lost_writes(ledger, records)
         if lost:
             shown = [f"{key}: acknowledged {acked!r}, read {read!r}" for key, acked, read in lost[:5]]
             # Where replicas cut their logs tells an acknowledgement after a truncation (issue 23's
             # defect 1) from a wrong truncation (defect 2).
             c.violate(f"{len(lost)} acknowledged records not read back at their offset: {shown}; truncations "
                       f"logged: {_truncated_ranges(c)}")
+        for missing in offsetless_acks_missing(ledger, records):
+            c.violate(missing)
         committed = _committed(workload)
         if committed != ends:
             c.violate(f"OffsetFetch answers {committed}, the last acknowledged commits are {ledger.acked}")
@@ -438,7 +442,8 @@ def run_chaos(c: Chaos, faults) -> None:
                                 ("delivery failed", ledger.produce_errors)):
                 if found:
                     c.violate(f"{name}: {found[:3]}")
-            summary = (f"acknowledged {len(ledger.produced)} records, {ledger.commits_acked} commits, "
+            summary = (f"acknowledged {len(ledger.produced)} records ({len(ledger.offsetless_acks)} more "
+                       f"without an offset), {ledger.commits_acked} commits, "
                    f"{ledger.fetches_checked} OffsetFetch checks, {len(ledger.commits_failed)} failed commits")
         c.note(summary)
     finally:
@@ -461,12 +466,26 @@ def _truncated_ranges(c: Chaos) -> dict[int, list[tuple[int, int]]]:
     return ranges
 
 
+_COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+
+
 def _committed(workload: Workload) -> dict[int, int]:
     checker = Consumer({"bootstrap.servers": workload.bootstrap, "log_level": 0, "group.id": workload.group,
                         "enable.auto.commit": False})
+    deadline = time.monotonic() + WAIT_S
     try:
-        answered = checker.committed([TopicPartition(workload.topic, p) for p in range(workload.partitions)],
-                                     timeout=WAIT_S)
+        while True:
+            try:
+                answered = checker.committed([TopicPartition(workload.topic, p) for p in range(workload.partitions)],
+                                             timeout=WAIT_S)
+                break
+            except KafkaException as exc:
+                # The group's coordinator may still be moving after the last round: librdkafka
+                # gives up on NOT_COORDINATOR here, where Kafka's clients find it again and retry.
+                if exc.args[0].code() not in _COORDINATOR_MOVING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # pacing only: the next answer decides
     finally:
         checker.close()
     return {tp.partition: tp.offset for tp in answered}

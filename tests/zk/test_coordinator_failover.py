@@ -21,7 +21,8 @@ from kio.schema.errors import ErrorCode
 
 from tests.integration.raw import RawClient
 
-from tests.zk.chaos_checks import Ledger, Workload, run_consumer, run_offset_fetcher, run_producer
+from tests.zk.chaos_checks import (Ledger, Workload, offsetless_acks_missing, run_consumer, run_offset_fetcher,
+                                   run_producer)
 from tests.zk.test_cluster_brokers import WAIT_S, _bootstrap, _cluster, _metadata, _until, _zk_isr
 
 ROUNDS = 10  # coordinator moves: even rounds SIGKILL, odd rounds SIGTERM
@@ -128,6 +129,7 @@ def test_consumer_group_survives_rounds_of_coordinator_kills_and_shutdowns(make_
     for partition, end in ends.items():
         assert set(by_partition[partition]) == set(range(end)), f"partition {partition}: records skipped"
     assert {po for po in ledger.produced} <= set(ledger.consumed)
+    assert not offsetless_acks_missing(ledger, ledger.consumed_values)  # librdkafka's acks without an offset
     if not ledger.commits_failed:
         assert len(ledger.consumed) == len(set(ledger.consumed)), "records read twice with no failed commit"
     # Lag 0: OffsetFetch answers the log end of every partition.
