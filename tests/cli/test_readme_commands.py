@@ -25,7 +25,7 @@ from pathlib import Path
 import click
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import STARTUP_TIMEOUT_S, free_port
 from tidemark.cli.main import main as tidemark_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -275,7 +275,7 @@ def serve_command(port: int, cwd: Path) -> list[str]:
 
 
 def _wait_listening(process: subprocess.Popen, port: int) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         assert process.poll() is None, f"the broker exited with {process.returncode}"
         try:
@@ -283,7 +283,7 @@ def _wait_listening(process: subprocess.Popen, port: int) -> None:
                 return
         except OSError:
             time.sleep(0.1)
-    raise AssertionError("the broker did not listen within 60 s")
+    raise AssertionError(f"the broker did not listen within {STARTUP_TIMEOUT_S} s")
 
 
 @pytest.mark.timeout(2400)  # a hang guard: some 25 CLI starts, each seconds on a busy machine
