@@ -77,6 +77,40 @@ ssize_arg(PyObject *o, Py_ssize_t *out)
 /* collect_latest(buf, pos, count, base_offset, latest) -> keyed records, or None.
  * The reference's loop over an uncompressed records section (see batch.collect_latest_py):
  * latest[key] = (offset, value) for each keyed record, in order. */
+/* One record's key and value as the lean readers take them (the timestamp delta skipped, the
+ * headers not read), from *pos; *pos is then the record's end. BAIL where a length or varint
+ * reaches past the record or the buffer (the reference then decides). */
+typedef struct {
+    int64_t offset_delta, key_length, value_length;
+    Py_ssize_t key_at, value_at;
+} LeanRecord;
+
+static inline int
+read_lean_record(const unsigned char *buf, Py_ssize_t size, Py_ssize_t *pos, LeanRecord *r)
+{
+    int64_t length, skip;
+    if (read_varint(buf, size, pos, &length) || length < 0 || length > size - *pos)
+        return BAIL;
+    Py_ssize_t record_end = *pos + (Py_ssize_t)length;
+    Py_ssize_t at = *pos + 1; /* after the attributes byte: the timestamp delta */
+    if (read_varint(buf, size, &at, &skip) || read_varint(buf, size, &at, &r->offset_delta)
+        || read_varint(buf, size, &at, &r->key_length))
+        return BAIL;
+    r->key_at = at;
+    if (r->key_length > 0) {
+        if (r->key_length >= size - at) /* the value's length would be past the end */
+            return BAIL;
+        at += (Py_ssize_t)r->key_length;
+    }
+    if (read_varint(buf, size, &at, &r->value_length))
+        return BAIL;
+    if (at > record_end || (r->value_length > 0 && r->value_length > record_end - at))
+        return BAIL;
+    r->value_at = at;
+    *pos = record_end;
+    return 0;
+}
+
 static PyObject *
 scan_latest(PyObject *data, Py_ssize_t pos, int64_t count, int64_t base_offset, PyObject *latest)
 {
@@ -86,33 +120,19 @@ scan_latest(PyObject *data, Py_ssize_t pos, int64_t count, int64_t base_offset, 
         Py_RETURN_NONE;
     int64_t keyed = 0;
     for (int64_t i = 0; i < count; i++) {
-        int64_t length, skip, offset_delta, key_length, value_length, offset;
-        VARINT(size, pos, length);
-        if (length < 0 || length > size - pos)
+        LeanRecord r;
+        int64_t offset;
+        if (read_lean_record(buf, size, &pos, &r))
             goto bail;
-        Py_ssize_t record_end = pos + (Py_ssize_t)length;
-        Py_ssize_t at = pos + 1; /* after the attributes byte: the timestamp delta */
-        VARINT(size, at, skip);
-        VARINT(size, at, offset_delta);
-        VARINT(size, at, key_length);
-        Py_ssize_t key_at = at;
-        if (key_length > 0) {
-            if (key_length >= size - at) /* the value's length would be past the end */
+        if (r.key_length >= 0) {
+            if (__builtin_add_overflow(base_offset, r.offset_delta, &offset))
                 goto bail;
-            at += (Py_ssize_t)key_length;
-        }
-        VARINT(size, at, value_length);
-        if (at > record_end || (value_length > 0 && value_length > record_end - at))
-            goto bail;
-        if (key_length >= 0) {
-            if (__builtin_add_overflow(base_offset, offset_delta, &offset))
-                goto bail;
-            PyObject *key = PyBytes_FromStringAndSize((const char *)buf + key_at, (Py_ssize_t)key_length);
+            PyObject *key = PyBytes_FromStringAndSize((const char *)buf + r.key_at, (Py_ssize_t)r.key_length);
             if (key == NULL)
                 return NULL;
             PyObject *value;
-            if (value_length >= 0) {
-                value = PyBytes_FromStringAndSize((const char *)buf + at, (Py_ssize_t)value_length);
+            if (r.value_length >= 0) {
+                value = PyBytes_FromStringAndSize((const char *)buf + r.value_at, (Py_ssize_t)r.value_length);
             } else {
                 value = Py_None;
                 Py_INCREF(value);
@@ -128,7 +148,6 @@ scan_latest(PyObject *data, Py_ssize_t pos, int64_t count, int64_t base_offset, 
                 return NULL;
             keyed++;
         }
-        pos = record_end;
     }
     return PyLong_FromLongLong(keyed);
 bail:
@@ -222,25 +241,11 @@ scan_key_values(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t size, int64
     if (listed == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < (Py_ssize_t)count; i++) {
-        int64_t length, skip, offset_delta, key_length, value_length, offset;
-        VARINT(size, pos, length);
-        if (length < 0 || length > size - pos)
+        LeanRecord r;
+        int64_t offset;
+        if (read_lean_record(buf, size, &pos, &r))
             goto bail;
-        Py_ssize_t record_end = pos + (Py_ssize_t)length;
-        Py_ssize_t at = pos + 1; /* after the attributes byte: the timestamp delta */
-        VARINT(size, at, skip);
-        VARINT(size, at, offset_delta);
-        VARINT(size, at, key_length);
-        Py_ssize_t key_at = at;
-        if (key_length > 0) {
-            if (key_length >= size - at) /* the value's length would be past the end */
-                goto bail;
-            at += (Py_ssize_t)key_length;
-        }
-        VARINT(size, at, value_length);
-        if (at > record_end || (value_length > 0 && value_length > record_end - at))
-            goto bail;
-        if (__builtin_add_overflow(base_offset, offset_delta, &offset))
+        if (__builtin_add_overflow(base_offset, r.offset_delta, &offset))
             goto bail;
         PyObject *entry = PyTuple_New(3);
         if (entry == NULL)
@@ -250,23 +255,22 @@ scan_key_values(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t size, int64
         if (item == NULL)
             goto bail;
         PyTuple_SET_ITEM(entry, 0, item);
-        if (key_length >= 0) {
-            item = PyBytes_FromStringAndSize((const char *)buf + key_at, (Py_ssize_t)key_length);
+        if (r.key_length >= 0) {
+            item = PyBytes_FromStringAndSize((const char *)buf + r.key_at, (Py_ssize_t)r.key_length);
             if (item == NULL)
                 goto bail;
         } else {
             item = Py_NewRef(Py_None);
         }
         PyTuple_SET_ITEM(entry, 1, item);
-        if (value_length >= 0) {
-            item = PyBytes_FromStringAndSize((const char *)buf + at, (Py_ssize_t)value_length);
+        if (r.value_length >= 0) {
+            item = PyBytes_FromStringAndSize((const char *)buf + r.value_at, (Py_ssize_t)r.value_length);
             if (item == NULL)
                 goto bail;
         } else {
             item = Py_NewRef(Py_None);
         }
         PyTuple_SET_ITEM(entry, 2, item);
-        pos = record_end;
     }
     return listed;
 bail: /* with an exception set (no memory) or not (the reference's) */
