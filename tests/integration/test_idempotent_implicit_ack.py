@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from tests.conftest import free_port
 from tests.integration.clients import create_topic
 from tests.zk.chaos_checks import Ledger, delivery_recorder, offsetless_acks_missing
+from tidemark.wire.primitives import read_uvarint
 
 BOUND_S = 60  # a hang guard, never a margin
 PRODUCE = 0
@@ -42,31 +43,20 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
     return bytes(data)
 
 
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
 def _with_error(frame: bytes, version: int, code: int) -> bytes:
     """A ProduceResponse of one partition with that partition's error code replaced."""
     flexible = version >= 9
     pos = 4  # correlation id
     if flexible:
-        tags, pos = _uvarint(frame, pos)
+        tags, pos = read_uvarint(frame, pos)
         assert tags == 0
-        _, pos = _uvarint(frame, pos)  # topics (compact array)
+        _, pos = read_uvarint(frame, pos)  # topics (compact array)
         if version >= 13:
             pos += 16  # topic id
         else:
-            length, pos = _uvarint(frame, pos)
+            length, pos = read_uvarint(frame, pos)
             pos += length - 1
-        _, pos = _uvarint(frame, pos)  # partitions
+        _, pos = read_uvarint(frame, pos)  # partitions
     else:
         (length,) = struct.unpack_from(">h", frame, pos + 4)
         pos += 4 + 2 + length + 4  # topics count, name, partitions count
