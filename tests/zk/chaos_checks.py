@@ -261,6 +261,17 @@ def log_ends(ledger: Ledger, partitions: int) -> dict[int, int]:
         return {p: 1 + max((o for q, o in ledger.produced if q == p), default=-1) for p in range(partitions)}
 
 
+def _watermarks(consumer: Consumer, topic: str, ends: dict[int, int]) -> str:
+    """Each partition's (log start, high watermark) as its leader answers now, or why not."""
+    found = {}
+    for p in ends:
+        try:
+            found[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        except KafkaException as exc:
+            found[p] = str(exc)
+    return f"(log start, high watermark) per partition: {found}"
+
+
 def read_back(workload: Workload, ends: dict[int, int]) -> dict[tuple[int, int], bytes]:
     """Every record of the topic below `ends`, read once from offset 0 by an unattached consumer.
     Asserts that no offset is delivered twice."""
@@ -269,12 +280,17 @@ def read_back(workload: Workload, ends: dict[int, int]) -> dict[tuple[int, int],
     consumer.assign([TopicPartition(workload.topic, p, 0) for p in ends if ends[p] > 0])
     read: dict[tuple[int, int], bytes] = {}
     positions = {p: 0 for p in ends}
+    errors: dict[str, int] = {}  # what the consumer reported meanwhile, for the failure message
     deadline = time.monotonic() + WAIT_S
     try:
         while any(positions[p] < ends[p] for p in ends):
-            assert time.monotonic() < deadline, f"read back only up to {positions} of {ends}"
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"read back only up to {positions} of {ends}; the consumer's errors: "
+                                     f"{errors or 'none'}; {_watermarks(consumer, workload.topic, ends)}")
             for message in consumer.consume(500, 0.5):
                 if message.error():
+                    text = f"partition {message.partition()}: {message.error()}"
+                    errors[text] = errors.get(text, 0) + 1
                     continue
                 key = (message.partition(), message.offset())
                 assert key not in read, f"offset {key} delivered twice"
