@@ -83,7 +83,8 @@ keys = st.sampled_from([b"k%d" % i for i in range(12)])
 values = st.one_of(st.none(), st.binary(min_size=1, max_size=40))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
 @given(batches=st.lists(st.lists(st.tuples(keys, values), min_size=1, max_size=8), min_size=1, max_size=40),
        compressed=st.booleans(), expire=st.booleans())
 def test_clean_keeps_latest_value_per_key(tmp_path_factory, batches, compressed, expire):

@@ -148,7 +148,8 @@ def _files(directory) -> dict:
             if p.suffix in (".log", ".index", ".timeindex", ".txnindex")}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=1, max_size=50), passes=st.lists(st.booleans(), min_size=1, max_size=3),
        first_dirty_at=st.integers(0, 3))
 def test_cleaning_is_the_per_record_cleaning_byte_for_byte(tmp_path_factory, steps, passes, first_dirty_at):
