@@ -74,9 +74,6 @@ ssize_arg(PyObject *o, Py_ssize_t *out)
     return 0;
 }
 
-/* collect_latest(buf, pos, count, base_offset, latest) -> keyed records, or None.
- * The reference's loop over an uncompressed records section (see batch.collect_latest_py):
- * latest[key] = (offset, value) for each keyed record, in order. */
 /* One record's key and value as the lean readers take them (the timestamp delta skipped, the
  * headers not read), from *pos; *pos is then the record's end. BAIL where a length or varint
  * reaches past the record or the buffer (the reference then decides). */
@@ -111,6 +108,9 @@ read_lean_record(const unsigned char *buf, Py_ssize_t size, Py_ssize_t *pos, Lea
     return 0;
 }
 
+/* collect_latest(buf, pos, count, base_offset, latest) -> keyed records, or None.
+ * The reference's loop over an uncompressed records section (see batch.collect_latest_py):
+ * latest[key] = (offset, value) for each keyed record, in order. */
 static PyObject *
 scan_latest(PyObject *data, Py_ssize_t pos, int64_t count, int64_t base_offset, PyObject *latest)
 {
