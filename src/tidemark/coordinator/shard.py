@@ -319,7 +319,7 @@ class GroupCoordinatorShard:
         group_error = self._txn_commit_error(request)
         group_id = request.group_id
         max_metadata = self.config.offset_metadata_max_bytes
-        partition_exists = self.partition_exists
+        topic_partitions = self.topic_partitions
         txn_key = (request.producer_id, request.producer_epoch)
         records: list[OffsetsRecord] = []
         append = records.append
@@ -329,12 +329,13 @@ class GroupCoordinatorShard:
         for topic in request.topics:
             name = topic.name
             key_prefix = offset_commit_key_prefix(group_id, name)
+            known = topic_partitions(name)
             partitions = []
             for p in topic.partitions:
                 index = p.partition_index
                 code = none
                 metadata = p.committed_metadata
-                if not partition_exists(name, index):
+                if index not in known:
                     code = ErrorCode.unknown_topic_or_partition
                 elif group_error is not None:
                     code = group_error
